@@ -1,0 +1,212 @@
+//! `boson-load`: a benchmark for Boson's events-in, webhooks-out path.
+//!
+//! One run: start a fresh Boson on a temporary SQLite database, start a
+//! webhook receiver in this process, wire input → webhook output → connection
+//! through the admin API, send `--batches` batches of 10 events to
+//! `/v2/events`, wait for the receiver to see every accepted event, and print
+//! one JSON line of results on stdout. Progress and diagnostics go to stderr.
+//!
+//! Note that on a small machine the generator competes with Boson for CPU;
+//! compare runs made on the same machine, not absolute numbers across machines.
+
+mod admin;
+mod boson;
+mod cli;
+mod clock;
+mod receiver;
+mod report;
+mod sender;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use clap::Parser as _;
+
+use crate::boson::Boson;
+use crate::cli::Args;
+use crate::receiver::{Receiver, Summary};
+use crate::report::{Report, per_second};
+
+/// Upper bound on a single HTTP request, so a wedged server fails the run
+/// instead of hanging it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often to report drain progress on stderr.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(usize::try_from(args.concurrency).unwrap_or(usize::MAX))
+        .timeout(REQUEST_TIMEOUT)
+        .build()
+        .context("building HTTP client")?;
+
+    let total_events = usize::try_from(args.total_events()).context("too many batches")?;
+    let receiver = Receiver::start(total_events).await?;
+    let boson = Boson::start(&args.boson_bin(), &http).await?;
+    eprintln!(
+        "boson-load: Boson ready at {}, receiver at {}",
+        boson.base_url(),
+        receiver.url()
+    );
+
+    // Whatever happens during the run, read the peak RSS and stop Boson
+    // gracefully before reporting (or propagating the error).
+    let measured = measure(&args, &http, &boson, &receiver).await;
+    let peak_rss_mb = boson
+        .peak_rss_mb()
+        .inspect_err(|e| eprintln!("boson-load: peak RSS unavailable: {e:#}"))
+        .ok();
+    let shutdown = boson.shutdown().await;
+    let summary = receiver.stop();
+    let sent = measured?;
+    shutdown?;
+
+    let Measured {
+        accepted_events,
+        errors,
+        send_secs,
+        started,
+    } = sent;
+    log_receiver_anomalies(&summary);
+    let delivered_secs = summary
+        .last_delivery
+        .map_or(0.0, |t| t.saturating_duration_since(started).as_secs_f64());
+    let report = Report {
+        batches: args.batches,
+        concurrency: args.concurrency,
+        offered_events_per_s: args.rate,
+        accepted_events_per_s: per_second(accepted_events, send_secs),
+        delivered_events_per_s: per_second(summary.delivered, delivered_secs),
+        errors,
+        delivered: summary.delivered,
+        latency_ms: summary.latency_ms.into(),
+        peak_rss_mb,
+        send_as_batch: args.send_as_batch,
+    }
+    .rounded();
+    println!("{}", report.to_json_line());
+    Ok(())
+}
+
+/// Sending-phase results needed for the report.
+#[derive(Debug)]
+struct Measured {
+    accepted_events: u64,
+    errors: u64,
+    /// Wall time of the sending phase.
+    send_secs: f64,
+    /// Start of the sending phase; delivery throughput is measured from here.
+    started: Instant,
+}
+
+/// Sets up the pipeline, sends everything, and waits for deliveries to drain.
+async fn measure(
+    args: &Args,
+    http: &reqwest::Client,
+    boson: &Boson,
+    receiver: &Receiver,
+) -> Result<Measured> {
+    let credentials = admin::setup_pipeline(
+        http,
+        boson.base_url(),
+        boson.admin_token(),
+        &receiver.url(),
+        args.send_as_batch,
+    )
+    .await
+    .context("configuring Boson via the admin API")?;
+
+    eprintln!(
+        "boson-load: sending {} batches ({} events), concurrency {}, {}",
+        args.batches,
+        args.total_events(),
+        args.concurrency,
+        args.rate.map_or_else(
+            || "closed loop".to_owned(),
+            |r| format!("offering {r} events/s")
+        ),
+    );
+    let plan = sender::Plan {
+        url: format!("{}/v2/events", boson.base_url()),
+        credentials,
+        batches: args.batches,
+        concurrency: args.concurrency,
+        rate: args.rate,
+    };
+    let outcome = sender::run(http, plan).await?;
+    let send_secs = outcome
+        .finished
+        .duration_since(outcome.started)
+        .as_secs_f64();
+    eprintln!(
+        "boson-load: sent in {send_secs:.2}s: {} events accepted, {} batches failed",
+        outcome.accepted_events, outcome.errors
+    );
+    if args.rate.is_some() && outcome.max_lag > Duration::from_millis(100) {
+        eprintln!(
+            "boson-load: sends fell up to {:?} behind schedule; the offered rate was not met",
+            outcome.max_lag
+        );
+    }
+
+    wait_for_deliveries(receiver, outcome.accepted_events, args.drain_timeout()).await;
+    Ok(Measured {
+        accepted_events: outcome.accepted_events,
+        errors: outcome.errors,
+        send_secs,
+        started: outcome.started,
+    })
+}
+
+/// Waits until the receiver has seen `expected` distinct events or the
+/// timeout passes. A shortfall is reported, not an error: the `delivered`
+/// count in the output shows it.
+async fn wait_for_deliveries(receiver: &Receiver, expected: u64, timeout: Duration) {
+    let begun = Instant::now();
+    let mut next_progress = begun + PROGRESS_EVERY;
+    loop {
+        let delivered = receiver.delivered();
+        if delivered >= expected {
+            return;
+        }
+        let now = Instant::now();
+        if now >= begun + timeout {
+            eprintln!(
+                "boson-load: gave up after {timeout:?}: {delivered} of {expected} events delivered"
+            );
+            return;
+        }
+        if now >= next_progress {
+            eprintln!("boson-load: waiting for deliveries: {delivered} of {expected}");
+            next_progress += PROGRESS_EVERY;
+        }
+        // The receiver timestamps deliveries itself, so this polling interval
+        // doesn't affect the measurement.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn log_receiver_anomalies(s: &Summary) {
+    if s.duplicates > 0 {
+        eprintln!(
+            "boson-load: receiver saw {} duplicate deliveries",
+            s.duplicates
+        );
+    }
+    if s.unrecognized > 0 {
+        eprintln!(
+            "boson-load: receiver saw {} events without our stamps",
+            s.unrecognized
+        );
+    }
+    if s.malformed_bodies > 0 {
+        eprintln!(
+            "boson-load: receiver got {} non-JSON bodies",
+            s.malformed_bodies
+        );
+    }
+}

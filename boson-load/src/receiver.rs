@@ -1,0 +1,279 @@
+//! The in-process webhook receiver that Boson delivers to.
+//!
+//! It answers 200 as fast as it can (so delivery throughput measures Boson, not
+//! us), and for every event it finds records end-to-end latency — receive time
+//! minus the `sent_at_us` attribute the sender stamped into the event — in an
+//! HDR histogram. Events are de-duplicated by their `i` attribute, since a
+//! webhook forwarder with retries may legitimately deliver one twice.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use hdrhistogram::Histogram;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::clock::unix_micros;
+
+/// Highest latency the histogram can hold (1 h); larger values are clamped.
+const MAX_TRACKED_LATENCY_US: u64 = 3_600 * 1_000_000;
+
+/// Counters and latencies collected by the receiver, behind one mutex.
+#[derive(Debug)]
+struct Stats {
+    /// End-to-end latency per first delivery of an event, in microseconds.
+    latency_us: Histogram<u64>,
+    /// Distinct events delivered (first deliveries only).
+    delivered: u64,
+    /// Repeat deliveries of an event already seen.
+    duplicates: u64,
+    /// Events without a usable `sent_at_us`/`i` attribute (not ours, or mangled).
+    unrecognized: u64,
+    /// Request bodies that were not JSON.
+    malformed_bodies: u64,
+    /// When the most recent first delivery arrived.
+    last_delivery: Option<Instant>,
+    /// Indexed by the event's `i`; sized to the number of events the run sends.
+    seen: Vec<bool>,
+}
+
+impl Stats {
+    fn new(total_events: usize) -> Result<Self> {
+        Ok(Self {
+            latency_us: Histogram::new_with_bounds(1, MAX_TRACKED_LATENCY_US, 3)
+                .context("creating latency histogram")?,
+            delivered: 0,
+            duplicates: 0,
+            unrecognized: 0,
+            malformed_bodies: 0,
+            last_delivery: None,
+            seen: vec![false; total_events],
+        })
+    }
+}
+
+type Shared = Arc<Mutex<Stats>>;
+
+/// A running receiver; [`Receiver::stop`] shuts it down.
+#[derive(Debug)]
+pub(crate) struct Receiver {
+    addr: SocketAddr,
+    stats: Shared,
+    server: JoinHandle<()>,
+}
+
+impl Receiver {
+    /// Binds an ephemeral loopback port and starts serving `POST /hook`.
+    pub(crate) async fn start(total_events: usize) -> Result<Self> {
+        let stats: Shared = Arc::new(Mutex::new(Stats::new(total_events)?));
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .context("binding webhook receiver")?;
+        let addr = listener.local_addr().context("reading receiver address")?;
+        let app = Router::new()
+            .route("/hook", post(hook))
+            .with_state(Arc::clone(&stats));
+        let server = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                eprintln!("boson-load: webhook receiver stopped: {e}");
+            }
+        });
+        Ok(Self {
+            addr,
+            stats,
+            server,
+        })
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("http://{}/hook", self.addr)
+    }
+
+    /// Distinct events delivered so far.
+    pub(crate) fn delivered(&self) -> u64 {
+        lock(&self.stats).delivered
+    }
+
+    /// Stops serving and summarizes everything collected.
+    pub(crate) fn stop(self) -> Summary {
+        self.server.abort();
+        // Handlers still in flight may hold a clone of the Arc, so read
+        // through the lock rather than trying to unwrap it.
+        let s = lock(&self.stats);
+        let latency_ms = (!s.latency_us.is_empty()).then(|| {
+            let ms = |us: u64| us as f64 / 1000.0;
+            Latencies {
+                p50: ms(s.latency_us.value_at_quantile(0.50)),
+                p99: ms(s.latency_us.value_at_quantile(0.99)),
+                max: ms(s.latency_us.max()),
+            }
+        });
+        Summary {
+            delivered: s.delivered,
+            duplicates: s.duplicates,
+            unrecognized: s.unrecognized,
+            malformed_bodies: s.malformed_bodies,
+            last_delivery: s.last_delivery,
+            latency_ms,
+        }
+    }
+}
+
+/// What the receiver saw over the whole run.
+#[derive(Debug)]
+pub(crate) struct Summary {
+    pub(crate) delivered: u64,
+    pub(crate) duplicates: u64,
+    pub(crate) unrecognized: u64,
+    pub(crate) malformed_bodies: u64,
+    pub(crate) last_delivery: Option<Instant>,
+    /// `None` when nothing was delivered.
+    pub(crate) latency_ms: Option<Latencies>,
+}
+
+/// End-to-end latency percentiles in milliseconds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Latencies {
+    pub(crate) p50: f64,
+    pub(crate) p99: f64,
+    pub(crate) max: f64,
+}
+
+/// Locks the stats, tolerating poison: a panicked handler can't leave the
+/// counters in a state worse than "one request's worth missing".
+fn lock(stats: &Shared) -> MutexGuard<'_, Stats> {
+    stats
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One event's identity and stamp, parsed outside the lock.
+struct Stamp {
+    index: Option<usize>,
+    sent_at_us: u64,
+}
+
+async fn hook(State(stats): State<Shared>, body: Bytes) -> StatusCode {
+    // Take the time before parsing so parse cost isn't charged to Boson.
+    let now_us = unix_micros();
+    let now = Instant::now();
+
+    let Ok(json) = serde_json::from_slice::<Value>(&body) else {
+        lock(&stats).malformed_bodies += 1;
+        // Still 200: a 4xx/5xx would make Boson retry and distort the numbers.
+        return StatusCode::OK;
+    };
+    let mut events = Vec::new();
+    collect_events(&json, &mut events);
+    let stamps: Vec<Option<Stamp>> = events.into_iter().map(stamp_of).collect();
+
+    let mut s = lock(&stats);
+    for stamp in stamps {
+        let Some(Stamp { index, sent_at_us }) = stamp else {
+            s.unrecognized += 1;
+            continue;
+        };
+        if let Some(i) = index
+            && let Some(seen) = s.seen.get_mut(i)
+        {
+            if *seen {
+                s.duplicates += 1;
+                continue;
+            }
+            *seen = true;
+        }
+        s.delivered += 1;
+        s.last_delivery = Some(now);
+        // Clamp rather than drop: a stamp slightly in the future (clock step)
+        // or absurdly old still counts as a delivery.
+        let latency = now_us
+            .saturating_sub(sent_at_us)
+            .clamp(1, MAX_TRACKED_LATENCY_US);
+        s.latency_us.saturating_record(latency);
+    }
+    StatusCode::OK
+}
+
+/// Finds events in a webhook body.
+///
+/// Accepts a batch (`{"events": [...]}`), an array of batches, or a bare event
+/// (`{"data": ...}`), so the receiver works whichever shape Boson settles on
+/// for `send_as_batch` true and false.
+fn collect_events<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
+    match v {
+        Value::Array(items) => items.iter().for_each(|item| collect_events(item, out)),
+        Value::Object(obj) => {
+            if let Some(Value::Array(events)) = obj.get("events") {
+                out.extend(events);
+            } else if obj.contains_key("data") {
+                out.push(v);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn stamp_of(event: &Value) -> Option<Stamp> {
+    let attrs = event.get("data")?.get("custom_attributes")?;
+    Some(Stamp {
+        sent_at_us: attr_u64(attrs.get("sent_at_us")?)?,
+        index: attrs
+            .get("i")
+            .and_then(attr_u64)
+            .and_then(|i| usize::try_from(i).ok()),
+    })
+}
+
+/// We send attributes as strings (as mParticle does), but accept numbers too
+/// in case Boson normalizes them.
+fn attr_u64(v: &Value) -> Option<u64> {
+    match v {
+        Value::String(s) => s.parse().ok(),
+        Value::Number(n) => n.as_u64(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn stamps(body: &Value) -> Vec<(Option<usize>, u64)> {
+        let mut events = Vec::new();
+        collect_events(body, &mut events);
+        events
+            .into_iter()
+            .filter_map(stamp_of)
+            .map(|s| (s.index, s.sent_at_us))
+            .collect()
+    }
+
+    fn event(i: &str, sent_at_us: &Value) -> Value {
+        json!({ "event_type": "custom_event",
+                "data": { "custom_attributes": { "i": i, "sent_at_us": sent_at_us } } })
+    }
+
+    #[test]
+    fn finds_events_in_every_body_shape() {
+        let batch = json!({ "events": [event("1", &json!("10")), event("2", &json!(20))] });
+        assert_eq!(stamps(&batch), [(Some(1), 10), (Some(2), 20)]);
+        assert_eq!(stamps(&json!([batch.clone(), batch])).len(), 4);
+        assert_eq!(stamps(&event("7", &json!("70"))), [(Some(7), 70)]);
+    }
+
+    #[test]
+    fn skips_events_without_a_stamp() {
+        let body = json!({ "events": [{ "data": { "event_name": "session_start" } },
+                                      event("x", &json!("5"))] });
+        assert_eq!(stamps(&body), [(None, 5)]);
+    }
+}

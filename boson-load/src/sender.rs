@@ -1,0 +1,220 @@
+//! Sending event batches to `POST /v2/events`.
+//!
+//! `concurrency` worker tasks share one counter of batch indices, so batches go
+//! out in index order and at most `concurrency` requests are in flight.
+//!
+//! * Closed loop (no `--rate`): each worker sends its next batch as soon as
+//!   the previous one is answered, measuring Boson's maximum intake.
+//! * Open loop (`--rate R`): batch `k` is scheduled at `start + k · 10/R`
+//!   seconds, independent of how fast Boson answers. If every worker is stuck
+//!   waiting on Boson, sends fall behind schedule; the run then reports how far.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use reqwest::StatusCode;
+use reqwest::header::CONTENT_TYPE;
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use crate::admin::InputCredentials;
+use crate::cli::EVENTS_PER_BATCH;
+use crate::clock::unix_micros;
+
+/// How many failed requests to describe on stderr before going quiet.
+const MAX_LOGGED_ERRORS: u64 = 5;
+
+/// What to send and how.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) url: String,
+    pub(crate) credentials: InputCredentials,
+    pub(crate) batches: u64,
+    pub(crate) concurrency: u64,
+    /// Offered load in events/s; `None` for closed loop.
+    pub(crate) rate: Option<f64>,
+}
+
+/// Result of the sending phase.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    /// Events in batches answered 202.
+    pub(crate) accepted_events: u64,
+    /// Batches not answered 202, including transport failures.
+    pub(crate) errors: u64,
+    /// When the first batch was (scheduled to be) sent.
+    pub(crate) started: Instant,
+    /// When the last response arrived.
+    pub(crate) finished: Instant,
+    /// Open loop only: the furthest any send fell behind its schedule.
+    pub(crate) max_lag: Duration,
+}
+
+#[derive(Debug, Default)]
+struct WorkerTally {
+    accepted_events: u64,
+    errors: u64,
+    last_response: Option<Instant>,
+    max_lag: Duration,
+}
+
+/// Sends every batch of the plan and waits for all responses.
+pub(crate) async fn run(http: &reqwest::Client, plan: Plan) -> Result<Outcome> {
+    let plan = Arc::new(plan);
+    let next_batch = Arc::new(AtomicU64::new(0));
+    let logged_errors = Arc::new(AtomicU64::new(0));
+    // Seconds between batches in open loop.
+    let interval = plan.rate.map(|rate| EVENTS_PER_BATCH as f64 / rate);
+    // One reference point in both clocks: `Instant` for scheduling (monotonic),
+    // Unix micros for the stamps the receiver compares against.
+    let started = Instant::now();
+    let started_us = unix_micros();
+
+    let mut workers = JoinSet::new();
+    for _ in 0..plan.concurrency {
+        let (http, plan) = (http.clone(), Arc::clone(&plan));
+        let (next_batch, logged_errors) = (Arc::clone(&next_batch), Arc::clone(&logged_errors));
+        workers.spawn(async move {
+            let mut tally = WorkerTally::default();
+            loop {
+                let k = next_batch.fetch_add(1, Ordering::Relaxed);
+                if k >= plan.batches {
+                    break;
+                }
+                // Open loop stamps the *intended* send time, not the actual
+                // one: if Boson is slow to answer and sends fall behind, that
+                // wait is part of what a real client would experience, and
+                // stamping the actual time would hide it (coordinated omission).
+                // Closed loop has no schedule, so it stamps the actual time.
+                let sent_at_us = match interval {
+                    Some(interval) => {
+                        let offset = Duration::from_secs_f64(k as f64 * interval);
+                        let due = started + offset;
+                        tokio::time::sleep_until(due.into()).await;
+                        tally.max_lag = tally.max_lag.max(due.elapsed());
+                        started_us + u64::try_from(offset.as_micros()).unwrap_or(u64::MAX)
+                    }
+                    None => unix_micros(),
+                };
+                match send_batch(&http, &plan, k, sent_at_us).await {
+                    Ok(()) => tally.accepted_events += EVENTS_PER_BATCH as u64,
+                    Err(e) => {
+                        tally.errors += 1;
+                        if logged_errors.fetch_add(1, Ordering::Relaxed) < MAX_LOGGED_ERRORS {
+                            eprintln!("boson-load: batch {k} failed: {e:#}");
+                        }
+                    }
+                }
+                tally.last_response = Some(Instant::now());
+            }
+            tally
+        });
+    }
+
+    let mut outcome = Outcome {
+        accepted_events: 0,
+        errors: 0,
+        started,
+        finished: started,
+        max_lag: Duration::ZERO,
+    };
+    while let Some(tally) = workers.join_next().await {
+        let tally = tally.context("sender task panicked")?;
+        outcome.accepted_events += tally.accepted_events;
+        outcome.errors += tally.errors;
+        outcome.max_lag = outcome.max_lag.max(tally.max_lag);
+        if let Some(t) = tally.last_response {
+            outcome.finished = outcome.finished.max(t);
+        }
+    }
+    let errors = outcome.errors;
+    if errors > MAX_LOGGED_ERRORS {
+        eprintln!("boson-load: {errors} batches failed in total");
+    }
+    Ok(outcome)
+}
+
+/// Sends batch `k`; `Ok` only for a 202.
+async fn send_batch(http: &reqwest::Client, plan: &Plan, k: u64, sent_at_us: u64) -> Result<()> {
+    let body = serde_json::to_vec(&batch(k, sent_at_us)).context("encoding batch")?;
+    let resp = http
+        .post(&plan.url)
+        .basic_auth(
+            &plan.credentials.api_key,
+            Some(&plan.credentials.api_secret),
+        )
+        .header(CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await
+        .context("sending")?;
+    let status = resp.status();
+    // Read the body even on success so the connection goes back to the pool.
+    let text = resp.text().await.context("reading response")?;
+    anyhow::ensure!(status == StatusCode::ACCEPTED, "answered {status}: {text}");
+    Ok(())
+}
+
+/// Builds batch `k`: ten custom events from user `k`, about 2 KB of JSON.
+///
+/// Every event carries `sent_at_us` (for latency) and a run-wide index `i`
+/// (for de-duplication at the receiver). The rest varies a little so Boson
+/// doesn't see byte-identical payloads.
+pub(crate) fn batch(k: u64, sent_at_us: u64) -> Value {
+    const EVENT_TYPES: [&str; 4] = ["other", "navigation", "transaction", "search"];
+    const PLANS: [&str; 3] = ["free", "pro", "enterprise"];
+
+    let timestamp_ms = sent_at_us / 1000;
+    let events: Vec<Value> = (0..EVENTS_PER_BATCH as u64)
+        .map(|j| {
+            let n = k * EVENTS_PER_BATCH as u64 + j;
+            json!({
+                "event_type": "custom_event",
+                "data": {
+                    "event_name": "load_test",
+                    "custom_event_type": EVENT_TYPES[(n % 4) as usize],
+                    "timestamp_unixtime_ms": timestamp_ms,
+                    "custom_attributes": {
+                        "sent_at_us": sent_at_us.to_string(),
+                        "i": n.to_string(),
+                        "page": format!("/page/{}", n % 37),
+                        "step": j.to_string(),
+                    },
+                },
+            })
+        })
+        .collect();
+    json!({
+        "environment": "production",
+        "user_identities": { "customer_id": format!("user-{k}") },
+        "user_attributes": { "plan": PLANS[(k % 3) as usize] },
+        "mpid": k + 1,
+        "events": events,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_has_ten_stamped_events_and_is_about_two_kilobytes() {
+        let b = batch(41, 1_700_000_000_123_456);
+        let events = b["events"].as_array().expect("events array");
+        assert_eq!(events.len(), EVENTS_PER_BATCH);
+        assert_eq!(events[3]["data"]["custom_attributes"]["i"], "413");
+        assert_eq!(
+            events[3]["data"]["custom_attributes"]["sent_at_us"],
+            "1700000000123456"
+        );
+        assert_eq!(
+            events[0]["data"]["timestamp_unixtime_ms"],
+            1_700_000_000_123_u64
+        );
+        assert_eq!(b["mpid"], 42);
+        let len = serde_json::to_vec(&b).expect("encodes").len();
+        assert!((1000..=2500).contains(&len), "batch is {len} bytes");
+    }
+}

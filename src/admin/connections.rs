@@ -1,0 +1,210 @@
+//! Connections: one input joined to one output, with the settings that decide what is forwarded.
+//! Each save writes a new settings revision; batches accepted before it keep the revision they
+//! were accepted under.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::reload;
+use crate::error::{ApiError, AppJson};
+use crate::model::settings::{ConnectionSettings, SettingsError, metadata_paths};
+use crate::model::{new_id, now_ms};
+use crate::server::AppState;
+use crate::store::ConnectionRow;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ConnectionIn {
+    input_id: String,
+    output_id: String,
+    #[serde(default)]
+    settings: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ConnectionPatch {
+    output_id: Option<String>,
+    /// Keys to change; omitted keys keep their value.
+    settings: Option<Value>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ConnectionOut {
+    id: String,
+    input_id: String,
+    output_id: String,
+    settings: Value,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl From<ConnectionRow> for ConnectionOut {
+    fn from(row: ConnectionRow) -> Self {
+        // Stored settings are re-read through the model so every key shows, defaults included.
+        let settings = ConnectionSettings::from_json_str(&row.settings)
+            .ok()
+            .and_then(|s| serde_json::to_value(s).ok())
+            .unwrap_or(Value::Null);
+        Self {
+            id: row.id,
+            input_id: row.input_id,
+            output_id: row.output_id,
+            settings,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        }
+    }
+}
+
+fn not_found(error: crate::store::StoreError) -> ApiError {
+    ApiError::from_store(error, "connection_not_found", "connection")
+}
+
+fn settings_error(error: SettingsError) -> ApiError {
+    let code = match error {
+        SettingsError::UnknownMetadataField { .. } => "invalid_metadata_field",
+        SettingsError::Malformed(_) => "invalid_settings",
+    };
+    ApiError::bad_request(code, error.to_string())
+}
+
+fn to_text(settings: &ConnectionSettings) -> Result<String, ApiError> {
+    serde_json::to_string(settings).map_err(|e| ApiError::bad_request("invalid_settings", e.to_string()))
+}
+
+/// Checks that an id in a request body names an existing row.
+async fn must_exist(state: &AppState, input_id: Option<&str>, output_id: &str) -> Result<(), ApiError> {
+    if let Some(input_id) = input_id {
+        state
+            .store
+            .get_input(input_id)
+            .await
+            .map_err(|_| ApiError::bad_request("unknown_input", format!("no input with id {input_id:?}")))?;
+    }
+    state
+        .store
+        .get_output(output_id)
+        .await
+        .map_err(|_| ApiError::bad_request("unknown_output", format!("no output with id {output_id:?}")))?;
+    Ok(())
+}
+
+pub(crate) async fn create(
+    State(state): State<AppState>,
+    AppJson(connection): AppJson<ConnectionIn>,
+) -> Result<(StatusCode, Json<ConnectionOut>), ApiError> {
+    let settings = ConnectionSettings::from_json(connection.settings.unwrap_or_else(|| json!({})))
+        .map_err(settings_error)?;
+    must_exist(&state, Some(&connection.input_id), &connection.output_id).await?;
+    let existing = state.store.list_connections().await.map_err(not_found)?;
+    if existing.iter().any(|c| c.input_id == connection.input_id && c.output_id == connection.output_id) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "connection_exists",
+            "this input is already connected to this output; edit that connection instead",
+        ));
+    }
+    let id = new_id("conn");
+    let text = to_text(&settings)?;
+    state
+        .store
+        .insert_connection(&id, &connection.input_id, &connection.output_id, &text, now_ms())
+        .await
+        .map_err(not_found)?;
+    reload(&state).await?;
+    Ok((StatusCode::CREATED, Json(state.store.get_connection(&id).await.map_err(not_found)?.into())))
+}
+
+pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<Vec<ConnectionOut>>, ApiError> {
+    let rows = state.store.list_connections().await.map_err(not_found)?;
+    Ok(Json(rows.into_iter().map(ConnectionOut::from).collect()))
+}
+
+pub(crate) async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<ConnectionOut>, ApiError> {
+    Ok(Json(state.store.get_connection(&id).await.map_err(not_found)?.into()))
+}
+
+pub(crate) async fn update(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    AppJson(patch): AppJson<ConnectionPatch>,
+) -> Result<Json<ConnectionOut>, ApiError> {
+    let current = state.store.get_connection(&id).await.map_err(not_found)?;
+    let settings = ConnectionSettings::from_json_str(&current.settings).map_err(settings_error)?;
+    let settings = match patch.settings {
+        Some(changes) => settings.merged(changes).map_err(settings_error)?,
+        None => settings,
+    };
+    let output_id = patch.output_id.unwrap_or(current.output_id);
+    must_exist(&state, None, &output_id).await?;
+    state.store.update_connection(&id, &output_id, &to_text(&settings)?, now_ms()).await.map_err(not_found)?;
+    reload(&state).await?;
+    Ok(Json(state.store.get_connection(&id).await.map_err(not_found)?.into()))
+}
+
+pub(crate) async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    state.store.delete_connection(&id).await.map_err(not_found)?;
+    reload(&state).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct Page {
+    limit: Option<i64>,
+}
+
+impl Page {
+    fn limit(&self) -> i64 {
+        self.limit.unwrap_or(100).clamp(1, 1000)
+    }
+}
+
+/// Recent delivery attempts of a connection, newest first.
+pub(crate) async fn attempts(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(page): Query<Page>,
+) -> Result<Json<Value>, ApiError> {
+    state.store.get_connection(&id).await.map_err(not_found)?;
+    let rows = state.store.attempts(&id, page.limit()).await.map_err(not_found)?;
+    let items: Vec<Value> = rows
+        .into_iter()
+        .map(|a| {
+            json!({"id": a.id, "job_id": a.job_id, "attempted_at": a.attempted_at, "outcome": a.outcome,
+                   "status": a.status, "error": a.error, "requests": a.requests, "latency_ms": a.latency_ms})
+        })
+        .collect();
+    Ok(Json(json!({ "items": items })))
+}
+
+/// Requests given up on for a connection, newest first, with the body that was (or would have
+/// been) sent.
+pub(crate) async fn dead_letters(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(page): Query<Page>,
+) -> Result<Json<Value>, ApiError> {
+    state.store.get_connection(&id).await.map_err(not_found)?;
+    let rows = state.store.dead_letters(&id, page.limit()).await.map_err(not_found)?;
+    let items: Vec<Value> = rows
+        .into_iter()
+        .map(|d| {
+            let body = serde_json::from_slice::<Value>(&d.body)
+                .unwrap_or_else(|_| json!({"base64": base64::engine::general_purpose::STANDARD.encode(&d.body)}));
+            json!({"id": d.id, "job_id": d.job_id, "batch_id": d.batch_id, "payload_index": d.payload_index,
+                   "status": d.status, "error": d.error, "created_at": d.created_at, "body": body})
+        })
+        .collect();
+    Ok(Json(json!({ "items": items })))
+}
+
+/// The metadata paths a connection can exclude, with readable labels.
+pub(crate) async fn metadata_fields() -> Json<Value> {
+    let fields: Vec<Value> = metadata_paths().map(|(path, label)| json!({"path": path, "label": label})).collect();
+    Json(json!({ "items": fields }))
+}

@@ -1,0 +1,98 @@
+//! Inputs: a platform (or custom feed) and the API key and secret its data arrives with.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+
+use super::{check_name, reload};
+use crate::error::{ApiError, AppJson};
+use crate::model::{Platform, new_id, now_ms};
+use crate::server::AppState;
+use crate::store::InputRow;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct InputIn {
+    name: String,
+    platform: String,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct InputOut {
+    id: String,
+    name: String,
+    platform: String,
+    api_key: String,
+    api_secret: String,
+    created_at: i64,
+}
+
+impl From<InputRow> for InputOut {
+    fn from(row: InputRow) -> Self {
+        Self {
+            id: row.id,
+            name: row.name,
+            platform: row.platform,
+            api_key: row.api_key,
+            api_secret: row.api_secret,
+            created_at: row.created_at,
+        }
+    }
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut buf);
+    hex::encode(buf)
+}
+
+pub(crate) async fn create(
+    State(state): State<AppState>,
+    AppJson(input): AppJson<InputIn>,
+) -> Result<(StatusCode, Json<InputOut>), ApiError> {
+    let name = check_name(&input.name)?;
+    let platform = Platform::parse(&input.platform).ok_or_else(|| {
+        ApiError::bad_request("invalid_platform", "`platform` must be one of ios, android, web, custom_feed")
+    })?;
+    let row = InputRow {
+        id: new_id("inp"),
+        name,
+        platform: platform.as_str().to_owned(),
+        api_key: random_hex(16),
+        api_secret: random_hex(32),
+        created_at: now_ms(),
+    };
+    state.store.insert_input(&row).await.map_err(|e| ApiError::from_store(e, "input_not_found", "input"))?;
+    reload(&state).await?;
+    Ok((StatusCode::CREATED, Json(row.into())))
+}
+
+pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<Vec<InputOut>>, ApiError> {
+    let rows = state.store.list_inputs().await.map_err(|e| ApiError::from_store(e, "input_not_found", "input"))?;
+    Ok(Json(rows.into_iter().map(InputOut::from).collect()))
+}
+
+pub(crate) async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<InputOut>, ApiError> {
+    let row = state.store.get_input(&id).await.map_err(|e| ApiError::from_store(e, "input_not_found", "input"))?;
+    Ok(Json(row.into()))
+}
+
+pub(crate) async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    state.store.delete_input(&id).await.map_err(|e| ApiError::from_store(e, "input_not_found", "input"))?;
+    reload(&state).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Issues a new secret; the old one stops working at once.
+pub(crate) async fn rotate_secret(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<InputOut>, ApiError> {
+    let not_found = |e| ApiError::from_store(e, "input_not_found", "input");
+    state.store.set_input_secret(&id, &random_hex(32)).await.map_err(not_found)?;
+    reload(&state).await?;
+    let row = state.store.get_input(&id).await.map_err(not_found)?;
+    Ok(Json(row.into()))
+}

@@ -1,0 +1,72 @@
+//! The admin REST API under `/api/v1`, authenticated with `Authorization: Bearer <admin token>`.
+//! Every write reloads the in-memory catalog before answering, so the next ingested event follows
+//! it (activation is immediate).
+
+mod connections;
+mod inputs;
+mod outputs;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::header::AUTHORIZATION;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use sha2::{Digest, Sha256};
+
+use crate::error::ApiError;
+use crate::server::AppState;
+
+/// The admin routes, behind the token check.
+pub(crate) fn router(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/inputs", post(inputs::create).get(inputs::list))
+        .route("/api/v1/inputs/{id}", get(inputs::get).delete(inputs::delete))
+        .route("/api/v1/inputs/{id}/rotate-secret", post(inputs::rotate_secret))
+        .route("/api/v1/outputs", post(outputs::create).get(outputs::list))
+        .route("/api/v1/outputs/{id}", get(outputs::get).patch(outputs::update).delete(outputs::delete))
+        .route("/api/v1/connections", post(connections::create).get(connections::list))
+        .route(
+            "/api/v1/connections/{id}",
+            get(connections::get).patch(connections::update).delete(connections::delete),
+        )
+        .route("/api/v1/connections/{id}/attempts", get(connections::attempts))
+        .route("/api/v1/connections/{id}/dead-letters", get(connections::dead_letters))
+        .route("/api/v1/metadata-fields", get(connections::metadata_fields))
+        .route_layer(middleware::from_fn_with_state(state, require_admin))
+}
+
+/// SHA-256 of a token; only the hash is kept in memory and in the database.
+pub(crate) fn hash_token(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|token| hash_token(token.trim()));
+    // Comparing hashes: equal-length values, so a timing difference reveals nothing useful.
+    if presented == Some(state.admin_token_hash) {
+        next.run(request).await
+    } else {
+        ApiError::unauthorized().into_response()
+    }
+}
+
+/// Reloads the catalog after a write; failure is an internal error, since the write happened
+/// but would not take effect until the next reload.
+async fn reload(state: &AppState) -> Result<(), ApiError> {
+    state.catalog.reload().await.map_err(|e| ApiError::from_store(e, "not_found", "catalog"))
+}
+
+/// Checks a human-given name.
+fn check_name(name: &str) -> Result<String, ApiError> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 200 {
+        return Err(ApiError::bad_request("invalid_name", "`name` must be 1 to 200 characters"));
+    }
+    Ok(name.to_owned())
+}

@@ -1,0 +1,190 @@
+//! Configuration: documented defaults (`config.default.toml`), then an optional TOML file, then
+//! `BOSON_` environment variables (`__` separates a section from its key). Validated at load time
+//! so bad configuration is refused before any port is bound.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use secrecy::SecretString;
+use serde::Deserialize;
+
+/// The defaults, with a comment on every key.
+pub const DEFAULT_CONFIG: &str = include_str!("../config.default.toml");
+
+const ENV_PREFIX: &str = "BOSON_";
+/// Top-level keys the environment may set; anything else prefixed `BOSON_` is warned about.
+const KNOWN_KEYS: &[&str] =
+    &["listen", "database_url", "admin_token", "allow_private_destinations", "ingest", "delivery"];
+/// Variables that are read by the CLI or tests, not configuration keys.
+const NON_CONFIG_VARS: &[&str] = &["config", "test_database_url", "require_all_suites"];
+
+/// Boson's configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address of the HTTP server.
+    pub listen: SocketAddr,
+    /// `sqlite://…` or `postgres://…`.
+    pub database_url: DatabaseUrl,
+    /// Admin API token; generated on first start when unset.
+    #[serde(default)]
+    pub admin_token: Option<SecretString>,
+    /// Allow webhook destinations on loopback, private and link-local addresses.
+    pub allow_private_destinations: bool,
+    /// Events API limits.
+    pub ingest: IngestConfig,
+    /// Webhook delivery: retries, timeouts, concurrency.
+    pub delivery: DeliveryConfig,
+}
+
+/// Events API limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestConfig {
+    /// Largest accepted request body in bytes.
+    pub max_body_bytes: usize,
+    /// Most batches per bulk request.
+    pub max_bulk_batches: usize,
+}
+
+/// Webhook delivery settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// Seconds a delivery is retried before it is dead-lettered.
+    pub retry_window_secs: u64,
+    /// First retry delay in milliseconds.
+    pub initial_backoff_ms: u64,
+    /// Longest delay between two attempts.
+    pub max_backoff_secs: u64,
+    /// Timeout of one webhook request.
+    pub request_timeout_secs: u64,
+    /// Requests in flight per connection.
+    pub max_in_flight_per_connection: usize,
+    /// Lease of a claimed job.
+    pub lease_secs: u64,
+    /// Interval of the retry poller.
+    pub poll_interval_ms: u64,
+}
+
+/// A database URL whose `Debug` output hides any password.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct DatabaseUrl(pub String);
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match reqwest::Url::parse(&self.0) {
+            Ok(mut url) if url.password().is_some() => {
+                let _ = url.set_password(Some("***"));
+                write!(f, "{url}")
+            }
+            _ => write!(f, "{}", self.0),
+        }
+    }
+}
+
+impl Config {
+    /// Loads the layered configuration; `file` is an optional TOML file.
+    pub fn load(file: Option<&Path>) -> anyhow::Result<Self> {
+        let mut figment = Figment::new().merge(Toml::string(DEFAULT_CONFIG));
+        if let Some(file) = file {
+            if !file.exists() {
+                bail!("config file {} does not exist", file.display());
+            }
+            figment = figment.merge(Toml::file(file));
+        }
+        warn_unknown_env();
+        figment = figment.merge(
+            Env::prefixed(ENV_PREFIX)
+                .split("__")
+                .filter(|key| {
+                    let key = key.as_str().to_ascii_lowercase();
+                    KNOWN_KEYS.iter().any(|k| key.starts_with(k))
+                }),
+        );
+        let config: Config = figment.extract().context("invalid configuration")?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The defaults alone, for tests and tools that then adjust fields.
+    pub fn defaults() -> anyhow::Result<Self> {
+        let config: Config = Figment::new()
+            .merge(Toml::string(DEFAULT_CONFIG))
+            .extract()
+            .context("invalid default configuration")?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        let url = &self.database_url.0;
+        if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            bail!("database_url must start with sqlite:// or postgres:// (got {:?})", self.database_url);
+        }
+        if self.delivery.max_in_flight_per_connection == 0 {
+            bail!("delivery.max_in_flight_per_connection must be at least 1");
+        }
+        if self.ingest.max_bulk_batches == 0 || self.ingest.max_body_bytes == 0 {
+            bail!("ingest.max_bulk_batches and ingest.max_body_bytes must be positive");
+        }
+        Ok(())
+    }
+}
+
+fn warn_unknown_env() {
+    for (name, _) in std::env::vars() {
+        let Some(key) = name.strip_prefix(ENV_PREFIX) else { continue };
+        let key = key.to_ascii_lowercase();
+        let known = KNOWN_KEYS.iter().any(|k| key.starts_with(k)) || NON_CONFIG_VARS.contains(&key.as_str());
+        if !known {
+            tracing::warn!(variable = %name, "Unknown BOSON_ environment variable ignored.");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_parse_and_validate() {
+        let c = Config::defaults().unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert!(!c.allow_private_destinations);
+        assert_eq!(c.delivery.retry_window_secs, 86_400);
+    }
+
+    #[test]
+    fn env_overrides_and_nests() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("BOSON_LISTEN", "127.0.0.1:9999");
+            jail.set_env("BOSON_ALLOW_PRIVATE_DESTINATIONS", "true");
+            jail.set_env("BOSON_DELIVERY__RETRY_WINDOW_SECS", "60");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.listen.port(), 9999);
+            assert!(c.allow_private_destinations);
+            assert_eq!(c.delivery.retry_window_secs, 60);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_bad_database_url_is_refused() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("BOSON_DATABASE_URL", "mysql://x");
+            assert!(Config::load(None).is_err());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn passwords_do_not_reach_debug_output() {
+        let url = DatabaseUrl("postgres://u:secret@localhost/db".into());
+        assert!(!format!("{url:?}").contains("secret"));
+    }
+}

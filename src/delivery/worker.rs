@@ -1,0 +1,146 @@
+//! Working one job: filter the batch with the connection's settings revision, POST each body in
+//! order from where the job left off, and report what happened to the writer.
+//!
+//! Requests of one job go out one after another and the job stops at the first that must be
+//! retried, so `progress` (the count of requests already settled) is all the state a retry needs,
+//! and a receiver sees a batch's events in order.
+
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+
+use super::DeliveryContext;
+use super::retry::{Classification, classify};
+use super::webhook::SendError;
+use crate::model::now_ms;
+use crate::pipeline::filter;
+use crate::store::queue::{AttemptRecord, DeadLetter, Job, JobKey, JobUpdate};
+
+/// Delivers what is left of `job` and returns the update to record.
+pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
+    let mut attempt = Attempt::new(ctx, &job);
+    let Some((_, output)) = ctx.catalog.connection(&job.connection_id) else {
+        // The connection (or its output) was deleted after the batch was accepted.
+        return attempt.finish("dropped", Some("connection deleted".into()));
+    };
+    let settings = match ctx.catalog.revision(job.revision_id).await {
+        Ok(settings) => settings,
+        Err(error) => {
+            let whole_batch = vec![(job.progress, job.body.to_vec())];
+            return attempt.retry(job.progress, format!("settings unavailable: {error}"), None, whole_batch);
+        }
+    };
+    let document: serde_json::Value = match serde_json::from_slice(&job.body) {
+        Ok(document) => document,
+        Err(error) => {
+            attempt.dead_letter(0, job.body.to_vec(), None, format!("stored batch is unreadable: {error}"));
+            return attempt.finish("dead_letter", None);
+        }
+    };
+    let plan = filter::plan(&settings, &output, job.batch_id, &document);
+    let bodies: Vec<(i64, usize, Vec<u8>)> = plan
+        .payloads
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(job.progress).unwrap_or(0))
+        .map(|(i, p)| (i64::try_from(i).unwrap_or(i64::MAX), p.event_count, serde_json::to_vec(&p.body).unwrap_or_default()))
+        .collect();
+
+    for (position, (index, event_count, body)) in bodies.iter().enumerate() {
+        attempt.requests += 1;
+        let delivery_id = format!("{}-{index}", job.id);
+        let (error, after) = match ctx.client.post(&output, &delivery_id, body.clone()).await {
+            Ok(answer) => {
+                attempt.last_status = Some(i64::from(answer.status));
+                match classify(answer.status, answer.retry_after) {
+                    Classification::Delivered => {
+                        ctx.metrics.delivered(&job.connection_id, *event_count, job.created_at);
+                        continue;
+                    }
+                    Classification::DeadLetter => {
+                        let error = format!("receiver answered {}", answer.status);
+                        attempt.dead_letter(*index, body.clone(), attempt.last_status, error);
+                        continue;
+                    }
+                    Classification::Retry { after } => (format!("receiver answered {}", answer.status), after),
+                }
+            }
+            Err(SendError::Refused(error)) => {
+                attempt.dead_letter(*index, body.clone(), None, error);
+                continue;
+            }
+            Err(SendError::Transport(error)) => (error, None),
+        };
+        let remaining = bodies[position..].iter().map(|(i, _, b)| (*i, b.clone())).collect();
+        return attempt.retry(*index, error, after, remaining);
+    }
+    let outcome = if attempt.dead.is_empty() { "delivered" } else { "dead_letter" };
+    attempt.finish(outcome, None)
+}
+
+/// What one pass over a job has done so far.
+struct Attempt<'a> {
+    ctx: &'a DeliveryContext,
+    job: &'a Job,
+    started: Instant,
+    dead: Vec<DeadLetter>,
+    last_status: Option<i64>,
+    requests: i64,
+}
+
+impl<'a> Attempt<'a> {
+    fn new(ctx: &'a DeliveryContext, job: &'a Job) -> Self {
+        Self { ctx, job, started: Instant::now(), dead: Vec::new(), last_status: None, requests: 0 }
+    }
+
+    fn key(&self) -> JobKey {
+        JobKey { id: self.job.id, batch_id: self.job.batch_id, connection_id: self.job.connection_id.clone() }
+    }
+
+    fn record(&self, outcome: &'static str, error: Option<String>) -> AttemptRecord {
+        AttemptRecord {
+            attempted_at: now_ms(),
+            outcome,
+            status: self.last_status,
+            error,
+            requests: self.requests,
+            latency_ms: i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX),
+        }
+    }
+
+    fn dead_letter(&mut self, payload_index: i64, body: Vec<u8>, status: Option<i64>, error: String) {
+        self.ctx.metrics.delivery(&self.job.connection_id, "dead_letter");
+        self.dead.push(DeadLetter { payload_index, body, status, error });
+    }
+
+    fn finish(self, outcome: &'static str, error: Option<String>) -> JobUpdate {
+        let error = error.or_else(|| self.dead.last().map(|d| d.error.clone()));
+        JobUpdate::Finished { job: self.key(), attempt: self.record(outcome, error), dead: self.dead }
+    }
+
+    /// Schedules a retry from request `progress` on, or, once the retry window is over,
+    /// dead-letters every remaining request.
+    fn retry(
+        mut self,
+        progress: i64,
+        error: String,
+        after: Option<Duration>,
+        remaining: Vec<(i64, Vec<u8>)>,
+    ) -> JobUpdate {
+        let attempts = self.job.attempts + 1;
+        let draw = rand::rng().random::<f64>();
+        let delay = self.ctx.backoff.delay(u32::try_from(attempts).unwrap_or(u32::MAX), after, draw);
+        let next_attempt_at = now_ms().saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
+        if next_attempt_at <= self.job.created_at.saturating_add(self.ctx.retry_window_ms) {
+            self.ctx.metrics.delivery(&self.job.connection_id, "retry");
+            let attempt = self.record("retry", Some(error));
+            return JobUpdate::Retry { job: self.key(), progress, attempts, next_attempt_at, attempt, dead: self.dead };
+        }
+        let error = format!("retry window exhausted after {attempts} attempts; last error: {error}");
+        for (index, body) in remaining {
+            let status = self.last_status;
+            self.dead_letter(index, body, status, error.clone());
+        }
+        self.finish("dead_letter", Some(error))
+    }
+}

@@ -1,0 +1,94 @@
+//! The admin API's error type: `{"error": {"code", "message"}}` with stable snake_case codes.
+//! 5xx bodies are opaque; their cause is logged once, here, where the error is turned into a
+//! response, and 4xx are not logged at error level.
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::store::StoreError;
+
+/// An admin API error.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into() }
+    }
+
+    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub(crate) fn not_found(code: &'static str, what: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, format!("{what} not found"))
+    }
+
+    pub(crate) fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or invalid admin token; send `Authorization: Bearer <token>`",
+        )
+    }
+
+    /// Maps a store error; `not_found` is the code to use if the row is missing.
+    pub(crate) fn from_store(error: StoreError, not_found: &'static str, what: &str) -> Self {
+        match error {
+            StoreError::NotFound => Self::not_found(not_found, what),
+            StoreError::Conflict(code) => {
+                let message = match code {
+                    "input_in_use" => "the input is used by a connection; delete the connection first",
+                    "output_in_use" => "the output is used by a connection; delete the connection first",
+                    other => other,
+                };
+                Self::new(StatusCode::CONFLICT, code, message)
+            }
+            StoreError::Database(source) => {
+                tracing::error!(error = %source, "Admin request failed on the database.");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error")
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// `Json` whose rejections use our error body instead of axum's plain text.
+#[derive(Debug)]
+pub(crate) struct AppJson<T>(pub(crate) T);
+
+impl<S, T> FromRequest<S> for AppJson<T>
+where
+    Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(value)) => Ok(Self(value)),
+            Err(rejection) => {
+                let code = match rejection {
+                    JsonRejection::MissingJsonContentType(_) => "unsupported_media_type",
+                    JsonRejection::JsonSyntaxError(_) => "malformed_json",
+                    _ => "invalid_body",
+                };
+                Err(ApiError::new(rejection.status(), code, rejection.body_text()))
+            }
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! mParticle's answers: `202` with an empty body, and errors as
+//! `{"errors":[{"code":"BAD_REQUEST","message":"…"}]}` (spec §1.3).
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// An ingest error, rendered the way mParticle renders it.
+#[derive(Debug)]
+pub(crate) struct IngestError {
+    pub(crate) status: StatusCode,
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
+    /// The bounded reason used in metrics.
+    pub(crate) reason: &'static str,
+}
+
+impl IngestError {
+    pub(crate) fn bad_request(reason: &'static str, message: impl Into<String>) -> Self {
+        Self { status: StatusCode::BAD_REQUEST, code: "BAD_REQUEST", message: message.into(), reason }
+    }
+
+    pub(crate) fn unauthorized() -> Self {
+        Self {
+            status: StatusCode::UNAUTHORIZED,
+            code: "UNAUTHORIZED",
+            message: "Missing Authorization header: use HTTP Basic with the input's API key and secret.".into(),
+            reason: "unauthorized",
+        }
+    }
+
+    pub(crate) fn forbidden() -> Self {
+        Self {
+            status: StatusCode::FORBIDDEN,
+            code: "FORBIDDEN",
+            message: "Invalid API key or secret.".into(),
+            reason: "forbidden",
+        }
+    }
+
+    pub(crate) fn too_large(limit: usize) -> Self {
+        Self {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "REQUEST_TOO_LARGE",
+            message: format!("Request body exceeds the limit of {limit} bytes."),
+            reason: "too_large",
+        }
+    }
+
+    pub(crate) fn unavailable() -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "SERVICE_UNAVAILABLE",
+            message: "The batch could not be stored; retry with backoff.".into(),
+            reason: "unavailable",
+        }
+    }
+}
+
+impl IntoResponse for IngestError {
+    fn into_response(self) -> Response {
+        let body = json!({"errors": [{"code": self.code, "message": self.message}]});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// The success answer: 202 Accepted, empty body.
+pub(crate) fn accepted() -> Response {
+    StatusCode::ACCEPTED.into_response()
+}

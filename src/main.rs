@@ -1,0 +1,66 @@
+//! The `boson` command: parses the CLI, loads configuration, and calls the library.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "boson", version, about = "A self-hosted customer data platform that speaks mParticle's protocols")]
+struct Cli {
+    /// Optional TOML configuration file (also BOSON_CONFIG); environment variables override it.
+    #[arg(long, global = true, env = "BOSON_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the server: Events API, admin API, delivery.
+    Serve,
+    /// Run database migrations and exit.
+    Migrate,
+    /// Print the default configuration, documented.
+    PrintDefaultConfig,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    boson::telemetry::init_logging();
+    match cli.command {
+        Command::PrintDefaultConfig => {
+            print!("{}", boson::config::DEFAULT_CONFIG);
+            Ok(())
+        }
+        Command::Migrate => boson::migrate(&boson::Config::load(cli.config.as_deref())?).await,
+        Command::Serve => {
+            let config = boson::Config::load(cli.config.as_deref())?;
+            let listener = tokio::net::TcpListener::bind(config.listen)
+                .await
+                .with_context(|| format!("failed to listen on {}", config.listen))?;
+            boson::run(config, listener, shutdown_signal()).await
+        }
+    }
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = interrupt => {},
+        () = terminate => {},
+    }
+    tracing::info!("Shutdown signal received.");
+}

@@ -1,0 +1,454 @@
+//! The inbound batch: validation of an Events API document and its normalisation into the one
+//! batch model every connection sees (spec §1.4–§1.8). Pure: no I/O, the clock is a parameter.
+//!
+//! Validation checks the types of the keys routing and outputs depend on and leaves every other key
+//! as it came, so nothing a client sent is lost. Normalisation adds what mParticle adds on receipt
+//! (receive time, `message_id`s, `source_info`, `schema_version: 2`) and turns `user_identities`
+//! into the outbound array form, once, so deliveries and retries all send the same document.
+
+use serde_json::{Map, Value, json};
+
+/// Every `event_type` of the Events API schema (spec §1.6).
+pub(crate) const EVENT_TYPES: &[&str] = &[
+    "session_start",
+    "session_end",
+    "screen_view",
+    "custom_event",
+    "crash_report",
+    "opt_out",
+    "first_run",
+    "pre_attribution",
+    "push_registration",
+    "application_state_transition",
+    "push_message",
+    "network_performance",
+    "breadcrumb",
+    "profile",
+    "push_reaction",
+    "commerce_event",
+    "user_attribute_change",
+    "user_identity_change",
+    "uninstall",
+];
+
+/// Inbound `user_identities` keys (spec §1.7.7).
+const IDENTITY_TYPES: &[&str] = &[
+    "customer_id",
+    "email",
+    "other",
+    "other_id_2",
+    "other_id_3",
+    "other_id_4",
+    "other_id_5",
+    "other_id_6",
+    "other_id_7",
+    "other_id_8",
+    "other_id_9",
+    "other_id_10",
+    "facebook",
+    "twitter",
+    "google",
+    "microsoft",
+    "yahoo",
+    "alias",
+    "facebook_custom_audience_id",
+    "mobile_number",
+    "phone_number_2",
+    "phone_number_3",
+];
+
+const ENVIRONMENTS: &[&str] = &["development", "production", "unknown"];
+
+/// mParticle truncates server-to-server event names at this length (spec §6).
+const MAX_EVENT_NAME_CHARS: usize = 256;
+
+/// A batch that failed validation, naming the offending field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub(crate) struct BatchError {
+    pub(crate) field: String,
+    pub(crate) message: String,
+}
+
+impl BatchError {
+    fn new(field: impl Into<String>, problem: &str) -> Self {
+        let field = field.into();
+        Self { message: format!("Field \"{field}\" {problem}."), field }
+    }
+}
+
+/// A validated, normalised batch ready to be stored.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NormalizedBatch {
+    /// The outbound-form document (without `batch_id`, which the store assigns).
+    pub(crate) document: Value,
+    pub(crate) source_request_id: Option<String>,
+    pub(crate) event_count: usize,
+}
+
+/// Where a batch came from; recorded as `source_info.channel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Channel {
+    ServerToServer,
+}
+
+impl Channel {
+    fn as_str(self) -> &'static str {
+        match self {
+            Channel::ServerToServer => "server_to_server",
+        }
+    }
+}
+
+/// Validates and normalises one inbound batch. `prefix` locates the batch in error messages
+/// (empty for `/v2/events`, `[3]` for the fourth batch of a bulk request).
+pub(crate) fn normalize(
+    value: Value,
+    channel: Channel,
+    now_ms: i64,
+    prefix: &str,
+) -> Result<NormalizedBatch, BatchError> {
+    let Value::Object(mut batch) = value else {
+        return Err(BatchError::new(root(prefix), "must be a JSON object"));
+    };
+    let at = |key: &str| if prefix.is_empty() { key.to_owned() } else { format!("{prefix}.{key}") };
+
+    let source_request_id = match batch.remove("source_request_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(_) => return Err(BatchError::new(at("source_request_id"), "must be a string")),
+    };
+    let event_count = normalize_events(&mut batch, &at("events"), now_ms)?;
+    normalize_identities(&mut batch, &at("user_identities"), now_ms)?;
+    check_user_attributes(&batch, &at("user_attributes"))?;
+    normalize_mpid(&mut batch, &at("mpid"))?;
+    for key in ["device_info", "application_info", "context", "consent_state", "integration_attributes"] {
+        expect_optional(&batch, key, &at(key), Value::is_object, "must be an object")?;
+    }
+    for key in ["ip", "mp_deviceid", "sdk_version"] {
+        expect_optional(&batch, key, &at(key), Value::is_string, "must be a string")?;
+    }
+    match batch.get("environment") {
+        None | Some(Value::Null) => {
+            batch.insert("environment".into(), json!("production"));
+        }
+        Some(Value::String(env)) if ENVIRONMENTS.contains(&env.as_str()) => {}
+        Some(_) => {
+            return Err(BatchError::new(
+                at("environment"),
+                "must be one of \"development\", \"production\"",
+            ));
+        }
+    }
+    expect_optional(&batch, "schema_version", &at("schema_version"), is_integer, "must be an integer")?;
+
+    // What mParticle adds on receipt (spec §1.8); read-only keys a client sent are overwritten.
+    batch.insert("schema_version".into(), json!(2));
+    batch.insert("timestamp_unixtime_ms".into(), json!(now_ms));
+    batch.insert("message_id".into(), json!(uuid::Uuid::new_v4().to_string()));
+    batch.insert("message_type".into(), json!("events"));
+    batch.insert("source_info".into(), json!({ "channel": channel.as_str() }));
+    batch.entry("system_notifications").or_insert_with(|| json!([]));
+
+    Ok(NormalizedBatch { document: Value::Object(batch), source_request_id, event_count })
+}
+
+fn root(prefix: &str) -> String {
+    if prefix.is_empty() { "batch".to_owned() } else { prefix.to_owned() }
+}
+
+fn is_integer(v: &Value) -> bool {
+    v.is_i64() || v.is_u64()
+}
+
+fn expect_optional(
+    batch: &Map<String, Value>,
+    key: &str,
+    field: &str,
+    ok: fn(&Value) -> bool,
+    problem: &str,
+) -> Result<(), BatchError> {
+    match batch.get(key) {
+        None | Some(Value::Null) => Ok(()),
+        Some(v) if ok(v) => Ok(()),
+        Some(_) => Err(BatchError::new(field, problem)),
+    }
+}
+
+/// Accepts an int64 or a string of digits (clients serialise 64-bit ids either way) and
+/// stores a JSON number.
+fn parse_int64(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn normalize_mpid(batch: &mut Map<String, Value>, field: &str) -> Result<(), BatchError> {
+    match batch.get("mpid") {
+        None | Some(Value::Null) => Ok(()),
+        Some(v) => {
+            let mpid = parse_int64(v).ok_or_else(|| BatchError::new(field, "must be a 64-bit integer"))?;
+            batch.insert("mpid".into(), json!(mpid));
+            Ok(())
+        }
+    }
+}
+
+fn normalize_events(
+    batch: &mut Map<String, Value>,
+    field: &str,
+    now_ms: i64,
+) -> Result<usize, BatchError> {
+    let events = match batch.get_mut("events") {
+        None | Some(Value::Null) => {
+            batch.insert("events".into(), json!([]));
+            return Ok(0);
+        }
+        Some(Value::Array(events)) => events,
+        Some(_) => return Err(BatchError::new(field, "must be an array of events")),
+    };
+    for (i, event) in events.iter_mut().enumerate() {
+        normalize_event(event, &format!("{field}[{i}]"), now_ms)?;
+    }
+    Ok(events.len())
+}
+
+fn normalize_event(event: &mut Value, field: &str, now_ms: i64) -> Result<(), BatchError> {
+    let Value::Object(event) = event else {
+        return Err(BatchError::new(field, "must be an object with \"event_type\" and \"data\""));
+    };
+    let event_type = match event.get("event_type") {
+        Some(Value::String(t)) if EVENT_TYPES.contains(&t.as_str()) => t.clone(),
+        Some(Value::String(t)) if !t.is_empty() => {
+            return Err(BatchError {
+                field: format!("{field}.event_type"),
+                message: format!("Field \"{field}.event_type\" has unknown event type \"{t}\"."),
+            });
+        }
+        _ => {
+            return Err(BatchError {
+                field: format!("{field}.event_type"),
+                message: format!("Required event field \"{field}.event_type\" is missing or empty."),
+            });
+        }
+    };
+    let data = event.entry("data").or_insert_with(|| json!({}));
+    let Value::Object(data) = data else {
+        return Err(BatchError::new(format!("{field}.data"), "must be an object"));
+    };
+    let data_field = format!("{field}.data");
+    check_common_data(data, &data_field)?;
+    check_type_specific(&event_type, data, &data_field)?;
+    if !data.contains_key("timestamp_unixtime_ms") {
+        data.insert("timestamp_unixtime_ms".into(), json!(now_ms));
+    }
+    data.entry("message_id").or_insert_with(|| json!(uuid::Uuid::new_v4().to_string()));
+    Ok(())
+}
+
+fn check_common_data(data: &mut Map<String, Value>, field: &str) -> Result<(), BatchError> {
+    for key in ["timestamp_unixtime_ms", "event_num", "session_start_unixtime_ms", "event_start_unixtime_ms"] {
+        if let Some(v) = data.get(key).filter(|v| !v.is_null()) {
+            let n = parse_int64(v)
+                .ok_or_else(|| BatchError::new(format!("{field}.{key}"), "must be a 64-bit integer"))?;
+            data.insert(key.into(), json!(n));
+        }
+    }
+    for key in ["custom_attributes", "custom_flags", "location", "device_current_state"] {
+        expect_optional(data, key, &format!("{field}.{key}"), Value::is_object, "must be an object")?;
+    }
+    for key in ["source_message_id", "session_uuid"] {
+        expect_optional(data, key, &format!("{field}.{key}"), Value::is_string, "must be a string")?;
+    }
+    if let Some(Value::Object(location)) = data.get("location") {
+        for key in ["latitude", "longitude"] {
+            if !location.get(key).is_some_and(Value::is_number) {
+                return Err(BatchError::new(format!("{field}.location.{key}"), "must be a number"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_type_specific(
+    event_type: &str,
+    data: &mut Map<String, Value>,
+    field: &str,
+) -> Result<(), BatchError> {
+    let required_string = |data: &Map<String, Value>, key: &str| match data.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(()),
+        _ => Err(BatchError {
+            field: format!("{field}.{key}"),
+            message: format!("Required event field \"{field}.{key}\" is missing or empty."),
+        }),
+    };
+    match event_type {
+        "custom_event" => {
+            required_string(data, "event_name")?;
+            required_string(data, "custom_event_type")?;
+            truncate_event_name(data);
+        }
+        "screen_view" => {
+            expect_optional(data, "screen_name", &format!("{field}.screen_name"), Value::is_string, "must be a string")?;
+        }
+        "commerce_event" => {
+            for key in ["product_action", "promotion_action", "shopping_cart"] {
+                expect_optional(data, key, &format!("{field}.{key}"), Value::is_object, "must be an object")?;
+            }
+            expect_optional(
+                data,
+                "product_impressions",
+                &format!("{field}.product_impressions"),
+                Value::is_array,
+                "must be an array",
+            )?;
+        }
+        "session_end" => {
+            expect_optional(data, "session_duration_ms", &format!("{field}.session_duration_ms"), is_integer, "must be an integer")?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn truncate_event_name(data: &mut Map<String, Value>) {
+    if let Some(Value::String(name)) = data.get_mut("event_name")
+        && let Some((cut, _)) = name.char_indices().nth(MAX_EVENT_NAME_CHARS)
+    {
+        name.truncate(cut);
+    }
+}
+
+fn normalize_identities(
+    batch: &mut Map<String, Value>,
+    field: &str,
+    now_ms: i64,
+) -> Result<(), BatchError> {
+    let identities = match batch.remove("user_identities") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Object(map)) => map,
+        Some(_) => return Err(BatchError::new(field, "must be an object of identity type to value")),
+    };
+    let mut out = Vec::with_capacity(identities.len());
+    for (identity_type, value) in identities {
+        // mParticle's Python SDK spells the customer id `customerid`; it means `customer_id`.
+        let identity_type = if identity_type == "customerid" { "customer_id".to_owned() } else { identity_type };
+        if !IDENTITY_TYPES.contains(&identity_type.as_str()) {
+            return Err(BatchError::new(
+                format!("{field}.{identity_type}"),
+                "is not a known identity type",
+            ));
+        }
+        match value {
+            Value::Null => {}
+            Value::String(identity) => out.push(json!({
+                "identity_type": identity_type,
+                "identity": identity,
+                "timestamp_unixtime_ms": now_ms,
+            })),
+            _ => return Err(BatchError::new(format!("{field}.{identity_type}"), "must be a string")),
+        }
+    }
+    batch.insert("user_identities".into(), Value::Array(out));
+    Ok(())
+}
+
+fn check_user_attributes(batch: &Map<String, Value>, field: &str) -> Result<(), BatchError> {
+    let attributes = match batch.get("user_attributes") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Object(map)) => map,
+        Some(_) => return Err(BatchError::new(field, "must be an object")),
+    };
+    for (name, value) in attributes {
+        let scalar = |v: &Value| !v.is_object() && !v.is_array();
+        let ok = match value {
+            Value::Array(items) => items.iter().all(scalar),
+            other => scalar(other),
+        };
+        if !ok {
+            return Err(BatchError::new(
+                format!("{field}.{name}"),
+                "must be a string, number, boolean or a list of them",
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(v: Value) -> NormalizedBatch {
+        normalize(v, Channel::ServerToServer, 1_700_000_000_000, "").unwrap()
+    }
+
+    fn err(v: Value) -> BatchError {
+        normalize(v, Channel::ServerToServer, 1, "").unwrap_err()
+    }
+
+    #[test]
+    fn identities_become_an_array_and_extra_keys_survive() {
+        let b = ok(json!({
+            "user_identities": {"customer_id": "c1", "email": null},
+            "schema_version": 2,
+            "something_new": {"kept": true},
+            "events": [{"event_type": "custom_event", "data": {"event_name": "x", "custom_event_type": "other", "extra": 1}}]
+        }));
+        let doc = &b.document;
+        assert_eq!(doc["user_identities"], json!([{"identity_type": "customer_id", "identity": "c1", "timestamp_unixtime_ms": 1_700_000_000_000i64}]));
+        assert_eq!(doc["something_new"], json!({"kept": true}));
+        assert_eq!(doc["events"][0]["data"]["extra"], json!(1));
+        assert_eq!(doc["schema_version"], json!(2));
+        assert_eq!(doc["source_info"]["channel"], json!("server_to_server"));
+        assert_eq!(b.event_count, 1);
+    }
+
+    #[test]
+    fn missing_event_type_names_the_event() {
+        let e = err(json!({"events": [{"event_type": "screen_view", "data": {}}, {"data": {}}]}));
+        assert_eq!(e.field, "events[1].event_type");
+        assert!(e.message.contains("missing or empty"));
+    }
+
+    #[test]
+    fn wrong_types_are_named() {
+        assert_eq!(err(json!({"events": {}})).field, "events");
+        assert_eq!(err(json!({"mpid": "abc"})).field, "mpid");
+        assert_eq!(err(json!({"user_identities": {"nope": "x"}})).field, "user_identities.nope");
+        assert_eq!(
+            err(json!({"events": [{"event_type": "custom_event", "data": {"event_name": "a"}}]})).field,
+            "events[0].data.custom_event_type"
+        );
+        assert_eq!(err(json!([1])).field, "batch");
+    }
+
+    #[test]
+    fn source_request_id_is_lifted_out_and_mpid_strings_become_numbers() {
+        let b = ok(json!({"source_request_id": "r1", "mpid": "42"}));
+        assert_eq!(b.source_request_id.as_deref(), Some("r1"));
+        assert!(b.document.get("source_request_id").is_none());
+        assert_eq!(b.document["mpid"], json!(42));
+    }
+
+    #[test]
+    fn long_event_names_are_truncated_like_mparticle() {
+        let name = "é".repeat(300);
+        let b = ok(json!({"events": [{"event_type": "custom_event", "data": {"event_name": name, "custom_event_type": "other"}}]}));
+        let got = b.document["events"][0]["data"]["event_name"].as_str().unwrap();
+        assert_eq!(got.chars().count(), 256);
+    }
+
+    #[test]
+    fn the_sample_batches_from_the_spec_are_accepted() {
+        for file in ["mparticle.inbound.eventsapi.sample.json", "api-evangelist.mparticle-eventsapi-sample.json"] {
+            let path = format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            let value: Value = serde_json::from_str(&text).unwrap();
+            let result = normalize(value, Channel::ServerToServer, 1, "");
+            assert!(result.is_ok(), "{file}: {result:?}");
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! Pure domain types: ids, inputs, connection and output settings, and the batch model.
+//! Nothing here does I/O, so every rule about data can be unit- and property-tested.
+
+pub(crate) mod batch;
+pub(crate) mod settings;
+
+use serde::{Deserialize, Serialize};
+
+/// The platform an input receives data from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Platform {
+    Ios,
+    Android,
+    Web,
+    CustomFeed,
+}
+
+impl Platform {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Platform::Ios => "ios",
+            Platform::Android => "android",
+            Platform::Web => "web",
+            Platform::CustomFeed => "custom_feed",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        serde_json::from_value(serde_json::Value::String(s.to_owned())).ok()
+    }
+}
+
+/// A fresh, time-ordered identifier with a readable prefix, e.g. `conn_0190…`.
+pub(crate) fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// Current wall-clock time in Unix milliseconds, the one time unit Boson stores.
+pub(crate) fn now_ms() -> i64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}

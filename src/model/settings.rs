@@ -1,0 +1,241 @@
+//! Connection settings and webhook output settings: the knobs a user sets, with mParticle's
+//! defaults (spec §2 and §3.1). Pure data; parsing rejects unknown keys and unknown metadata paths.
+
+use serde::{Deserialize, Serialize};
+
+/// Whether a connection forwards anything at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ConnectionStatus {
+    Active,
+    Inactive,
+}
+
+/// The settings of one connection (input × output). Every key is optional on the wire and takes
+/// mParticle's Webhook default when omitted; unknown keys are refused so typos do not pass silently.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct ConnectionSettings {
+    pub(crate) status: ConnectionStatus,
+    pub(crate) send_as_batch: bool,
+    pub(crate) metadata_field_exclusions: Vec<String>,
+    pub(crate) send_custom_events: bool,
+    pub(crate) send_lifecycle_events: bool,
+    pub(crate) send_profile_change_events: bool,
+    pub(crate) send_screen_views: bool,
+    pub(crate) send_commerce_events: bool,
+    pub(crate) include_metadata: bool,
+    pub(crate) include_user_identity_change_events: bool,
+    pub(crate) include_user_attribute_change_events: bool,
+    pub(crate) send_crash_events: bool,
+    pub(crate) send_network_performance_events: bool,
+    pub(crate) send_push_registrations_and_receipts: bool,
+    pub(crate) include_location_information: bool,
+    pub(crate) send_batches_without_events: bool,
+    pub(crate) unique_id: Option<String>,
+}
+
+impl Default for ConnectionSettings {
+    fn default() -> Self {
+        Self {
+            status: ConnectionStatus::Active,
+            send_as_batch: false,
+            metadata_field_exclusions: Vec::new(),
+            send_custom_events: true,
+            send_lifecycle_events: true,
+            send_profile_change_events: true,
+            send_screen_views: true,
+            send_commerce_events: true,
+            include_metadata: true,
+            include_user_identity_change_events: false,
+            include_user_attribute_change_events: false,
+            send_crash_events: true,
+            send_network_performance_events: true,
+            send_push_registrations_and_receipts: true,
+            include_location_information: true,
+            send_batches_without_events: true,
+            unique_id: None,
+        }
+    }
+}
+
+/// Why a settings document was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(crate) enum SettingsError {
+    #[error("{0}")]
+    Malformed(String),
+    #[error("unknown metadata field `{field}`; valid fields are: {}", valid_metadata_paths().join(", "))]
+    UnknownMetadataField { field: String },
+}
+
+impl ConnectionSettings {
+    /// Parses settings from JSON, applying defaults for omitted keys.
+    pub(crate) fn from_json(value: serde_json::Value) -> Result<Self, SettingsError> {
+        let settings: Self =
+            serde_json::from_value(value).map_err(|e| SettingsError::Malformed(e.to_string()))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Parses settings stored as JSON text.
+    pub(crate) fn from_json_str(text: &str) -> Result<Self, SettingsError> {
+        let value = serde_json::from_str(text).map_err(|e| SettingsError::Malformed(e.to_string()))?;
+        Self::from_json(value)
+    }
+
+    /// Applies a partial update (a JSON object of keys to change) on top of these settings.
+    pub(crate) fn merged(&self, patch: serde_json::Value) -> Result<Self, SettingsError> {
+        let serde_json::Value::Object(patch) = patch else {
+            return Err(SettingsError::Malformed("settings must be a JSON object".into()));
+        };
+        let mut current = match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => return Err(SettingsError::Malformed("settings are not an object".into())),
+        };
+        current.extend(patch);
+        Self::from_json(serde_json::Value::Object(current))
+    }
+
+    fn validate(&self) -> Result<(), SettingsError> {
+        for field in &self.metadata_field_exclusions {
+            if !is_metadata_path(field) {
+                return Err(SettingsError::UnknownMetadataField { field: field.clone() });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `device_info` keys of the Events API schema (spec §1.7.3), each excludable on its own.
+pub(crate) const DEVICE_INFO_KEYS: &[(&str, &str)] = &[
+    ("brand", "Brand"),
+    ("product", "Product"),
+    ("device", "Device Name"),
+    ("android_uuid", "Android UUID"),
+    ("device_manufacturer", "Device Manufacturer"),
+    ("platform", "Platform"),
+    ("os_version", "OS Version"),
+    ("device_model", "Device Model"),
+    ("screen_height", "Screen Height"),
+    ("screen_width", "Screen Width"),
+    ("screen_dpi", "Screen DPI"),
+    ("device_country", "Device Country"),
+    ("locale_language", "Locale Language"),
+    ("locale_country", "Locale Country"),
+    ("network_country", "Network Country"),
+    ("network_carrier", "Network Carrier"),
+    ("network_code", "Network Code"),
+    ("network_mobile_country_code", "Network Mobile Country Code"),
+    ("timezone_offset", "Timezone Offset"),
+    ("build_identifier", "Build Identifier"),
+    ("http_header_user_agent", "User Agent"),
+    ("ios_advertising_id", "iOS Advertising ID (IDFA)"),
+    ("att_authorization_status", "ATT Authorization Status"),
+    ("att_timestamp_unixtime_ms", "ATT Timestamp"),
+    ("push_token", "Push Token"),
+    ("cpu_architecture", "CPU Architecture"),
+    ("is_tablet", "Is Tablet"),
+    ("push_notification_sound_enabled", "Push Sound Enabled"),
+    ("push_notification_vibrate_enabled", "Push Vibrate Enabled"),
+    ("radio_access_technology", "Radio Access Technology"),
+    ("supports_telephony", "Supports Telephony"),
+    ("has_nfc", "Has NFC"),
+    ("bluetooth_enabled", "Bluetooth Enabled"),
+    ("bluetooth_version", "Bluetooth Version"),
+    ("ios_idfv", "iOS Vendor ID (IDFV)"),
+    ("android_advertising_id", "Google Advertising ID"),
+    ("build_version_release", "Build Version Release"),
+    ("limit_ad_tracking", "Limit Ad Tracking"),
+    ("amp_id", "AMP ID"),
+    ("is_dst", "Is Daylight Saving Time"),
+    ("roku_advertising_id", "Roku Advertising ID"),
+    ("roku_publisher_id", "Roku Publisher ID"),
+    ("microsoft_advertising_id", "Microsoft Advertising ID"),
+    ("microsoft_publisher_id", "Microsoft Publisher ID"),
+    ("fire_advertising_id", "Fire Advertising ID"),
+];
+
+/// `application_info` keys (spec §1.7.5).
+pub(crate) const APPLICATION_INFO_KEYS: &[(&str, &str)] = &[
+    ("application_name", "Application Name"),
+    ("application_version", "Application Version"),
+    ("application_build_number", "Application Build Number"),
+    ("install_referrer", "Install Referrer"),
+    ("package", "Package"),
+    ("os", "Application OS"),
+    ("apple_search_ads_attributes", "Apple Search Ads Attributes"),
+];
+
+/// Batch-level metadata keys that can be excluded.
+pub(crate) const BATCH_METADATA_KEYS: &[(&str, &str)] = &[("ip", "IP Address")];
+
+/// Every valid dotted metadata path with its readable label, in a stable order.
+pub(crate) fn metadata_paths() -> impl Iterator<Item = (String, &'static str)> {
+    let batch = BATCH_METADATA_KEYS.iter().map(|(k, l)| ((*k).to_owned(), *l));
+    let device = DEVICE_INFO_KEYS.iter().map(|(k, l)| (format!("device_info.{k}"), *l));
+    let app = APPLICATION_INFO_KEYS.iter().map(|(k, l)| (format!("application_info.{k}"), *l));
+    batch.chain(device).chain(app)
+}
+
+fn valid_metadata_paths() -> Vec<String> {
+    metadata_paths().map(|(path, _)| path).collect()
+}
+
+fn is_metadata_path(path: &str) -> bool {
+    let known = |keys: &[(&str, &str)], key: &str| keys.iter().any(|(k, _)| *k == key);
+    match path.split_once('.') {
+        None => known(BATCH_METADATA_KEYS, path),
+        Some(("device_info", key)) => known(DEVICE_INFO_KEYS, key),
+        Some(("application_info", key)) => known(APPLICATION_INFO_KEYS, key),
+        Some(_) => false,
+    }
+}
+
+/// Settings of a webhook output configuration (spec §3.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WebhookSettings {
+    pub(crate) url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) authorization_header: Option<String>,
+    #[serde(default)]
+    pub(crate) include_mp_deviceid: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn omitted_keys_take_mparticle_defaults() {
+        let s = ConnectionSettings::from_json(json!({})).unwrap();
+        assert_eq!(s, ConnectionSettings::default());
+        assert!(!s.include_user_attribute_change_events);
+        assert!(s.send_custom_events);
+    }
+
+    #[test]
+    fn unknown_key_is_refused() {
+        let err = ConnectionSettings::from_json(json!({"send_everything": true})).unwrap_err();
+        assert!(matches!(err, SettingsError::Malformed(m) if m.contains("send_everything")));
+    }
+
+    #[test]
+    fn unknown_metadata_path_names_the_valid_ones() {
+        let err = ConnectionSettings::from_json(json!({"metadata_field_exclusions": ["device_info.nope"]}))
+            .unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("device_info.nope"));
+        assert!(message.contains("device_info.device"));
+        assert!(message.contains("ip"));
+    }
+
+    #[test]
+    fn merge_changes_only_given_keys() {
+        let base = ConnectionSettings::from_json(json!({"send_screen_views": false})).unwrap();
+        let merged = base.merged(json!({"status": "inactive"})).unwrap();
+        assert_eq!(merged.status, ConnectionStatus::Inactive);
+        assert!(!merged.send_screen_views);
+    }
+}

@@ -1,0 +1,302 @@
+//! The connection filter: a stored batch plus a connection's settings in, the webhook request
+//! bodies and a per-event verdict out (spec §2, §3.2). Synchronous and free of I/O.
+
+use serde_json::{Map, Value, json};
+
+use crate::model::settings::{ConnectionSettings, ConnectionStatus, WebhookSettings};
+
+/// What the filter did with one inbound event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Forwarded,
+    /// Dropped; names the setting that dropped it (e.g. `send_screen_views`).
+    Filtered(&'static str),
+}
+
+/// One webhook request body and how many events it carries.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Payload {
+    pub(crate) body: Value,
+    pub(crate) event_count: usize,
+}
+
+/// The filter's answer for one batch on one connection.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Plan {
+    pub(crate) payloads: Vec<Payload>,
+    /// One verdict per inbound event, in order.
+    pub(crate) verdicts: Vec<Verdict>,
+}
+
+/// The setting that gates an event type, or `None` for types no setting controls.
+///
+/// mParticle documents the lifecycle toggle as "application start/stop, session start/end"; we put
+/// the other install-lifecycle types (`first_run`, `uninstall`, `opt_out`) under it too, and
+/// breadcrumbs with crashes, since a breadcrumb only exists to explain a crash.
+pub(crate) fn gate(event_type: &str) -> Option<(&'static str, fn(&ConnectionSettings) -> bool)> {
+    let gate: (&'static str, fn(&ConnectionSettings) -> bool) = match event_type {
+        "custom_event" => ("send_custom_events", |s| s.send_custom_events),
+        "session_start" | "session_end" | "application_state_transition" | "first_run"
+        | "uninstall" | "opt_out" => ("send_lifecycle_events", |s| s.send_lifecycle_events),
+        "profile" => ("send_profile_change_events", |s| s.send_profile_change_events),
+        "screen_view" => ("send_screen_views", |s| s.send_screen_views),
+        "commerce_event" => ("send_commerce_events", |s| s.send_commerce_events),
+        "user_identity_change" => {
+            ("include_user_identity_change_events", |s| s.include_user_identity_change_events)
+        }
+        "user_attribute_change" => {
+            ("include_user_attribute_change_events", |s| s.include_user_attribute_change_events)
+        }
+        "crash_report" | "breadcrumb" => ("send_crash_events", |s| s.send_crash_events),
+        "network_performance" => {
+            ("send_network_performance_events", |s| s.send_network_performance_events)
+        }
+        "push_registration" | "push_message" | "push_reaction" => {
+            ("send_push_registrations_and_receipts", |s| s.send_push_registrations_and_receipts)
+        }
+        _ => return None,
+    };
+    Some(gate)
+}
+
+/// Decides what one event does on a connection with these settings.
+pub(crate) fn verdict(settings: &ConnectionSettings, event: &Value) -> Verdict {
+    if settings.status == ConnectionStatus::Inactive {
+        return Verdict::Filtered("status");
+    }
+    let event_type = event.get("event_type").and_then(Value::as_str).unwrap_or_default();
+    match gate(event_type) {
+        Some((setting, allowed)) if !allowed(settings) => Verdict::Filtered(setting),
+        _ => Verdict::Forwarded,
+    }
+}
+
+/// Applies `settings` (and the output's own options) to a normalised batch document.
+pub(crate) fn plan(
+    settings: &ConnectionSettings,
+    webhook: &WebhookSettings,
+    batch_id: i64,
+    document: &Value,
+) -> Plan {
+    let empty = Vec::new();
+    let events = document.get("events").and_then(Value::as_array).unwrap_or(&empty);
+    let verdicts: Vec<Verdict> = events.iter().map(|e| verdict(settings, e)).collect();
+    if settings.status == ConnectionStatus::Inactive {
+        return Plan { payloads: Vec::new(), verdicts };
+    }
+
+    let base = outbound_base(settings, webhook, batch_id, document);
+    let forwarded: Vec<Value> = events
+        .iter()
+        .zip(&verdicts)
+        .filter(|(_, v)| **v == Verdict::Forwarded)
+        .map(|(event, _)| outbound_event(settings, event))
+        .collect();
+
+    let payloads = if events.is_empty() {
+        // A batch without events still carries identities and attributes.
+        if settings.send_batches_without_events { vec![with_events(&base, Vec::new())] } else { Vec::new() }
+    } else if forwarded.is_empty() {
+        Vec::new()
+    } else if settings.send_as_batch {
+        vec![with_events(&base, forwarded)]
+    } else {
+        forwarded.into_iter().map(|event| with_events(&base, vec![event])).collect()
+    };
+    Plan { payloads, verdicts }
+}
+
+/// The batch-level part of every outbound body: everything but `events`, stripped per settings.
+fn outbound_base(
+    settings: &ConnectionSettings,
+    webhook: &WebhookSettings,
+    batch_id: i64,
+    document: &Value,
+) -> Map<String, Value> {
+    let mut base: Map<String, Value> = document
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| key.as_str() != "events")
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    base.insert("batch_id".into(), json!(batch_id));
+    if !settings.include_metadata {
+        for key in ["application_info", "device_info", "source_info"] {
+            base.remove(key);
+        }
+    }
+    for path in &settings.metadata_field_exclusions {
+        remove_path(&mut base, path);
+    }
+    if !settings.include_location_information
+        && let Some(Value::Object(context)) = base.get_mut("context")
+    {
+        context.remove("location");
+    }
+    if !webhook.include_mp_deviceid {
+        base.remove("mp_deviceid");
+    }
+    if let Some(unique_id) = settings.unique_id.as_deref().filter(|u| !u.is_empty()) {
+        base.insert("unique_id".into(), json!(unique_id));
+    }
+    base
+}
+
+fn outbound_event(settings: &ConnectionSettings, event: &Value) -> Value {
+    let mut event = event.clone();
+    if !settings.include_location_information
+        && let Some(Value::Object(data)) = event.get_mut("data")
+    {
+        data.remove("location");
+    }
+    event
+}
+
+fn with_events(base: &Map<String, Value>, events: Vec<Value>) -> Payload {
+    let event_count = events.len();
+    let mut body = base.clone();
+    body.insert("events".into(), Value::Array(events));
+    Payload { body: Value::Object(body), event_count }
+}
+
+/// Removes a dotted path (`ip`, `device_info.device`) if present.
+fn remove_path(map: &mut Map<String, Value>, path: &str) {
+    match path.split_once('.') {
+        None => {
+            map.remove(path);
+        }
+        Some((head, rest)) => {
+            if let Some(Value::Object(inner)) = map.get_mut(head) {
+                remove_path(inner, rest);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::batch::EVENT_TYPES;
+    use proptest::prelude::*;
+
+    fn webhook() -> WebhookSettings {
+        WebhookSettings { url: "http://x".into(), authorization_header: None, include_mp_deviceid: false }
+    }
+
+    fn doc(types: &[&str]) -> Value {
+        let events: Vec<Value> = types
+            .iter()
+            .map(|t| json!({"event_type": t, "data": {"location": {"latitude": 1.0, "longitude": 2.0}}}))
+            .collect();
+        json!({
+            "events": events,
+            "ip": "10.0.0.1",
+            "mp_deviceid": "d",
+            "device_info": {"device": "Jo's phone", "platform": "iOS"},
+            "application_info": {"package": "p"},
+            "source_info": {"channel": "server_to_server"},
+            "context": {"location": {"latitude": 1.0, "longitude": 2.0}},
+        })
+    }
+
+    #[test]
+    fn real_time_sends_one_body_per_event_with_the_batch_fields() {
+        let s = ConnectionSettings::default();
+        let p = plan(&s, &webhook(), 7, &doc(&["custom_event", "screen_view"]));
+        assert_eq!(p.payloads.len(), 2);
+        for payload in &p.payloads {
+            assert_eq!(payload.body["events"].as_array().unwrap().len(), 1);
+            assert_eq!(payload.body["batch_id"], json!(7));
+            assert_eq!(payload.body["device_info"]["device"], json!("Jo's phone"));
+        }
+    }
+
+    #[test]
+    fn metadata_switches_strip_what_they_name() {
+        let s = ConnectionSettings {
+            include_metadata: false,
+            ..ConnectionSettings::default()
+        };
+        let body = &plan(&s, &webhook(), 1, &doc(&["custom_event"])).payloads[0].body;
+        for key in ["application_info", "device_info", "source_info", "mp_deviceid"] {
+            assert!(body.get(key).is_none(), "{key} survived");
+        }
+        let s = ConnectionSettings {
+            metadata_field_exclusions: vec!["ip".into(), "device_info.device".into()],
+            include_location_information: false,
+            send_as_batch: true,
+            unique_id: Some("u1".into()),
+            ..ConnectionSettings::default()
+        };
+        let body = &plan(&s, &webhook(), 1, &doc(&["custom_event"])).payloads[0].body;
+        assert!(body.get("ip").is_none());
+        assert!(body["device_info"].get("device").is_none());
+        assert_eq!(body["device_info"]["platform"], json!("iOS"));
+        assert!(body["context"].get("location").is_none());
+        assert!(body["events"][0]["data"].get("location").is_none());
+        assert_eq!(body["unique_id"], json!("u1"));
+    }
+
+    #[test]
+    fn batches_without_events_follow_their_setting() {
+        let on = ConnectionSettings::default();
+        assert_eq!(plan(&on, &webhook(), 1, &doc(&[])).payloads.len(), 1);
+        let off = ConnectionSettings { send_batches_without_events: false, ..on };
+        assert!(plan(&off, &webhook(), 1, &doc(&[])).payloads.is_empty());
+    }
+
+    #[test]
+    fn every_event_type_is_forwarded_by_default_except_the_two_change_types() {
+        let s = ConnectionSettings::default();
+        for t in EVENT_TYPES {
+            let v = verdict(&s, &json!({"event_type": t}));
+            let expected_off = matches!(*t, "user_identity_change" | "user_attribute_change");
+            assert_eq!(v != Verdict::Forwarded, expected_off, "{t}");
+        }
+    }
+
+    fn arb_settings() -> impl Strategy<Value = ConnectionSettings> {
+        (any::<[bool; 13]>(), any::<bool>()).prop_map(|(b, active)| ConnectionSettings {
+            status: if active { ConnectionStatus::Active } else { ConnectionStatus::Inactive },
+            send_as_batch: b[0],
+            send_custom_events: b[1],
+            send_lifecycle_events: b[2],
+            send_profile_change_events: b[3],
+            send_screen_views: b[4],
+            send_commerce_events: b[5],
+            include_metadata: b[6],
+            include_user_identity_change_events: b[7],
+            include_user_attribute_change_events: b[8],
+            send_crash_events: b[9],
+            send_network_performance_events: b[10],
+            send_push_registrations_and_receipts: b[11],
+            include_location_information: b[12],
+            ..ConnectionSettings::default()
+        })
+    }
+
+    proptest! {
+        /// Every forwarded event leaves exactly once, no filtered event leaves, and each verdict
+        /// names the setting that is actually off.
+        #[test]
+        fn forwarded_events_leave_exactly_once(
+            settings in arb_settings(),
+            types in proptest::collection::vec(proptest::sample::select(EVENT_TYPES), 0..20),
+        ) {
+            let p = plan(&settings, &webhook(), 1, &doc(&types));
+            let forwarded = p.verdicts.iter().filter(|v| **v == Verdict::Forwarded).count();
+            let sent: usize = p.payloads.iter().map(|x| x.event_count).sum();
+            prop_assert_eq!(sent, if settings.status == ConnectionStatus::Active { forwarded } else { 0 });
+            for (t, v) in types.iter().zip(&p.verdicts) {
+                if let Verdict::Filtered(setting) = v {
+                    let off = match gate(t) { Some((name, allowed)) => name == *setting && !allowed(&settings), None => false };
+                    prop_assert!(off || *setting == "status");
+                }
+            }
+            if !settings.send_as_batch && !types.is_empty() {
+                prop_assert!(p.payloads.iter().all(|x| x.event_count == 1));
+            }
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! Wiring: the shared state, the router, and `run`, which starts the writer, delivery and the
+//! HTTP server and stops them in order on shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use rand::RngCore;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tower_http::trace::TraceLayer;
+
+use crate::admin::{self, hash_token};
+use crate::catalog::Catalog;
+use crate::config::Config;
+use crate::delivery::webhook::WebhookClient;
+use crate::delivery::{self, DeliveryContext};
+use crate::ingest;
+use crate::store::Store;
+use crate::store::writer::Writer;
+use crate::telemetry::Metrics;
+
+const ADMIN_TOKEN_HASH_KEY: &str = "admin_token_sha256";
+/// How often a node re-reads the catalog when other nodes may have changed it (PostgreSQL).
+const CATALOG_REFRESH: Duration = Duration::from_secs(1);
+/// How long shutdown waits for the writer to commit what it holds.
+const WRITER_DRAIN: Duration = Duration::from_secs(10);
+
+/// What every handler can reach.
+#[derive(Debug, Clone)]
+pub(crate) struct AppState {
+    pub(crate) config: Arc<Config>,
+    pub(crate) store: Store,
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) writer: Writer,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) admin_token_hash: [u8; 32],
+}
+
+/// The whole HTTP surface.
+pub(crate) fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(ingest::router(state.config.ingest.max_body_bytes))
+        .merge(admin::router(state.clone()))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    if state.store.ping().await {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "database unavailable")
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let (depth, oldest) = state.store.queue_stats().await.unwrap_or((0, None));
+    let body = state.metrics.render(depth, oldest);
+    ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body)
+}
+
+/// Runs Boson on `listener` until `shutdown` completes, then stops accepting requests, lets
+/// in-flight deliveries finish (queued ones are released to the table) and commits what the
+/// writer holds.
+pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    let store = Store::connect(&config.database_url.0).await?;
+    if store.is_embedded() {
+        // One process owns an embedded database, so leases of a previous run are stale.
+        let released = store.release_all_leases().await.context("failed to release stale leases")?;
+        if released > 0 {
+            tracing::info!(released, "Pending deliveries of the previous run are resumed.");
+        }
+    }
+    let admin_token_hash = admin_token_hash(&config, &store).await?;
+    let catalog = Arc::new(Catalog::load(store.clone()).await.context("failed to load the catalog")?);
+    let metrics = Arc::new(Metrics::new());
+    let lease = Duration::from_secs(config.delivery.lease_secs);
+    let (committed, committed_jobs) = mpsc::unbounded_channel();
+    let (writer, writer_task) = Writer::spawn(store.clone(), lease, committed);
+    let client = WebhookClient::new(
+        config.allow_private_destinations,
+        Duration::from_secs(config.delivery.request_timeout_secs),
+    )
+    .context("failed to build the webhook client")?;
+    let ctx = Arc::new(DeliveryContext::new(
+        Arc::clone(&catalog),
+        client,
+        writer.clone(),
+        Arc::clone(&metrics),
+        &config.delivery,
+    ));
+    let cancel = CancellationToken::new();
+    let delivery = tokio::spawn(delivery::run(ctx, config.delivery.clone(), committed_jobs, cancel.clone()));
+    if !store.is_embedded() {
+        tokio::spawn(refresh_catalog(Arc::clone(&catalog), cancel.clone()));
+    }
+
+    let state = AppState {
+        config: Arc::new(config),
+        store: store.clone(),
+        catalog,
+        writer,
+        metrics,
+        admin_token_hash,
+    };
+    let address = listener.local_addr().ok();
+    tracing::info!(?address, "Boson is listening.");
+    let served = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
+
+    tracing::info!("Shutting down: delivering or releasing in-flight work.");
+    cancel.cancel();
+    delivery.await.context("delivery task failed")?;
+    if tokio::time::timeout(WRITER_DRAIN, writer_task).await.is_err() {
+        tracing::warn!("The writer did not stop in time; uncommitted job updates will be redone after restart.");
+    }
+    store.close().await;
+    served.context("HTTP server failed")
+}
+
+async fn refresh_catalog(catalog: Arc<Catalog>, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(CATALOG_REFRESH) => {}
+        }
+        if let Err(error) = catalog.reload().await {
+            tracing::warn!(%error, "Reloading the catalog failed.");
+        }
+    }
+}
+
+/// The admin token's hash: from config, else the stored one, else a new token that is stored
+/// (hashed) and printed this once.
+async fn admin_token_hash(config: &Config, store: &Store) -> anyhow::Result<[u8; 32]> {
+    use secrecy::ExposeSecret;
+    if let Some(token) = &config.admin_token {
+        return Ok(hash_token(token.expose_secret()));
+    }
+    if let Some(stored) = store.get_meta(ADMIN_TOKEN_HASH_KEY).await? {
+        return decode_hash(&stored);
+    }
+    let mut bytes = [0u8; 24];
+    rand::rng().fill_bytes(&mut bytes);
+    let token = hex::encode(bytes);
+    let stored = store.init_meta(ADMIN_TOKEN_HASH_KEY, &hex::encode(hash_token(&token))).await?;
+    let hash = decode_hash(&stored)?;
+    if hash == hash_token(&token) {
+        // Printed on stdout, once: only its hash is kept.
+        println!("Generated admin token (shown only now; keep it): {token}");
+    }
+    Ok(hash)
+}
+
+fn decode_hash(stored: &str) -> anyhow::Result<[u8; 32]> {
+    let bytes = hex::decode(stored).context("stored admin token hash is not hex")?;
+    bytes.try_into().map_err(|_| anyhow::anyhow!("stored admin token hash has the wrong length"))
+}

@@ -1,0 +1,189 @@
+//! The batch log and the delivery queue: accepted batches, one job per (batch, connection), and
+//! the attempt and dead-letter logs. The statements that change them run inside the writer's
+//! group-commit transaction; the reads here run on the pool.
+
+use std::sync::Arc;
+
+use sqlx::FromRow;
+
+use super::{Store, StoreResult, with_pool};
+
+/// A batch to store, with the connections it must be delivered to.
+#[derive(Debug, Clone)]
+pub(crate) struct NewBatch {
+    pub(crate) input_id: String,
+    pub(crate) source_request_id: Option<String>,
+    pub(crate) received_at: i64,
+    pub(crate) event_count: i64,
+    pub(crate) body: Arc<[u8]>,
+    pub(crate) routes: Vec<Route>,
+}
+
+/// A connection a batch is routed to, with the settings revision current at acceptance.
+#[derive(Debug, Clone)]
+pub(crate) struct Route {
+    pub(crate) connection_id: String,
+    pub(crate) revision_id: i64,
+}
+
+/// What happened to one batch of an ingest request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IngestOutcome {
+    Stored { batch_id: i64 },
+    /// Its `source_request_id` was seen before for this input; nothing new was stored.
+    Duplicate,
+}
+
+/// A delivery job: one stored batch owed to one connection.
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    pub(crate) id: i64,
+    pub(crate) batch_id: i64,
+    pub(crate) connection_id: String,
+    pub(crate) revision_id: i64,
+    /// How many of the batch's webhook requests were already delivered (or dead-lettered).
+    pub(crate) progress: i64,
+    pub(crate) attempts: i64,
+    pub(crate) created_at: i64,
+    pub(crate) body: Arc<[u8]>,
+}
+
+/// How a delivery attempt ended, for the attempt log.
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptRecord {
+    pub(crate) attempted_at: i64,
+    pub(crate) outcome: &'static str,
+    pub(crate) status: Option<i64>,
+    pub(crate) error: Option<String>,
+    pub(crate) requests: i64,
+    pub(crate) latency_ms: i64,
+}
+
+/// A request given up on, kept for inspection and replay.
+#[derive(Debug, Clone)]
+pub(crate) struct DeadLetter {
+    pub(crate) payload_index: i64,
+    pub(crate) body: Vec<u8>,
+    pub(crate) status: Option<i64>,
+    pub(crate) error: String,
+}
+
+/// What a worker reports about a job it worked on.
+#[derive(Debug, Clone)]
+pub(crate) enum JobUpdate {
+    /// Every request was delivered or dead-lettered; the job leaves the queue.
+    Finished { job: JobKey, attempt: AttemptRecord, dead: Vec<DeadLetter> },
+    /// Some requests remain; try again at `next_attempt_at`.
+    Retry {
+        job: JobKey,
+        progress: i64,
+        attempts: i64,
+        next_attempt_at: i64,
+        attempt: AttemptRecord,
+        dead: Vec<DeadLetter>,
+    },
+    /// Give the job back unworked (shutdown, or no room in its connection's lane).
+    Release { job_id: i64 },
+}
+
+/// The identifying part of a job that updates need.
+#[derive(Debug, Clone)]
+pub(crate) struct JobKey {
+    pub(crate) id: i64,
+    pub(crate) batch_id: i64,
+    pub(crate) connection_id: String,
+}
+
+/// A dead letter as listed by the admin API.
+#[derive(Debug, Clone, FromRow)]
+pub(crate) struct DeadLetterRow {
+    pub(crate) id: i64,
+    pub(crate) job_id: i64,
+    pub(crate) batch_id: i64,
+    pub(crate) payload_index: i64,
+    pub(crate) body: Vec<u8>,
+    pub(crate) status: Option<i64>,
+    pub(crate) error: String,
+    pub(crate) created_at: i64,
+}
+
+/// An attempt as listed by the admin API.
+#[derive(Debug, Clone, FromRow)]
+pub(crate) struct AttemptRow {
+    pub(crate) id: i64,
+    pub(crate) job_id: i64,
+    pub(crate) attempted_at: i64,
+    pub(crate) outcome: String,
+    pub(crate) status: Option<i64>,
+    pub(crate) error: Option<String>,
+    pub(crate) requests: i64,
+    pub(crate) latency_ms: i64,
+}
+
+#[derive(Debug, FromRow)]
+pub(super) struct ClaimedRow {
+    pub(super) id: i64,
+    pub(super) batch_id: i64,
+    pub(super) connection_id: String,
+    pub(super) revision_id: i64,
+    pub(super) progress: i64,
+    pub(super) attempts: i64,
+    pub(super) created_at: i64,
+}
+
+pub(super) const INSERT_BATCH: &str = "INSERT INTO batches \
+     (input_id, source_request_id, received_at, event_count, body) VALUES ($1, $2, $3, $4, $5) \
+     ON CONFLICT (input_id, source_request_id) DO NOTHING RETURNING id";
+pub(super) const INSERT_JOB: &str = "INSERT INTO jobs \
+     (batch_id, connection_id, revision_id, created_at, next_attempt_at, lease_until) \
+     VALUES ($1, $2, $3, $4, $4, $5) RETURNING id";
+pub(super) const DELETE_JOB: &str = "DELETE FROM jobs WHERE id = $1";
+pub(super) const RETRY_JOB: &str = "UPDATE jobs SET progress = $2, attempts = $3, \
+     next_attempt_at = $4, lease_until = 0, last_error = $5 WHERE id = $1";
+pub(super) const RELEASE_JOB: &str = "UPDATE jobs SET lease_until = 0 WHERE id = $1";
+pub(super) const INSERT_DEAD_LETTER: &str = "INSERT INTO dead_letters \
+     (job_id, batch_id, connection_id, payload_index, body, status, error, created_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+pub(super) const INSERT_ATTEMPT: &str = "INSERT INTO attempts \
+     (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+pub(super) const CLAIM_SQLITE: &str = "UPDATE jobs SET lease_until = $1 WHERE id IN \
+     (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
+      ORDER BY next_attempt_at LIMIT $3) \
+     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at";
+/// `SKIP LOCKED` lets several nodes claim side by side without waiting on each other's rows.
+pub(super) const CLAIM_POSTGRES: &str = "UPDATE jobs SET lease_until = $1 WHERE id IN \
+     (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
+      ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
+     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at";
+pub(super) const SELECT_BODY: &str = "SELECT body FROM batches WHERE id = $1";
+
+const RELEASE_ALL_LEASES: &str = "UPDATE jobs SET lease_until = 0 WHERE lease_until > 0";
+const QUEUE_STATS: &str = "SELECT COUNT(*), MIN(created_at) FROM jobs";
+const SELECT_DEAD_LETTERS: &str = "SELECT id, job_id, batch_id, payload_index, body, \
+     status, error, created_at FROM dead_letters WHERE connection_id = $1 ORDER BY id DESC LIMIT $2";
+const SELECT_ATTEMPTS: &str = "SELECT id, job_id, attempted_at, outcome, status, error, requests, \
+     latency_ms FROM attempts WHERE connection_id = $1 ORDER BY id DESC LIMIT $2";
+
+impl Store {
+    /// Frees every lease. Only safe where this process is the only node (embedded SQLite): jobs
+    /// a crashed run had leased become deliverable at once instead of after the lease.
+    pub(crate) async fn release_all_leases(&self) -> StoreResult<u64> {
+        Ok(with_pool!(self, pool => sqlx::query(RELEASE_ALL_LEASES).execute(pool).await?.rows_affected()))
+    }
+
+    /// Pending jobs and the creation time of the oldest.
+    pub(crate) async fn queue_stats(&self) -> StoreResult<(i64, Option<i64>)> {
+        Ok(with_pool!(self, pool => sqlx::query_as(QUEUE_STATS).fetch_one(pool).await?))
+    }
+
+    pub(crate) async fn dead_letters(&self, connection_id: &str, limit: i64) -> StoreResult<Vec<DeadLetterRow>> {
+        Ok(with_pool!(self, pool =>
+            sqlx::query_as(SELECT_DEAD_LETTERS).bind(connection_id).bind(limit).fetch_all(pool).await?))
+    }
+
+    pub(crate) async fn attempts(&self, connection_id: &str, limit: i64) -> StoreResult<Vec<AttemptRow>> {
+        Ok(with_pool!(self, pool =>
+            sqlx::query_as(SELECT_ATTEMPTS).bind(connection_id).bind(limit).fetch_all(pool).await?))
+    }
+}
