@@ -82,12 +82,14 @@ where
         match Json::<T>::from_request(req, state).await {
             Ok(Json(value)) => Ok(Self(value)),
             Err(rejection) => {
-                let code = match rejection {
-                    JsonRejection::MissingJsonContentType(_) => "unsupported_media_type",
-                    JsonRejection::JsonSyntaxError(_) => "malformed_json",
-                    _ => "invalid_body",
+                // axum answers a well-formed body of the wrong shape with 422; the admin API's
+                // contract is 400 for every bad body (only a missing content type differs).
+                let (status, code) = match rejection {
+                    JsonRejection::MissingJsonContentType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+                    JsonRejection::JsonSyntaxError(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
+                    _ => (StatusCode::BAD_REQUEST, "invalid_body"),
                 };
-                Err(ApiError::new(rejection.status(), code, rejection.body_text()))
+                Err(ApiError::new(status, code, rejection.body_text()))
             }
         }
     }

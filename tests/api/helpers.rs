@@ -1,0 +1,362 @@
+//! Test support: `spawn_app` starts the real server on port 0 with a fresh database (a SQLite
+//! temp file, or a new PostgreSQL database when `TEST_DATABASE_URL` is set), and `Receiver` is a
+//! real HTTP webhook receiver whose answers a test can script.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::IntoResponse;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// Whether suites that need something absent must fail instead of skipping (set by CI).
+pub fn require_all_suites() -> bool {
+    std::env::var("BOSON_REQUIRE_ALL_SUITES").is_ok_and(|v| v == "1")
+}
+
+/// Says loudly that a suite cannot run here, and fails when CI requires every suite.
+pub fn skip_or_fail(suite: &str, why: &str) {
+    let message = format!("SKIPPED SUITE `{suite}`: {why}");
+    if require_all_suites() {
+        panic!("{message} (BOSON_REQUIRE_ALL_SUITES=1 turns this skip into a failure)");
+    }
+    eprintln!("\n!!!!!!!! {message} !!!!!!!!\n");
+}
+
+/// An HTTP client for tests. reqwest is built without a default TLS crypto provider (Boson picks
+/// `ring`), so one is installed first.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+/// A fresh database URL: a new PostgreSQL database on `TEST_DATABASE_URL`'s server, or a SQLite
+/// file in `dir`.
+pub async fn fresh_database_url(dir: &std::path::Path) -> String {
+    match std::env::var("TEST_DATABASE_URL") {
+        Ok(server) if server.starts_with("postgres") => {
+            use sqlx::Connection;
+            let name = format!("boson_test_{}", uuid::Uuid::new_v4().simple());
+            let mut admin = sqlx::PgConnection::connect(&server)
+                .await
+                .unwrap_or_else(|e| panic!("TEST_DATABASE_URL is set but PostgreSQL is unreachable: {e}"));
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&mut admin)
+                .await
+                .expect("create test database");
+            let base = server.rsplit_once('/').map_or(server.as_str(), |(base, _)| base);
+            format!("{base}/{name}")
+        }
+        _ => format!("sqlite://{}/boson.db", dir.display()),
+    }
+}
+
+/// A running server.
+pub struct TestApp {
+    pub base: String,
+    pub database_url: String,
+    pub client: reqwest::Client,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts a server with test defaults (private destinations allowed, fast retries).
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+/// Starts a server after `adjust` has changed the configuration.
+pub async fn spawn_app_with(adjust: impl FnOnce(&mut boson::Config)) -> TestApp {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let database_url = fresh_database_url(dir.path()).await;
+    let mut config = boson::Config::defaults().expect("default config");
+    config.database_url = boson::config::DatabaseUrl(database_url.clone());
+    config.admin_token = Some(ADMIN_TOKEN.to_owned().into());
+    config.allow_private_destinations = true;
+    config.delivery.initial_backoff_ms = 50;
+    config.delivery.max_backoff_secs = 1;
+    config.delivery.poll_interval_ms = 50;
+    adjust(&mut config);
+    if std::env::var("TEST_LOG").is_ok() {
+        boson::telemetry::init_logging();
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    let (shutdown, signal) = oneshot::channel::<()>();
+    let task = tokio::spawn(boson::run(config, listener, async move {
+        let _ = signal.await;
+    }));
+    let app = TestApp {
+        base: format!("http://{address}"),
+        database_url,
+        client: http_client(),
+        shutdown: Some(shutdown),
+        task: Some(task),
+        _dir: dir,
+    };
+    app.wait_ready().await;
+    app
+}
+
+impl TestApp {
+    async fn wait_ready(&self) {
+        for _ in 0..200 {
+            if let Ok(r) = self.client.get(format!("{}/readyz", self.base)).send().await
+                && r.status() == 200
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("server did not become ready");
+    }
+
+    /// Stops the server gracefully and returns what `run` returned.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        self.task.take().expect("running").await.expect("server task panicked")
+    }
+
+    pub fn admin(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.client.request(method, format!("{}{path}", self.base)).bearer_auth(ADMIN_TOKEN)
+    }
+
+    /// POSTs to the admin API and expects `201`, returning the JSON.
+    pub async fn create(&self, path: &str, body: Value) -> Value {
+        let response = self.admin(reqwest::Method::POST, path).json(&body).send().await.expect("request");
+        let status = response.status();
+        let json: Value = response.json().await.expect("json");
+        assert_eq!(status, 201, "POST {path} {body} answered {json}");
+        json
+    }
+
+    pub async fn create_input(&self, platform: &str) -> Value {
+        self.create("/api/v1/inputs", json!({"name": format!("{platform} input"), "platform": platform})).await
+    }
+
+    pub async fn create_webhook(&self, url: &str) -> Value {
+        self.create("/api/v1/outputs", json!({"name": "hook", "kind": "webhook", "settings": {"url": url}}))
+            .await
+    }
+
+    pub async fn connect(&self, input: &Value, output: &Value, settings: Value) -> Value {
+        self.create(
+            "/api/v1/connections",
+            json!({"input_id": input["id"], "output_id": output["id"], "settings": settings}),
+        )
+        .await
+    }
+
+    /// An input connected to a webhook at `url` with `settings`.
+    pub async fn pipeline(&self, url: &str, settings: Value) -> (Value, Value) {
+        let input = self.create_input("custom_feed").await;
+        let output = self.create_webhook(url).await;
+        let connection = self.connect(&input, &output, settings).await;
+        (input, connection)
+    }
+
+    /// POSTs raw bytes to an Events API path with the input's credentials.
+    pub async fn post_raw(&self, input: &Value, path: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
+        self.client
+            .post(format!("{}{path}", self.base))
+            .basic_auth(input["api_key"].as_str().unwrap(), input["api_secret"].as_str())
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn post_events(&self, input: &Value, batch: Value) -> reqwest::Response {
+        self.post_raw(input, "/v2/events", batch.to_string()).await
+    }
+
+    /// Rows in a table, read straight from the database.
+    pub async fn count(&self, table: &str) -> i64 {
+        let sql = format!("SELECT COUNT(*) FROM {table}");
+        if self.database_url.starts_with("sqlite") {
+            let pool = sqlx::SqlitePool::connect(&self.database_url).await.expect("sqlite");
+            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_one(&pool).await.expect("count");
+            pool.close().await;
+            n
+        } else {
+            let pool = sqlx::PgPool::connect(&self.database_url).await.expect("postgres");
+            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_one(&pool).await.expect("count");
+            pool.close().await;
+            n
+        }
+    }
+
+    pub async fn metrics(&self) -> String {
+        self.client.get(format!("{}/metrics", self.base)).send().await.unwrap().text().await.unwrap()
+    }
+}
+
+/// One request the receiver got.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Value,
+    pub at: std::time::Instant,
+}
+
+impl Received {
+    pub fn events(&self) -> &Vec<Value> {
+        self.body["events"].as_array().expect("events array")
+    }
+
+    pub fn event_types(&self) -> Vec<String> {
+        self.events().iter().map(|e| e["event_type"].as_str().unwrap().to_owned()).collect()
+    }
+}
+
+#[derive(Clone)]
+struct ReceiverState {
+    sent: mpsc::UnboundedSender<Received>,
+    /// Scripted answers, used in order; when empty, 200.
+    script: Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>>,
+}
+
+/// A real webhook receiver on loopback.
+pub struct Receiver {
+    pub address: SocketAddr,
+    received: mpsc::UnboundedReceiver<Received>,
+    script: Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl Receiver {
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
+        Self::on(listener)
+    }
+
+    /// Serves on an already bound listener (to come up on a known port later).
+    pub fn on(listener: tokio::net::TcpListener) -> Self {
+        let address = listener.local_addr().expect("address");
+        let (sent, received) = mpsc::unbounded_channel();
+        let script = Arc::new(Mutex::new(VecDeque::new()));
+        let state = ReceiverState { sent, script: Arc::clone(&script) };
+        let app = axum::Router::new().fallback(receive).with_state(state);
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { address, received, script, _task: task }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+
+    /// The next answers to give: status and optional `Retry-After`.
+    pub fn script(&self, answers: &[(u16, Option<&'static str>)]) {
+        self.script.lock().unwrap().extend(answers.iter().copied());
+    }
+
+    /// The next request, or `None` after `wait`.
+    pub async fn next_within(&mut self, wait: Duration) -> Option<Received> {
+        tokio::time::timeout(wait, self.received.recv()).await.ok().flatten()
+    }
+
+    /// The next request; fails the test if none arrives within 10 s.
+    pub async fn next(&mut self) -> Received {
+        self.next_within(Duration::from_secs(10)).await.expect("the webhook received nothing within 10 s")
+    }
+
+    /// Exactly `n` requests, then asserts nothing more arrives for a moment.
+    pub async fn take(&mut self, n: usize) -> Vec<Received> {
+        let mut got = Vec::with_capacity(n);
+        for _ in 0..n {
+            got.push(self.next().await);
+        }
+        self.expect_silence().await;
+        got
+    }
+
+    /// Asserts no request arrives for 300 ms.
+    pub async fn expect_silence(&mut self) {
+        if let Some(extra) = self.next_within(Duration::from_millis(300)).await {
+            panic!("unexpected webhook request: {}", extra.body);
+        }
+    }
+}
+
+async fn receive(State(state): State<ReceiverState>, uri: Uri, headers: HeaderMap, body: Bytes) -> impl IntoResponse {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let answer = state.script.lock().unwrap().pop_front();
+    let _ = state.sent.send(Received { path: uri.path().to_owned(), headers, body, at: std::time::Instant::now() });
+    let (status, retry_after) = answer.unwrap_or((200, None));
+    let mut response = StatusCode::from_u16(status).unwrap().into_response();
+    if let Some(value) = retry_after {
+        response.headers_mut().insert("retry-after", value.parse().unwrap());
+    }
+    response
+}
+
+/// A batch with one event of each given type, every one valid.
+pub fn batch_of(types: &[&str]) -> Value {
+    let events: Vec<Value> = types.iter().map(|t| event(t)).collect();
+    json!({
+        "environment": "development",
+        "mpid": 42,
+        "ip": "203.0.113.9",
+        "mp_deviceid": "5a6e7f2c-1111-4d2b-9c1e-0d3a4f5b6c7d",
+        "user_identities": {"customer_id": "c-1", "email": "a@example.com"},
+        "user_attributes": {"$firstname": "Ada", "tier": ["gold"]},
+        "device_info": {"device": "Ada's phone", "platform": "iOS", "os_version": "17.1"},
+        "application_info": {"application_name": "Shop", "package": "com.example.shop"},
+        "context": {"location": {"latitude": 52.5, "longitude": 13.4}},
+        "events": events,
+    })
+}
+
+/// A valid event of `event_type` carrying a location and a marker attribute.
+pub fn event(event_type: &str) -> Value {
+    let mut data = json!({
+        "timestamp_unixtime_ms": 1_700_000_000_000i64,
+        "custom_attributes": {"marker": event_type},
+        "location": {"latitude": 1.5, "longitude": 2.5},
+    });
+    let extra = match event_type {
+        "custom_event" => json!({"event_name": "Clicked", "custom_event_type": "navigation"}),
+        "screen_view" => json!({"screen_name": "Home"}),
+        "commerce_event" => json!({"product_action": {"action": "purchase", "transaction_id": "t1", "total_amount": 9.5,
+                                   "products": [{"id": "sku", "name": "Thing", "price": 9.5, "quantity": 1}]},
+                                   "currency_code": "EUR"}),
+        "session_end" => json!({"session_duration_ms": 1000}),
+        "application_state_transition" => json!({"application_transition_type": "application_initialized"}),
+        "crash_report" => json!({"message": "boom", "severity": "fatal"}),
+        "breadcrumb" => json!({"label": "tapped"}),
+        "opt_out" => json!({"is_opted_out": true}),
+        "push_registration" => json!({"register": true, "registration_token": "tok"}),
+        "push_message" => json!({"push_message_type": "received", "push_message_token": "t", "push_notification_payload": "{}"}),
+        "network_performance" => json!({"url": "https://example.com", "response_code": 200, "http_verb": "GET"}),
+        "profile" => json!({"previous_mpid": 1, "current_mpid": 42, "profile_event_type": "login"}),
+        "user_attribute_change" => json!({"user_attribute_name": "tier", "new": "gold", "old": "silver"}),
+        "user_identity_change" => json!({"new": {"identity_type": "email", "identity": "a@example.com", "timestamp_unixtime_ms": 1}, "old": null}),
+        _ => json!({}),
+    };
+    for (key, value) in extra.as_object().unwrap() {
+        data[key] = value.clone();
+    }
+    json!({"event_type": event_type, "data": data})
+}
+
+/// Every event type of the Events API schema.
+pub const ALL_EVENT_TYPES: &[&str] = &[
+    "session_start", "session_end", "screen_view", "custom_event", "crash_report", "opt_out", "first_run",
+    "pre_attribution", "push_registration", "application_state_transition", "push_message",
+    "network_performance", "breadcrumb", "profile", "push_reaction", "commerce_event",
+    "user_attribute_change", "user_identity_change", "uninstall",
+];
