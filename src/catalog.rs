@@ -63,7 +63,10 @@ impl Catalog {
 
         let mut snapshot = Snapshot::default();
         for input in inputs {
-            let entry = InputEntry { id: input.id, secret: input.api_secret };
+            let entry = InputEntry {
+                id: input.id,
+                secret: input.api_secret,
+            };
             snapshot.inputs_by_key.insert(input.api_key, entry);
         }
         for output in outputs {
@@ -71,7 +74,9 @@ impl Catalog {
                 Ok(settings) => {
                     snapshot.outputs.insert(output.id, Arc::new(settings));
                 }
-                Err(error) => tracing::error!(output = %output.id, %error, "Stored output settings are unreadable."),
+                Err(error) => {
+                    tracing::error!(output = %output.id, %error, "Stored output settings are unreadable.")
+                }
             }
         }
         let mut revisions = Vec::new();
@@ -84,24 +89,44 @@ impl Catalog {
                 }
             };
             if settings.status == ConnectionStatus::Active {
-                let route = Route { connection_id: row.id.clone(), revision_id: row.revision_id };
-                snapshot.routes_by_input.entry(row.input_id.clone()).or_default().push(route);
+                let route = Route {
+                    connection_id: row.id.clone(),
+                    revision_id: row.revision_id,
+                };
+                snapshot
+                    .routes_by_input
+                    .entry(row.input_id.clone())
+                    .or_default()
+                    .push(route);
             }
             revisions.push((row.revision_id, settings));
-            let entry = ConnectionEntry { output_id: row.output_id };
+            let entry = ConnectionEntry {
+                output_id: row.output_id,
+            };
             snapshot.connections.insert(row.id, entry);
         }
         self.remember_revisions(revisions);
-        *self.snapshot.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(snapshot);
+        *self
+            .snapshot
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(snapshot);
         Ok(())
     }
 
     fn current(&self) -> Arc<Snapshot> {
-        Arc::clone(&self.snapshot.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+        Arc::clone(
+            &self
+                .snapshot
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     fn remember_revisions(&self, revisions: Vec<(i64, Arc<ConnectionSettings>)>) {
-        let mut cache = self.revisions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cache = self
+            .revisions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         cache.extend(revisions);
     }
 
@@ -112,7 +137,11 @@ impl Catalog {
 
     /// The active connections of an input, each with its current settings revision.
     pub(crate) fn routes(&self, input_id: &str) -> Vec<Route> {
-        self.current().routes_by_input.get(input_id).cloned().unwrap_or_default()
+        self.current()
+            .routes_by_input
+            .get(input_id)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// A connection and its output's settings, if both still exist.
@@ -125,7 +154,12 @@ impl Catalog {
 
     /// A settings revision, from the cache or the store.
     pub(crate) async fn revision(&self, id: i64) -> StoreResult<Arc<ConnectionSettings>> {
-        let cached = self.revisions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&id).cloned();
+        let cached = self
+            .revisions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&id)
+            .cloned();
         if let Some(settings) = cached {
             return Ok(settings);
         }

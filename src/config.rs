@@ -16,8 +16,14 @@ pub const DEFAULT_CONFIG: &str = include_str!("../config.default.toml");
 
 const ENV_PREFIX: &str = "BOSON_";
 /// Top-level keys the environment may set; anything else prefixed `BOSON_` is warned about.
-const KNOWN_KEYS: &[&str] =
-    &["listen", "database_url", "admin_token", "allow_private_destinations", "ingest", "delivery"];
+const KNOWN_KEYS: &[&str] = &[
+    "listen",
+    "database_url",
+    "admin_token",
+    "allow_private_destinations",
+    "ingest",
+    "delivery",
+];
 /// Variables that are read by the CLI or tests, not configuration keys.
 const NON_CONFIG_VARS: &[&str] = &["config", "test_database_url", "require_all_suites"];
 
@@ -98,14 +104,10 @@ impl Config {
             figment = figment.merge(Toml::file(file));
         }
         warn_unknown_env();
-        figment = figment.merge(
-            Env::prefixed(ENV_PREFIX)
-                .split("__")
-                .filter(|key| {
-                    let key = key.as_str().to_ascii_lowercase();
-                    KNOWN_KEYS.iter().any(|k| key.starts_with(k))
-                }),
-        );
+        figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__").filter(|key| {
+            let key = key.as_str().to_ascii_lowercase();
+            KNOWN_KEYS.iter().any(|k| key.starts_with(k))
+        }));
         let config: Config = figment.extract().context("invalid configuration")?;
         config.validate()?;
         Ok(config)
@@ -122,8 +124,14 @@ impl Config {
 
     fn validate(&self) -> anyhow::Result<()> {
         let url = &self.database_url.0;
-        if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            bail!("database_url must start with sqlite:// or postgres:// (got {:?})", self.database_url);
+        if !(url.starts_with("sqlite:")
+            || url.starts_with("postgres://")
+            || url.starts_with("postgresql://"))
+        {
+            bail!(
+                "database_url must start with sqlite:// or postgres:// (got {:?})",
+                self.database_url
+            );
         }
         if self.delivery.max_in_flight_per_connection == 0 {
             bail!("delivery.max_in_flight_per_connection must be at least 1");
@@ -137,9 +145,12 @@ impl Config {
 
 fn warn_unknown_env() {
     for (name, _) in std::env::vars() {
-        let Some(key) = name.strip_prefix(ENV_PREFIX) else { continue };
+        let Some(key) = name.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
         let key = key.to_ascii_lowercase();
-        let known = KNOWN_KEYS.iter().any(|k| key.starts_with(k)) || NON_CONFIG_VARS.contains(&key.as_str());
+        let known = KNOWN_KEYS.iter().any(|k| key.starts_with(k))
+            || NON_CONFIG_VARS.contains(&key.as_str());
         if !known {
             tracing::warn!(variable = %name, "Unknown BOSON_ environment variable ignored.");
         }
@@ -147,6 +158,8 @@ fn warn_unknown_env() {
 }
 
 #[cfg(test)]
+// figment's Jail API returns its large error type by value; that is its design, not ours.
+#[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
 

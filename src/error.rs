@@ -21,7 +21,11 @@ pub(crate) struct ApiError {
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into() }
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
     }
 
     pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -46,15 +50,23 @@ impl ApiError {
             StoreError::NotFound => Self::not_found(not_found, what),
             StoreError::Conflict(code) => {
                 let message = match code {
-                    "input_in_use" => "the input is used by a connection; delete the connection first",
-                    "output_in_use" => "the output is used by a connection; delete the connection first",
+                    "input_in_use" => {
+                        "the input is used by a connection; delete the connection first"
+                    }
+                    "output_in_use" => {
+                        "the output is used by a connection; delete the connection first"
+                    }
                     other => other,
                 };
                 Self::new(StatusCode::CONFLICT, code, message)
             }
             StoreError::Database(source) => {
                 tracing::error!(error = %source, "Admin request failed on the database.");
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error")
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal_error",
+                    "internal error",
+                )
             }
         }
     }
@@ -85,8 +97,12 @@ where
                 // axum answers a well-formed body of the wrong shape with 422; the admin API's
                 // contract is 400 for every bad body (only a missing content type differs).
                 let (status, code) = match rejection {
-                    JsonRejection::MissingJsonContentType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
-                    JsonRejection::JsonSyntaxError(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
+                    JsonRejection::MissingJsonContentType(_) => {
+                        (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+                    }
+                    JsonRejection::JsonSyntaxError(_) => {
+                        (StatusCode::BAD_REQUEST, "malformed_json")
+                    }
                     _ => (StatusCode::BAD_REQUEST, "invalid_body"),
                 };
                 Err(ApiError::new(status, code, rejection.body_text()))

@@ -5,8 +5,17 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+// glibc's allocator spent a fifth of the server's CPU under load (many threads, short-lived
+// JSON values); mimalloc's thread-local heaps remove most of that.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
-#[command(name = "boson", version, about = "A self-hosted customer data platform that speaks mParticle's protocols")]
+#[command(
+    name = "boson",
+    version,
+    about = "A self-hosted customer data platform that speaks mParticle's protocols"
+)]
 struct Cli {
     /// Optional TOML configuration file (also BOSON_CONFIG); environment variables override it.
     #[arg(long, global = true, env = "BOSON_CONFIG")]

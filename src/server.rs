@@ -68,23 +68,40 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let (depth, oldest) = state.store.queue_stats().await.unwrap_or((0, None));
     let body = state.metrics.render(depth, oldest);
-    ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body)
+    (
+        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        body,
+    )
 }
 
 /// Runs Boson on `listener` until `shutdown` completes, then stops accepting requests, lets
 /// in-flight deliveries finish (queued ones are released to the table) and commits what the
 /// writer holds.
-pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let store = Store::connect(&config.database_url.0).await?;
     if store.is_embedded() {
         // One process owns an embedded database, so leases of a previous run are stale.
-        let released = store.release_all_leases().await.context("failed to release stale leases")?;
+        let released = store
+            .release_all_leases()
+            .await
+            .context("failed to release stale leases")?;
         if released > 0 {
-            tracing::info!(released, "Pending deliveries of the previous run are resumed.");
+            tracing::info!(
+                released,
+                "Pending deliveries of the previous run are resumed."
+            );
         }
     }
     let admin_token_hash = admin_token_hash(&config, &store).await?;
-    let catalog = Arc::new(Catalog::load(store.clone()).await.context("failed to load the catalog")?);
+    let catalog = Arc::new(
+        Catalog::load(store.clone())
+            .await
+            .context("failed to load the catalog")?,
+    );
     let metrics = Arc::new(Metrics::new());
     let lease = Duration::from_secs(config.delivery.lease_secs);
     let (committed, committed_jobs) = mpsc::unbounded_channel();
@@ -102,7 +119,12 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future<Ou
         &config.delivery,
     ));
     let cancel = CancellationToken::new();
-    let delivery = tokio::spawn(delivery::run(ctx, config.delivery.clone(), committed_jobs, cancel.clone()));
+    let delivery = tokio::spawn(delivery::run(
+        ctx,
+        config.delivery.clone(),
+        committed_jobs,
+        cancel.clone(),
+    ));
     if !store.is_embedded() {
         tokio::spawn(refresh_catalog(Arc::clone(&catalog), cancel.clone()));
     }
@@ -117,13 +139,20 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future<Ou
     };
     let address = listener.local_addr().ok();
     tracing::info!(?address, "Boson is listening.");
-    let served = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
+    let served = axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await;
 
     tracing::info!("Shutting down: delivering or releasing in-flight work.");
     cancel.cancel();
     delivery.await.context("delivery task failed")?;
-    if tokio::time::timeout(WRITER_DRAIN, writer_task).await.is_err() {
-        tracing::warn!("The writer did not stop in time; uncommitted job updates will be redone after restart.");
+    if tokio::time::timeout(WRITER_DRAIN, writer_task)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "The writer did not stop in time; uncommitted job updates will be redone after restart."
+        );
     }
     store.close().await;
     served.context("HTTP server failed")
@@ -154,7 +183,9 @@ async fn admin_token_hash(config: &Config, store: &Store) -> anyhow::Result<[u8;
     let mut bytes = [0u8; 24];
     rand::rng().fill_bytes(&mut bytes);
     let token = hex::encode(bytes);
-    let stored = store.init_meta(ADMIN_TOKEN_HASH_KEY, &hex::encode(hash_token(&token))).await?;
+    let stored = store
+        .init_meta(ADMIN_TOKEN_HASH_KEY, &hex::encode(hash_token(&token)))
+        .await?;
     let hash = decode_hash(&stored)?;
     if hash == hash_token(&token) {
         // Printed on stdout, once: only its hash is kept.
@@ -165,5 +196,7 @@ async fn admin_token_hash(config: &Config, store: &Store) -> anyhow::Result<[u8;
 
 fn decode_hash(stored: &str) -> anyhow::Result<[u8; 32]> {
     let bytes = hex::decode(stored).context("stored admin token hash is not hex")?;
-    bytes.try_into().map_err(|_| anyhow::anyhow!("stored admin token hash has the wrong length"))
+    bytes
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("stored admin token hash has the wrong length"))
 }

@@ -20,9 +20,15 @@ use crate::model::now_ms;
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let json = std::env::var("BOSON_LOG_FORMAT").is_ok_and(|f| f == "json");
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -64,7 +70,11 @@ impl Metrics {
     pub(crate) fn new() -> Self {
         let mut registry = Registry::with_prefix("boson");
         let events_accepted = Family::<InputLabels, Counter>::default();
-        registry.register("events_accepted", "Events accepted (committed) by input", events_accepted.clone());
+        registry.register(
+            "events_accepted",
+            "Events accepted (committed) by input",
+            events_accepted.clone(),
+        );
         let events_rejected = Family::<RejectLabels, Counter>::default();
         registry.register(
             "events_rejected",
@@ -78,7 +88,11 @@ impl Metrics {
             deliveries.clone(),
         );
         let events_delivered = Family::<ConnectionLabels, Counter>::default();
-        registry.register("events_delivered", "Events delivered by connection", events_delivered.clone());
+        registry.register(
+            "events_delivered",
+            "Events delivered by connection",
+            events_delivered.clone(),
+        );
         // 1 ms … ~16 s: real-time delivery on loopback sits at the low end, retries at the top.
         let buckets = prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 15);
         let delivery_latency = Histogram::new(buckets);
@@ -108,25 +122,39 @@ impl Metrics {
     }
 
     pub(crate) fn accepted(&self, input: &str, events: usize) {
-        let labels = InputLabels { input: input.to_owned() };
-        self.events_accepted.get_or_create(&labels).inc_by(events as u64);
+        let labels = InputLabels {
+            input: input.to_owned(),
+        };
+        self.events_accepted
+            .get_or_create(&labels)
+            .inc_by(events as u64);
     }
 
     pub(crate) fn rejected(&self, input: Option<&str>, reason: &'static str) {
-        let labels = RejectLabels { input: input.unwrap_or("unknown").to_owned(), reason };
+        let labels = RejectLabels {
+            input: input.unwrap_or("unknown").to_owned(),
+            reason,
+        };
         self.events_rejected.get_or_create(&labels).inc();
     }
 
     pub(crate) fn delivery(&self, connection: &str, outcome: &'static str) {
-        let labels = DeliveryLabels { connection: connection.to_owned(), outcome };
+        let labels = DeliveryLabels {
+            connection: connection.to_owned(),
+            outcome,
+        };
         self.deliveries.get_or_create(&labels).inc();
     }
 
     /// Records a delivered request carrying `events` events of a batch accepted at `accepted_at`.
     pub(crate) fn delivered(&self, connection: &str, events: usize, accepted_at: i64) {
         self.delivery(connection, "delivered");
-        let labels = ConnectionLabels { connection: connection.to_owned() };
-        self.events_delivered.get_or_create(&labels).inc_by(events as u64);
+        let labels = ConnectionLabels {
+            connection: connection.to_owned(),
+        };
+        self.events_delivered
+            .get_or_create(&labels)
+            .inc_by(events as u64);
         let age_ms = now_ms().saturating_sub(accepted_at).max(0);
         self.delivery_latency.observe(age_ms as f64 / 1000.0);
     }
@@ -134,7 +162,8 @@ impl Metrics {
     /// Renders the Prometheus text format, with the queue gauges set from the given reading.
     pub(crate) fn render(&self, depth: i64, oldest_created_at: Option<i64>) -> String {
         self.queue_depth.set(depth);
-        let age = oldest_created_at.map_or(0.0, |t| (now_ms().saturating_sub(t)).max(0) as f64 / 1000.0);
+        let age =
+            oldest_created_at.map_or(0.0, |t| (now_ms().saturating_sub(t)).max(0) as f64 / 1000.0);
         self.oldest_pending_age.set(age);
         let mut out = String::new();
         if let Err(error) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {

@@ -65,7 +65,7 @@ fn not_found(error: crate::store::StoreError) -> ApiError {
     ApiError::from_store(error, "connection_not_found", "connection")
 }
 
-fn settings_error(error: SettingsError) -> ApiError {
+fn settings_error(error: &SettingsError) -> ApiError {
     let code = match error {
         SettingsError::UnknownMetadataField { .. } => "invalid_metadata_field",
         SettingsError::Malformed(_) => "invalid_settings",
@@ -74,23 +74,24 @@ fn settings_error(error: SettingsError) -> ApiError {
 }
 
 fn to_text(settings: &ConnectionSettings) -> Result<String, ApiError> {
-    serde_json::to_string(settings).map_err(|e| ApiError::bad_request("invalid_settings", e.to_string()))
+    serde_json::to_string(settings)
+        .map_err(|e| ApiError::bad_request("invalid_settings", e.to_string()))
 }
 
 /// Checks that an id in a request body names an existing row.
-async fn must_exist(state: &AppState, input_id: Option<&str>, output_id: &str) -> Result<(), ApiError> {
+async fn must_exist(
+    state: &AppState,
+    input_id: Option<&str>,
+    output_id: &str,
+) -> Result<(), ApiError> {
     if let Some(input_id) = input_id {
-        state
-            .store
-            .get_input(input_id)
-            .await
-            .map_err(|_| ApiError::bad_request("unknown_input", format!("no input with id {input_id:?}")))?;
+        state.store.get_input(input_id).await.map_err(|_| {
+            ApiError::bad_request("unknown_input", format!("no input with id {input_id:?}"))
+        })?;
     }
-    state
-        .store
-        .get_output(output_id)
-        .await
-        .map_err(|_| ApiError::bad_request("unknown_output", format!("no output with id {output_id:?}")))?;
+    state.store.get_output(output_id).await.map_err(|_| {
+        ApiError::bad_request("unknown_output", format!("no output with id {output_id:?}"))
+    })?;
     Ok(())
 }
 
@@ -99,10 +100,13 @@ pub(crate) async fn create(
     AppJson(connection): AppJson<ConnectionIn>,
 ) -> Result<(StatusCode, Json<ConnectionOut>), ApiError> {
     let settings = ConnectionSettings::from_json(connection.settings.unwrap_or_else(|| json!({})))
-        .map_err(settings_error)?;
+        .map_err(|e| settings_error(&e))?;
     must_exist(&state, Some(&connection.input_id), &connection.output_id).await?;
     let existing = state.store.list_connections().await.map_err(not_found)?;
-    if existing.iter().any(|c| c.input_id == connection.input_id && c.output_id == connection.output_id) {
+    if existing
+        .iter()
+        .any(|c| c.input_id == connection.input_id && c.output_id == connection.output_id)
+    {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "connection_exists",
@@ -113,20 +117,48 @@ pub(crate) async fn create(
     let text = to_text(&settings)?;
     state
         .store
-        .insert_connection(&id, &connection.input_id, &connection.output_id, &text, now_ms())
+        .insert_connection(
+            &id,
+            &connection.input_id,
+            &connection.output_id,
+            &text,
+            now_ms(),
+        )
         .await
         .map_err(not_found)?;
     reload(&state).await?;
-    Ok((StatusCode::CREATED, Json(state.store.get_connection(&id).await.map_err(not_found)?.into())))
+    Ok((
+        StatusCode::CREATED,
+        Json(
+            state
+                .store
+                .get_connection(&id)
+                .await
+                .map_err(not_found)?
+                .into(),
+        ),
+    ))
 }
 
-pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<Vec<ConnectionOut>>, ApiError> {
+pub(crate) async fn list(
+    State(state): State<AppState>,
+) -> Result<Json<Vec<ConnectionOut>>, ApiError> {
     let rows = state.store.list_connections().await.map_err(not_found)?;
     Ok(Json(rows.into_iter().map(ConnectionOut::from).collect()))
 }
 
-pub(crate) async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<ConnectionOut>, ApiError> {
-    Ok(Json(state.store.get_connection(&id).await.map_err(not_found)?.into()))
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<ConnectionOut>, ApiError> {
+    Ok(Json(
+        state
+            .store
+            .get_connection(&id)
+            .await
+            .map_err(not_found)?
+            .into(),
+    ))
 }
 
 pub(crate) async fn update(
@@ -135,20 +167,39 @@ pub(crate) async fn update(
     AppJson(patch): AppJson<ConnectionPatch>,
 ) -> Result<Json<ConnectionOut>, ApiError> {
     let current = state.store.get_connection(&id).await.map_err(not_found)?;
-    let settings = ConnectionSettings::from_json_str(&current.settings).map_err(settings_error)?;
+    let settings =
+        ConnectionSettings::from_json_str(&current.settings).map_err(|e| settings_error(&e))?;
     let settings = match patch.settings {
-        Some(changes) => settings.merged(changes).map_err(settings_error)?,
+        Some(changes) => settings.merged(changes).map_err(|e| settings_error(&e))?,
         None => settings,
     };
     let output_id = patch.output_id.unwrap_or(current.output_id);
     must_exist(&state, None, &output_id).await?;
-    state.store.update_connection(&id, &output_id, &to_text(&settings)?, now_ms()).await.map_err(not_found)?;
+    state
+        .store
+        .update_connection(&id, &output_id, &to_text(&settings)?, now_ms())
+        .await
+        .map_err(not_found)?;
     reload(&state).await?;
-    Ok(Json(state.store.get_connection(&id).await.map_err(not_found)?.into()))
+    Ok(Json(
+        state
+            .store
+            .get_connection(&id)
+            .await
+            .map_err(not_found)?
+            .into(),
+    ))
 }
 
-pub(crate) async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
-    state.store.delete_connection(&id).await.map_err(not_found)?;
+pub(crate) async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state
+        .store
+        .delete_connection(&id)
+        .await
+        .map_err(not_found)?;
     reload(&state).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -171,7 +222,11 @@ pub(crate) async fn attempts(
     Query(page): Query<Page>,
 ) -> Result<Json<Value>, ApiError> {
     state.store.get_connection(&id).await.map_err(not_found)?;
-    let rows = state.store.attempts(&id, page.limit()).await.map_err(not_found)?;
+    let rows = state
+        .store
+        .attempts(&id, page.limit())
+        .await
+        .map_err(not_found)?;
     let items: Vec<Value> = rows
         .into_iter()
         .map(|a| {
@@ -190,7 +245,11 @@ pub(crate) async fn dead_letters(
     Query(page): Query<Page>,
 ) -> Result<Json<Value>, ApiError> {
     state.store.get_connection(&id).await.map_err(not_found)?;
-    let rows = state.store.dead_letters(&id, page.limit()).await.map_err(not_found)?;
+    let rows = state
+        .store
+        .dead_letters(&id, page.limit())
+        .await
+        .map_err(not_found)?;
     let items: Vec<Value> = rows
         .into_iter()
         .map(|d| {
@@ -205,6 +264,8 @@ pub(crate) async fn dead_letters(
 
 /// The metadata paths a connection can exclude, with readable labels.
 pub(crate) async fn metadata_fields() -> Json<Value> {
-    let fields: Vec<Value> = metadata_paths().map(|(path, label)| json!({"path": path, "label": label})).collect();
+    let fields: Vec<Value> = metadata_paths()
+        .map(|(path, label)| json!({"path": path, "label": label}))
+        .collect();
     Json(json!({ "items": fields }))
 }

@@ -54,7 +54,10 @@ pub(crate) async fn create(
 ) -> Result<(StatusCode, Json<InputOut>), ApiError> {
     let name = check_name(&input.name)?;
     let platform = Platform::parse(&input.platform).ok_or_else(|| {
-        ApiError::bad_request("invalid_platform", "`platform` must be one of ios, android, web, custom_feed")
+        ApiError::bad_request(
+            "invalid_platform",
+            "`platform` must be one of ios, android, web, custom_feed",
+        )
     })?;
     let row = InputRow {
         id: new_id("inp"),
@@ -64,23 +67,45 @@ pub(crate) async fn create(
         api_secret: random_hex(32),
         created_at: now_ms(),
     };
-    state.store.insert_input(&row).await.map_err(|e| ApiError::from_store(e, "input_not_found", "input"))?;
+    state
+        .store
+        .insert_input(&row)
+        .await
+        .map_err(|e| ApiError::from_store(e, "input_not_found", "input"))?;
     reload(&state).await?;
     Ok((StatusCode::CREATED, Json(row.into())))
 }
 
 pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<Vec<InputOut>>, ApiError> {
-    let rows = state.store.list_inputs().await.map_err(|e| ApiError::from_store(e, "input_not_found", "input"))?;
+    let rows = state
+        .store
+        .list_inputs()
+        .await
+        .map_err(|e| ApiError::from_store(e, "input_not_found", "input"))?;
     Ok(Json(rows.into_iter().map(InputOut::from).collect()))
 }
 
-pub(crate) async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<InputOut>, ApiError> {
-    let row = state.store.get_input(&id).await.map_err(|e| ApiError::from_store(e, "input_not_found", "input"))?;
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<InputOut>, ApiError> {
+    let row = state
+        .store
+        .get_input(&id)
+        .await
+        .map_err(|e| ApiError::from_store(e, "input_not_found", "input"))?;
     Ok(Json(row.into()))
 }
 
-pub(crate) async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
-    state.store.delete_input(&id).await.map_err(|e| ApiError::from_store(e, "input_not_found", "input"))?;
+pub(crate) async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state
+        .store
+        .delete_input(&id)
+        .await
+        .map_err(|e| ApiError::from_store(e, "input_not_found", "input"))?;
     reload(&state).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -91,7 +116,11 @@ pub(crate) async fn rotate_secret(
     Path(id): Path<String>,
 ) -> Result<Json<InputOut>, ApiError> {
     let not_found = |e| ApiError::from_store(e, "input_not_found", "input");
-    state.store.set_input_secret(&id, &random_hex(32)).await.map_err(not_found)?;
+    state
+        .store
+        .set_input_secret(&id, &random_hex(32))
+        .await
+        .map_err(not_found)?;
     reload(&state).await?;
     let row = state.store.get_input(&id).await.map_err(not_found)?;
     Ok(Json(row.into()))

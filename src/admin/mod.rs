@@ -21,17 +21,39 @@ use crate::server::AppState;
 pub(crate) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/api/v1/inputs", post(inputs::create).get(inputs::list))
-        .route("/api/v1/inputs/{id}", get(inputs::get).delete(inputs::delete))
-        .route("/api/v1/inputs/{id}/rotate-secret", post(inputs::rotate_secret))
+        .route(
+            "/api/v1/inputs/{id}",
+            get(inputs::get).delete(inputs::delete),
+        )
+        .route(
+            "/api/v1/inputs/{id}/rotate-secret",
+            post(inputs::rotate_secret),
+        )
         .route("/api/v1/outputs", post(outputs::create).get(outputs::list))
-        .route("/api/v1/outputs/{id}", get(outputs::get).patch(outputs::update).delete(outputs::delete))
-        .route("/api/v1/connections", post(connections::create).get(connections::list))
+        .route(
+            "/api/v1/outputs/{id}",
+            get(outputs::get)
+                .patch(outputs::update)
+                .delete(outputs::delete),
+        )
+        .route(
+            "/api/v1/connections",
+            post(connections::create).get(connections::list),
+        )
         .route(
             "/api/v1/connections/{id}",
-            get(connections::get).patch(connections::update).delete(connections::delete),
+            get(connections::get)
+                .patch(connections::update)
+                .delete(connections::delete),
         )
-        .route("/api/v1/connections/{id}/attempts", get(connections::attempts))
-        .route("/api/v1/connections/{id}/dead-letters", get(connections::dead_letters))
+        .route(
+            "/api/v1/connections/{id}/attempts",
+            get(connections::attempts),
+        )
+        .route(
+            "/api/v1/connections/{id}/dead-letters",
+            get(connections::dead_letters),
+        )
         .route("/api/v1/metadata-fields", get(connections::metadata_fields))
         .route_layer(middleware::from_fn_with_state(state, require_admin))
 }
@@ -59,14 +81,21 @@ async fn require_admin(State(state): State<AppState>, request: Request, next: Ne
 /// Reloads the catalog after a write; failure is an internal error, since the write happened
 /// but would not take effect until the next reload.
 async fn reload(state: &AppState) -> Result<(), ApiError> {
-    state.catalog.reload().await.map_err(|e| ApiError::from_store(e, "not_found", "catalog"))
+    state
+        .catalog
+        .reload()
+        .await
+        .map_err(|e| ApiError::from_store(e, "not_found", "catalog"))
 }
 
 /// Checks a human-given name.
 fn check_name(name: &str) -> Result<String, ApiError> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > 200 {
-        return Err(ApiError::bad_request("invalid_name", "`name` must be 1 to 200 characters"));
+        return Err(ApiError::bad_request(
+            "invalid_name",
+            "`name` must be 1 to 200 characters",
+        ));
     }
     Ok(name.to_owned())
 }

@@ -62,12 +62,14 @@ fn not_found(error: crate::store::StoreError) -> ApiError {
 
 /// Parses and checks webhook settings, returning them as stored JSON text.
 async fn webhook_settings(state: &AppState, settings: Value) -> Result<String, ApiError> {
-    let settings: WebhookSettings = serde_json::from_value(settings)
-        .map_err(|e| ApiError::bad_request("invalid_settings", format!("invalid webhook settings: {e}")))?;
+    let settings: WebhookSettings = serde_json::from_value(settings).map_err(|e| {
+        ApiError::bad_request("invalid_settings", format!("invalid webhook settings: {e}"))
+    })?;
     check_destination(&settings.url, state.config.allow_private_destinations)
         .await
         .map_err(|message| ApiError::bad_request("invalid_url", message))?;
-    serde_json::to_string(&settings).map_err(|e| ApiError::bad_request("invalid_settings", e.to_string()))
+    serde_json::to_string(&settings)
+        .map_err(|e| ApiError::bad_request("invalid_settings", e.to_string()))
 }
 
 pub(crate) async fn create(
@@ -76,11 +78,21 @@ pub(crate) async fn create(
 ) -> Result<(StatusCode, Json<OutputOut>), ApiError> {
     let name = check_name(&output.name)?;
     if output.kind != WEBHOOK {
-        return Err(ApiError::bad_request("invalid_kind", "`kind` must be \"webhook\""));
+        return Err(ApiError::bad_request(
+            "invalid_kind",
+            "`kind` must be \"webhook\"",
+        ));
     }
     let settings = webhook_settings(&state, output.settings).await?;
     let now = now_ms();
-    let row = OutputRow { id: new_id("out"), name, kind: WEBHOOK.into(), settings, created_at: now, updated_at: now };
+    let row = OutputRow {
+        id: new_id("out"),
+        name,
+        kind: WEBHOOK.into(),
+        settings,
+        created_at: now,
+        updated_at: now,
+    };
     state.store.insert_output(&row).await.map_err(not_found)?;
     reload(&state).await?;
     Ok((StatusCode::CREATED, Json(row.into())))
@@ -91,8 +103,13 @@ pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<Vec<Outpu
     Ok(Json(rows.into_iter().map(OutputOut::from).collect()))
 }
 
-pub(crate) async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<OutputOut>, ApiError> {
-    Ok(Json(state.store.get_output(&id).await.map_err(not_found)?.into()))
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<OutputOut>, ApiError> {
+    Ok(Json(
+        state.store.get_output(&id).await.map_err(not_found)?.into(),
+    ))
 }
 
 pub(crate) async fn update(
@@ -112,15 +129,29 @@ pub(crate) async fn update(
             merged.extend(changes);
             webhook_settings(&state, Value::Object(merged)).await?
         }
-        Some(_) => return Err(ApiError::bad_request("invalid_settings", "`settings` must be an object")),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_settings",
+                "`settings` must be an object",
+            ));
+        }
         None => current.settings,
     };
-    state.store.update_output(&id, &name, &settings, now_ms()).await.map_err(not_found)?;
+    state
+        .store
+        .update_output(&id, &name, &settings, now_ms())
+        .await
+        .map_err(not_found)?;
     reload(&state).await?;
-    Ok(Json(state.store.get_output(&id).await.map_err(not_found)?.into()))
+    Ok(Json(
+        state.store.get_output(&id).await.map_err(not_found)?.into(),
+    ))
 }
 
-pub(crate) async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+pub(crate) async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     state.store.delete_output(&id).await.map_err(not_found)?;
     reload(&state).await?;
     Ok(StatusCode::NO_CONTENT)

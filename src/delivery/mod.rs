@@ -62,7 +62,8 @@ impl DeliveryContext {
                 initial: Duration::from_millis(config.initial_backoff_ms),
                 max: Duration::from_secs(config.max_backoff_secs),
             },
-            retry_window_ms: i64::try_from(config.retry_window_secs.saturating_mul(1000)).unwrap_or(i64::MAX),
+            retry_window_ms: i64::try_from(config.retry_window_secs.saturating_mul(1000))
+                .unwrap_or(i64::MAX),
         }
     }
 }
@@ -91,7 +92,10 @@ pub(crate) async fn run(
         tracker: TaskTracker::new(),
         cancel: cancel.clone(),
     });
-    let poller = tokio::spawn(poll(Arc::clone(&lanes), Duration::from_millis(config.poll_interval_ms)));
+    let poller = tokio::spawn(poll(
+        Arc::clone(&lanes),
+        Duration::from_millis(config.poll_interval_ms),
+    ));
     loop {
         tokio::select! {
             () = cancel.cancelled() => break,
@@ -120,7 +124,9 @@ impl Lanes {
         let lane = self.lane(&job.connection_id);
         if let Err(error) = lane.try_send(job) {
             let job = match error {
-                mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job) => job,
+                mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job) => {
+                    job
+                }
             };
             self.release(job.id).await;
         }
@@ -133,7 +139,10 @@ impl Lanes {
     }
 
     fn lane(self: &Arc<Self>, connection_id: &str) -> mpsc::Sender<Job> {
-        let mut lanes = self.lanes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut lanes = self
+            .lanes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(lane) = lanes.get(connection_id) {
             return lane.clone();
         }
@@ -186,7 +195,11 @@ async fn poll(lanes: Arc<Lanes>, interval: Duration) {
             lanes.offer(job).await;
         }
         // A full claim means more is due; a short pause keeps a full lane from turning this into a spin.
-        let pause = if full { Duration::from_millis(10) } else { interval };
+        let pause = if full {
+            Duration::from_millis(10)
+        } else {
+            interval
+        };
         tokio::select! {
             () = lanes.cancel.cancelled() => return,
             () = tokio::time::sleep(pause) => {}

@@ -8,7 +8,9 @@ use std::time::Duration;
 pub(crate) enum Classification {
     Delivered,
     /// Try again later; `after` is the receiver's `Retry-After`, if it sent one.
-    Retry { after: Option<Duration> },
+    Retry {
+        after: Option<Duration>,
+    },
     /// The receiver refused the request for good (a 4xx other than 408 and 429).
     DeadLetter,
 }
@@ -41,7 +43,9 @@ pub(crate) struct Backoff {
 impl Backoff {
     /// The ceiling of the delay before attempt `attempt + 1` (attempt counts from 1).
     pub(crate) fn ceiling(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.saturating_sub(1).min(31)).unwrap_or(u32::MAX);
+        let factor = 1u32
+            .checked_shl(attempt.saturating_sub(1).min(31))
+            .unwrap_or(u32::MAX);
         self.initial.saturating_mul(factor).min(self.max)
     }
 

@@ -17,7 +17,8 @@ use crate::model::settings::WebhookSettings;
 /// de-duplicate a request that is delivered twice after a crash or a lost acknowledgement.
 pub(crate) const DELIVERY_ID_HEADER: HeaderName = HeaderName::from_static("x-boson-delivery-id");
 const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
-const BOSON_USER_AGENT: HeaderValue = HeaderValue::from_static(concat!("Boson/", env!("CARGO_PKG_VERSION")));
+const BOSON_USER_AGENT: HeaderValue =
+    HeaderValue::from_static(concat!("Boson/", env!("CARGO_PKG_VERSION")));
 
 /// How a webhook request ended when no HTTP answer came back.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +59,10 @@ impl WebhookClient {
             .no_proxy()
             .dns_resolver(Arc::new(GuardedResolver { allow_private }))
             .build()?;
-        Ok(Self { client, allow_private })
+        Ok(Self {
+            client,
+            allow_private,
+        })
     }
 
     /// POSTs one JSON body to the output's URL.
@@ -68,13 +72,16 @@ impl WebhookClient {
         delivery_id: &str,
         body: Vec<u8>,
     ) -> Result<Answer, SendError> {
-        let url = Url::parse(&output.url).map_err(|e| SendError::Refused(format!("invalid URL: {e}")))?;
+        let url =
+            Url::parse(&output.url).map_err(|e| SendError::Refused(format!("invalid URL: {e}")))?;
         // IP literals bypass the resolver, so they are checked here.
         if let Some(ip) = literal_ip(&url)
             && !self.allow_private
             && is_private(ip)
         {
-            return Err(SendError::Refused(format!("destination {ip} is a private address")));
+            return Err(SendError::Refused(format!(
+                "destination {ip} is a private address"
+            )));
         }
         let mut request = self
             .client
@@ -83,16 +90,26 @@ impl WebhookClient {
             .header(USER_AGENT, BOSON_USER_AGENT)
             .header(DELIVERY_ID_HEADER, delivery_id)
             .body(body);
-        if let Some(auth) = output.authorization_header.as_deref().filter(|a| !a.is_empty()) {
+        if let Some(auth) = output
+            .authorization_header
+            .as_deref()
+            .filter(|a| !a.is_empty())
+        {
             request = request.header(AUTHORIZATION, auth);
         }
-        let response = request.send().await.map_err(|e| SendError::Transport(error_chain(&e)))?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| SendError::Transport(error_chain(&e)))?;
         let retry_after = response
             .headers()
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_retry_after);
-        Ok(Answer { status: response.status().as_u16(), retry_after })
+        Ok(Answer {
+            status: response.status().as_u16(),
+            retry_after,
+        })
     }
 }
 
@@ -179,11 +196,15 @@ impl Resolve for GuardedResolver {
         let allow_private = self.allow_private;
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let resolved: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let allowed: Vec<SocketAddr> =
-                resolved.into_iter().filter(|a| allow_private || !is_private(a.ip())).collect();
+            let resolved: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let allowed: Vec<SocketAddr> = resolved
+                .into_iter()
+                .filter(|a| allow_private || !is_private(a.ip()))
+                .collect();
             if allowed.is_empty() {
-                let message = format!("{host} resolves only to loopback, private or link-local addresses");
+                let message =
+                    format!("{host} resolves only to loopback, private or link-local addresses");
                 return Err(message.into());
             }
             let addrs: Addrs = Box::new(allowed.into_iter());
@@ -198,7 +219,19 @@ mod tests {
 
     #[test]
     fn private_ranges_are_recognised() {
-        for ip in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0", "::1", "fd00::1", "fe80::1", "::ffff:127.0.0.1"] {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+        ] {
             assert!(is_private(ip.parse().unwrap()), "{ip}");
         }
         for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
@@ -208,9 +241,21 @@ mod tests {
 
     #[tokio::test]
     async fn saving_a_private_destination_is_refused_unless_allowed() {
-        assert!(check_destination("http://127.0.0.1:9/x", false).await.is_err());
-        assert!(check_destination("http://localhost:9/x", false).await.is_err());
-        assert!(check_destination("http://127.0.0.1:9/x", true).await.is_ok());
+        assert!(
+            check_destination("http://127.0.0.1:9/x", false)
+                .await
+                .is_err()
+        );
+        assert!(
+            check_destination("http://localhost:9/x", false)
+                .await
+                .is_err()
+        );
+        assert!(
+            check_destination("http://127.0.0.1:9/x", true)
+                .await
+                .is_ok()
+        );
         assert!(check_destination("ftp://example.com/", true).await.is_err());
         assert!(check_destination("not a url", true).await.is_err());
     }
@@ -218,7 +263,11 @@ mod tests {
     #[tokio::test]
     async fn sending_to_a_private_literal_is_refused() {
         let client = WebhookClient::new(false, Duration::from_secs(1)).unwrap();
-        let output = WebhookSettings { url: "http://127.0.0.1:9/".into(), authorization_header: None, include_mp_deviceid: false };
+        let output = WebhookSettings {
+            url: "http://127.0.0.1:9/".into(),
+            authorization_header: None,
+            include_mp_deviceid: false,
+        };
         let result = client.post(&output, "d1", b"{}".to_vec()).await;
         assert!(matches!(result, Err(SendError::Refused(_))), "{result:?}");
     }

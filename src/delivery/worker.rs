@@ -27,23 +27,33 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
         Ok(settings) => settings,
         Err(error) => {
             let whole_batch = vec![(job.progress, job.body.to_vec())];
-            return attempt.retry(job.progress, format!("settings unavailable: {error}"), None, whole_batch);
+            return attempt.retry(
+                job.progress,
+                format!("settings unavailable: {error}"),
+                None,
+                whole_batch,
+            );
         }
     };
     let document: serde_json::Value = match serde_json::from_slice(&job.body) {
         Ok(document) => document,
         Err(error) => {
-            attempt.dead_letter(0, job.body.to_vec(), None, format!("stored batch is unreadable: {error}"));
+            attempt.dead_letter(
+                0,
+                job.body.to_vec(),
+                None,
+                format!("stored batch is unreadable: {error}"),
+            );
             return attempt.finish("dead_letter", None);
         }
     };
     let plan = filter::plan(&settings, &output, job.batch_id, &document);
     let bodies: Vec<(i64, usize, Vec<u8>)> = plan
         .payloads
-        .iter()
+        .into_iter()
         .enumerate()
         .skip(usize::try_from(job.progress).unwrap_or(0))
-        .map(|(i, p)| (i64::try_from(i).unwrap_or(i64::MAX), p.event_count, serde_json::to_vec(&p.body).unwrap_or_default()))
+        .map(|(i, p)| (i64::try_from(i).unwrap_or(i64::MAX), p.event_count, p.body))
         .collect();
 
     for (position, (index, event_count, body)) in bodies.iter().enumerate() {
@@ -54,7 +64,8 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
                 attempt.last_status = Some(i64::from(answer.status));
                 match classify(answer.status, answer.retry_after) {
                     Classification::Delivered => {
-                        ctx.metrics.delivered(&job.connection_id, *event_count, job.created_at);
+                        ctx.metrics
+                            .delivered(&job.connection_id, *event_count, job.created_at);
                         continue;
                     }
                     Classification::DeadLetter => {
@@ -62,7 +73,9 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
                         attempt.dead_letter(*index, body.clone(), attempt.last_status, error);
                         continue;
                     }
-                    Classification::Retry { after } => (format!("receiver answered {}", answer.status), after),
+                    Classification::Retry { after } => {
+                        (format!("receiver answered {}", answer.status), after)
+                    }
                 }
             }
             Err(SendError::Refused(error)) => {
@@ -71,10 +84,17 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
             }
             Err(SendError::Transport(error)) => (error, None),
         };
-        let remaining = bodies[position..].iter().map(|(i, _, b)| (*i, b.clone())).collect();
+        let remaining = bodies[position..]
+            .iter()
+            .map(|(i, _, b)| (*i, b.clone()))
+            .collect();
         return attempt.retry(*index, error, after, remaining);
     }
-    let outcome = if attempt.dead.is_empty() { "delivered" } else { "dead_letter" };
+    let outcome = if attempt.dead.is_empty() {
+        "delivered"
+    } else {
+        "dead_letter"
+    };
     attempt.finish(outcome, None)
 }
 
@@ -90,11 +110,22 @@ struct Attempt<'a> {
 
 impl<'a> Attempt<'a> {
     fn new(ctx: &'a DeliveryContext, job: &'a Job) -> Self {
-        Self { ctx, job, started: Instant::now(), dead: Vec::new(), last_status: None, requests: 0 }
+        Self {
+            ctx,
+            job,
+            started: Instant::now(),
+            dead: Vec::new(),
+            last_status: None,
+            requests: 0,
+        }
     }
 
     fn key(&self) -> JobKey {
-        JobKey { id: self.job.id, batch_id: self.job.batch_id, connection_id: self.job.connection_id.clone() }
+        JobKey {
+            id: self.job.id,
+            batch_id: self.job.batch_id,
+            connection_id: self.job.connection_id.clone(),
+        }
     }
 
     fn record(&self, outcome: &'static str, error: Option<String>) -> AttemptRecord {
@@ -108,14 +139,31 @@ impl<'a> Attempt<'a> {
         }
     }
 
-    fn dead_letter(&mut self, payload_index: i64, body: Vec<u8>, status: Option<i64>, error: String) {
-        self.ctx.metrics.delivery(&self.job.connection_id, "dead_letter");
-        self.dead.push(DeadLetter { payload_index, body, status, error });
+    fn dead_letter(
+        &mut self,
+        payload_index: i64,
+        body: Vec<u8>,
+        status: Option<i64>,
+        error: String,
+    ) {
+        self.ctx
+            .metrics
+            .delivery(&self.job.connection_id, "dead_letter");
+        self.dead.push(DeadLetter {
+            payload_index,
+            body,
+            status,
+            error,
+        });
     }
 
     fn finish(self, outcome: &'static str, error: Option<String>) -> JobUpdate {
         let error = error.or_else(|| self.dead.last().map(|d| d.error.clone()));
-        JobUpdate::Finished { job: self.key(), attempt: self.record(outcome, error), dead: self.dead }
+        JobUpdate::Finished {
+            job: self.key(),
+            attempt: self.record(outcome, error),
+            dead: self.dead,
+        }
     }
 
     /// Schedules a retry from request `progress` on, or, once the retry window is over,
@@ -129,14 +177,26 @@ impl<'a> Attempt<'a> {
     ) -> JobUpdate {
         let attempts = self.job.attempts + 1;
         let draw = rand::rng().random::<f64>();
-        let delay = self.ctx.backoff.delay(u32::try_from(attempts).unwrap_or(u32::MAX), after, draw);
-        let next_attempt_at = now_ms().saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
+        let delay =
+            self.ctx
+                .backoff
+                .delay(u32::try_from(attempts).unwrap_or(u32::MAX), after, draw);
+        let next_attempt_at =
+            now_ms().saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
         if next_attempt_at <= self.job.created_at.saturating_add(self.ctx.retry_window_ms) {
             self.ctx.metrics.delivery(&self.job.connection_id, "retry");
             let attempt = self.record("retry", Some(error));
-            return JobUpdate::Retry { job: self.key(), progress, attempts, next_attempt_at, attempt, dead: self.dead };
+            return JobUpdate::Retry {
+                job: self.key(),
+                progress,
+                attempts,
+                next_attempt_at,
+                attempt,
+                dead: self.dead,
+            };
         }
-        let error = format!("retry window exhausted after {attempts} attempts; last error: {error}");
+        let error =
+            format!("retry window exhausted after {attempts} attempts; last error: {error}");
         for (index, body) in remaining {
             let status = self.last_status;
             self.dead_letter(index, body, status, error.clone());

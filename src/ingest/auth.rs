@@ -10,10 +10,17 @@ use super::response::IngestError;
 use crate::catalog::{Catalog, InputEntry};
 
 /// Finds the input whose key and secret the request carries.
-pub(crate) fn authenticate(catalog: &Catalog, headers: &HeaderMap) -> Result<InputEntry, IngestError> {
-    let header = headers.get(AUTHORIZATION).ok_or_else(IngestError::unauthorized)?;
+pub(crate) fn authenticate(
+    catalog: &Catalog,
+    headers: &HeaderMap,
+) -> Result<InputEntry, IngestError> {
+    let header = headers
+        .get(AUTHORIZATION)
+        .ok_or_else(IngestError::unauthorized)?;
     let (key, secret) = parse_basic(header.as_bytes()).ok_or_else(IngestError::forbidden)?;
-    let input = catalog.input_by_key(&key).ok_or_else(IngestError::forbidden)?;
+    let input = catalog
+        .input_by_key(&key)
+        .ok_or_else(IngestError::forbidden)?;
     if constant_time_eq(input.secret.as_bytes(), secret.as_bytes()) {
         Ok(input)
     } else {
@@ -44,7 +51,10 @@ mod tests {
     #[test]
     fn basic_credentials_are_parsed() {
         let header = format!("Basic {}", STANDARD.encode("key:sec:ret"));
-        assert_eq!(parse_basic(header.as_bytes()), Some(("key".into(), "sec:ret".into())));
+        assert_eq!(
+            parse_basic(header.as_bytes()),
+            Some(("key".into(), "sec:ret".into()))
+        );
         assert_eq!(parse_basic(b"Bearer abc"), None);
         assert_eq!(parse_basic(b"Basic !!!"), None);
     }

@@ -76,8 +76,12 @@ async fn accept(
         StatusCode::PAYLOAD_TOO_LARGE => IngestError::too_large(state.config.ingest.max_body_bytes),
         _ => IngestError::bad_request("unreadable_body", rejection.body_text()),
     })?;
-    let value: Value = serde_json::from_slice(&body)
-        .map_err(|e| IngestError::bad_request("malformed_json", format!("Request body is not valid JSON: {e}.")))?;
+    let value: Value = serde_json::from_slice(&body).map_err(|e| {
+        IngestError::bad_request(
+            "malformed_json",
+            format!("Request body is not valid JSON: {e}."),
+        )
+    })?;
     let documents = match (shape, value) {
         (Shape::Single, value) => vec![(String::new(), value)],
         (Shape::Bulk, Value::Array(items)) => {
@@ -85,13 +89,23 @@ async fn accept(
             if items.len() > limit {
                 return Err(IngestError::bad_request(
                     "too_many_batches",
-                    format!("A bulk request may hold at most {limit} batches; this one holds {}.", items.len()),
+                    format!(
+                        "A bulk request may hold at most {limit} batches; this one holds {}.",
+                        items.len()
+                    ),
                 ));
             }
-            items.into_iter().enumerate().map(|(i, v)| (format!("[{i}]"), v)).collect()
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| (format!("[{i}]"), v))
+                .collect()
         }
         (Shape::Bulk, _) => {
-            return Err(IngestError::bad_request("invalid_batch", "Request body must be a JSON array of batches."));
+            return Err(IngestError::bad_request(
+                "invalid_batch",
+                "Request body must be a JSON array of batches.",
+            ));
         }
     };
 

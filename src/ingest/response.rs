@@ -18,14 +18,21 @@ pub(crate) struct IngestError {
 
 impl IngestError {
     pub(crate) fn bad_request(reason: &'static str, message: impl Into<String>) -> Self {
-        Self { status: StatusCode::BAD_REQUEST, code: "BAD_REQUEST", message: message.into(), reason }
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            code: "BAD_REQUEST",
+            message: message.into(),
+            reason,
+        }
     }
 
     pub(crate) fn unauthorized() -> Self {
         Self {
             status: StatusCode::UNAUTHORIZED,
             code: "UNAUTHORIZED",
-            message: "Missing Authorization header: use HTTP Basic with the input's API key and secret.".into(),
+            message:
+                "Missing Authorization header: use HTTP Basic with the input's API key and secret."
+                    .into(),
             reason: "unauthorized",
         }
     }

@@ -73,7 +73,10 @@ pub(crate) struct BatchError {
 impl BatchError {
     fn new(field: impl Into<String>, problem: &str) -> Self {
         let field = field.into();
-        Self { message: format!("Field \"{field}\" {problem}."), field }
+        Self {
+            message: format!("Field \"{field}\" {problem}."),
+            field,
+        }
     }
 }
 
@@ -111,7 +114,13 @@ pub(crate) fn normalize(
     let Value::Object(mut batch) = value else {
         return Err(BatchError::new(root(prefix), "must be a JSON object"));
     };
-    let at = |key: &str| if prefix.is_empty() { key.to_owned() } else { format!("{prefix}.{key}") };
+    let at = |key: &str| {
+        if prefix.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{prefix}.{key}")
+        }
+    };
 
     let source_request_id = match batch.remove("source_request_id") {
         None | Some(Value::Null) => None,
@@ -122,7 +131,13 @@ pub(crate) fn normalize(
     normalize_identities(&mut batch, &at("user_identities"), now_ms)?;
     check_user_attributes(&batch, &at("user_attributes"))?;
     normalize_mpid(&mut batch, &at("mpid"))?;
-    for key in ["device_info", "application_info", "context", "consent_state", "integration_attributes"] {
+    for key in [
+        "device_info",
+        "application_info",
+        "context",
+        "consent_state",
+        "integration_attributes",
+    ] {
         expect_optional(&batch, key, &at(key), Value::is_object, "must be an object")?;
     }
     for key in ["ip", "mp_deviceid", "sdk_version"] {
@@ -140,7 +155,13 @@ pub(crate) fn normalize(
             ));
         }
     }
-    expect_optional(&batch, "schema_version", &at("schema_version"), is_integer, "must be an integer")?;
+    expect_optional(
+        &batch,
+        "schema_version",
+        &at("schema_version"),
+        is_integer,
+        "must be an integer",
+    )?;
 
     // What mParticle adds on receipt (spec §1.8); read-only keys a client sent are overwritten.
     batch.insert("schema_version".into(), json!(2));
@@ -148,13 +169,23 @@ pub(crate) fn normalize(
     batch.insert("message_id".into(), json!(uuid::Uuid::new_v4().to_string()));
     batch.insert("message_type".into(), json!("events"));
     batch.insert("source_info".into(), json!({ "channel": channel.as_str() }));
-    batch.entry("system_notifications").or_insert_with(|| json!([]));
+    batch
+        .entry("system_notifications")
+        .or_insert_with(|| json!([]));
 
-    Ok(NormalizedBatch { document: Value::Object(batch), source_request_id, event_count })
+    Ok(NormalizedBatch {
+        document: Value::Object(batch),
+        source_request_id,
+        event_count,
+    })
 }
 
 fn root(prefix: &str) -> String {
-    if prefix.is_empty() { "batch".to_owned() } else { prefix.to_owned() }
+    if prefix.is_empty() {
+        "batch".to_owned()
+    } else {
+        prefix.to_owned()
+    }
 }
 
 fn is_integer(v: &Value) -> bool {
@@ -189,7 +220,8 @@ fn normalize_mpid(batch: &mut Map<String, Value>, field: &str) -> Result<(), Bat
     match batch.get("mpid") {
         None | Some(Value::Null) => Ok(()),
         Some(v) => {
-            let mpid = parse_int64(v).ok_or_else(|| BatchError::new(field, "must be a 64-bit integer"))?;
+            let mpid =
+                parse_int64(v).ok_or_else(|| BatchError::new(field, "must be a 64-bit integer"))?;
             batch.insert("mpid".into(), json!(mpid));
             Ok(())
         }
@@ -217,7 +249,10 @@ fn normalize_events(
 
 fn normalize_event(event: &mut Value, field: &str, now_ms: i64) -> Result<(), BatchError> {
     let Value::Object(event) = event else {
-        return Err(BatchError::new(field, "must be an object with \"event_type\" and \"data\""));
+        return Err(BatchError::new(
+            field,
+            "must be an object with \"event_type\" and \"data\"",
+        ));
     };
     let event_type = match event.get("event_type") {
         Some(Value::String(t)) if EVENT_TYPES.contains(&t.as_str()) => t.clone(),
@@ -230,13 +265,18 @@ fn normalize_event(event: &mut Value, field: &str, now_ms: i64) -> Result<(), Ba
         _ => {
             return Err(BatchError {
                 field: format!("{field}.event_type"),
-                message: format!("Required event field \"{field}.event_type\" is missing or empty."),
+                message: format!(
+                    "Required event field \"{field}.event_type\" is missing or empty."
+                ),
             });
         }
     };
     let data = event.entry("data").or_insert_with(|| json!({}));
     let Value::Object(data) = data else {
-        return Err(BatchError::new(format!("{field}.data"), "must be an object"));
+        return Err(BatchError::new(
+            format!("{field}.data"),
+            "must be an object",
+        ));
     };
     let data_field = format!("{field}.data");
     check_common_data(data, &data_field)?;
@@ -244,28 +284,55 @@ fn normalize_event(event: &mut Value, field: &str, now_ms: i64) -> Result<(), Ba
     if !data.contains_key("timestamp_unixtime_ms") {
         data.insert("timestamp_unixtime_ms".into(), json!(now_ms));
     }
-    data.entry("message_id").or_insert_with(|| json!(uuid::Uuid::new_v4().to_string()));
+    data.entry("message_id")
+        .or_insert_with(|| json!(uuid::Uuid::new_v4().to_string()));
     Ok(())
 }
 
 fn check_common_data(data: &mut Map<String, Value>, field: &str) -> Result<(), BatchError> {
-    for key in ["timestamp_unixtime_ms", "event_num", "session_start_unixtime_ms", "event_start_unixtime_ms"] {
+    for key in [
+        "timestamp_unixtime_ms",
+        "event_num",
+        "session_start_unixtime_ms",
+        "event_start_unixtime_ms",
+    ] {
         if let Some(v) = data.get(key).filter(|v| !v.is_null()) {
-            let n = parse_int64(v)
-                .ok_or_else(|| BatchError::new(format!("{field}.{key}"), "must be a 64-bit integer"))?;
+            let n = parse_int64(v).ok_or_else(|| {
+                BatchError::new(format!("{field}.{key}"), "must be a 64-bit integer")
+            })?;
             data.insert(key.into(), json!(n));
         }
     }
-    for key in ["custom_attributes", "custom_flags", "location", "device_current_state"] {
-        expect_optional(data, key, &format!("{field}.{key}"), Value::is_object, "must be an object")?;
+    for key in [
+        "custom_attributes",
+        "custom_flags",
+        "location",
+        "device_current_state",
+    ] {
+        expect_optional(
+            data,
+            key,
+            &format!("{field}.{key}"),
+            Value::is_object,
+            "must be an object",
+        )?;
     }
     for key in ["source_message_id", "session_uuid"] {
-        expect_optional(data, key, &format!("{field}.{key}"), Value::is_string, "must be a string")?;
+        expect_optional(
+            data,
+            key,
+            &format!("{field}.{key}"),
+            Value::is_string,
+            "must be a string",
+        )?;
     }
     if let Some(Value::Object(location)) = data.get("location") {
         for key in ["latitude", "longitude"] {
             if !location.get(key).is_some_and(Value::is_number) {
-                return Err(BatchError::new(format!("{field}.location.{key}"), "must be a number"));
+                return Err(BatchError::new(
+                    format!("{field}.location.{key}"),
+                    "must be a number",
+                ));
             }
         }
     }
@@ -291,11 +358,23 @@ fn check_type_specific(
             truncate_event_name(data);
         }
         "screen_view" => {
-            expect_optional(data, "screen_name", &format!("{field}.screen_name"), Value::is_string, "must be a string")?;
+            expect_optional(
+                data,
+                "screen_name",
+                &format!("{field}.screen_name"),
+                Value::is_string,
+                "must be a string",
+            )?;
         }
         "commerce_event" => {
             for key in ["product_action", "promotion_action", "shopping_cart"] {
-                expect_optional(data, key, &format!("{field}.{key}"), Value::is_object, "must be an object")?;
+                expect_optional(
+                    data,
+                    key,
+                    &format!("{field}.{key}"),
+                    Value::is_object,
+                    "must be an object",
+                )?;
             }
             expect_optional(
                 data,
@@ -306,7 +385,13 @@ fn check_type_specific(
             )?;
         }
         "session_end" => {
-            expect_optional(data, "session_duration_ms", &format!("{field}.session_duration_ms"), is_integer, "must be an integer")?;
+            expect_optional(
+                data,
+                "session_duration_ms",
+                &format!("{field}.session_duration_ms"),
+                is_integer,
+                "must be an integer",
+            )?;
         }
         _ => {}
     }
@@ -329,12 +414,21 @@ fn normalize_identities(
     let identities = match batch.remove("user_identities") {
         None | Some(Value::Null) => return Ok(()),
         Some(Value::Object(map)) => map,
-        Some(_) => return Err(BatchError::new(field, "must be an object of identity type to value")),
+        Some(_) => {
+            return Err(BatchError::new(
+                field,
+                "must be an object of identity type to value",
+            ));
+        }
     };
     let mut out = Vec::with_capacity(identities.len());
     for (identity_type, value) in identities {
         // mParticle's Python SDK spells the customer id `customerid`; it means `customer_id`.
-        let identity_type = if identity_type == "customerid" { "customer_id".to_owned() } else { identity_type };
+        let identity_type = if identity_type == "customerid" {
+            "customer_id".to_owned()
+        } else {
+            identity_type
+        };
         if !IDENTITY_TYPES.contains(&identity_type.as_str()) {
             return Err(BatchError::new(
                 format!("{field}.{identity_type}"),
@@ -348,7 +442,12 @@ fn normalize_identities(
                 "identity": identity,
                 "timestamp_unixtime_ms": now_ms,
             })),
-            _ => return Err(BatchError::new(format!("{field}.{identity_type}"), "must be a string")),
+            _ => {
+                return Err(BatchError::new(
+                    format!("{field}.{identity_type}"),
+                    "must be a string",
+                ));
+            }
         }
     }
     batch.insert("user_identities".into(), Value::Array(out));
@@ -398,7 +497,10 @@ mod tests {
             "events": [{"event_type": "custom_event", "data": {"event_name": "x", "custom_event_type": "other", "extra": 1}}]
         }));
         let doc = &b.document;
-        assert_eq!(doc["user_identities"], json!([{"identity_type": "customer_id", "identity": "c1", "timestamp_unixtime_ms": 1_700_000_000_000i64}]));
+        assert_eq!(
+            doc["user_identities"],
+            json!([{"identity_type": "customer_id", "identity": "c1", "timestamp_unixtime_ms": 1_700_000_000_000i64}])
+        );
         assert_eq!(doc["something_new"], json!({"kept": true}));
         assert_eq!(doc["events"][0]["data"]["extra"], json!(1));
         assert_eq!(doc["schema_version"], json!(2));
@@ -417,9 +519,13 @@ mod tests {
     fn wrong_types_are_named() {
         assert_eq!(err(json!({"events": {}})).field, "events");
         assert_eq!(err(json!({"mpid": "abc"})).field, "mpid");
-        assert_eq!(err(json!({"user_identities": {"nope": "x"}})).field, "user_identities.nope");
         assert_eq!(
-            err(json!({"events": [{"event_type": "custom_event", "data": {"event_name": "a"}}]})).field,
+            err(json!({"user_identities": {"nope": "x"}})).field,
+            "user_identities.nope"
+        );
+        assert_eq!(
+            err(json!({"events": [{"event_type": "custom_event", "data": {"event_name": "a"}}]}))
+                .field,
             "events[0].data.custom_event_type"
         );
         assert_eq!(err(json!([1])).field, "batch");
@@ -436,14 +542,21 @@ mod tests {
     #[test]
     fn long_event_names_are_truncated_like_mparticle() {
         let name = "é".repeat(300);
-        let b = ok(json!({"events": [{"event_type": "custom_event", "data": {"event_name": name, "custom_event_type": "other"}}]}));
-        let got = b.document["events"][0]["data"]["event_name"].as_str().unwrap();
+        let b = ok(
+            json!({"events": [{"event_type": "custom_event", "data": {"event_name": name, "custom_event_type": "other"}}]}),
+        );
+        let got = b.document["events"][0]["data"]["event_name"]
+            .as_str()
+            .unwrap();
         assert_eq!(got.chars().count(), 256);
     }
 
     #[test]
     fn the_sample_batches_from_the_spec_are_accepted() {
-        for file in ["mparticle.inbound.eventsapi.sample.json", "api-evangelist.mparticle-eventsapi-sample.json"] {
+        for file in [
+            "mparticle.inbound.eventsapi.sample.json",
+            "api-evangelist.mparticle-eventsapi-sample.json",
+        ] {
             let path = format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"));
             let text = std::fs::read_to_string(&path).unwrap();
             let value: Value = serde_json::from_str(&text).unwrap();

@@ -79,18 +79,22 @@ impl ConnectionSettings {
 
     /// Parses settings stored as JSON text.
     pub(crate) fn from_json_str(text: &str) -> Result<Self, SettingsError> {
-        let value = serde_json::from_str(text).map_err(|e| SettingsError::Malformed(e.to_string()))?;
+        let value =
+            serde_json::from_str(text).map_err(|e| SettingsError::Malformed(e.to_string()))?;
         Self::from_json(value)
     }
 
     /// Applies a partial update (a JSON object of keys to change) on top of these settings.
     pub(crate) fn merged(&self, patch: serde_json::Value) -> Result<Self, SettingsError> {
         let serde_json::Value::Object(patch) = patch else {
-            return Err(SettingsError::Malformed("settings must be a JSON object".into()));
+            return Err(SettingsError::Malformed(
+                "settings must be a JSON object".into(),
+            ));
         };
-        let mut current = match serde_json::to_value(self) {
-            Ok(serde_json::Value::Object(map)) => map,
-            _ => return Err(SettingsError::Malformed("settings are not an object".into())),
+        let Ok(serde_json::Value::Object(mut current)) = serde_json::to_value(self) else {
+            return Err(SettingsError::Malformed(
+                "settings are not an object".into(),
+            ));
         };
         current.extend(patch);
         Self::from_json(serde_json::Value::Object(current))
@@ -99,7 +103,9 @@ impl ConnectionSettings {
     fn validate(&self) -> Result<(), SettingsError> {
         for field in &self.metadata_field_exclusions {
             if !is_metadata_path(field) {
-                return Err(SettingsError::UnknownMetadataField { field: field.clone() });
+                return Err(SettingsError::UnknownMetadataField {
+                    field: field.clone(),
+                });
             }
         }
         Ok(())
@@ -171,9 +177,15 @@ pub(crate) const BATCH_METADATA_KEYS: &[(&str, &str)] = &[("ip", "IP Address")];
 
 /// Every valid dotted metadata path with its readable label, in a stable order.
 pub(crate) fn metadata_paths() -> impl Iterator<Item = (String, &'static str)> {
-    let batch = BATCH_METADATA_KEYS.iter().map(|(k, l)| ((*k).to_owned(), *l));
-    let device = DEVICE_INFO_KEYS.iter().map(|(k, l)| (format!("device_info.{k}"), *l));
-    let app = APPLICATION_INFO_KEYS.iter().map(|(k, l)| (format!("application_info.{k}"), *l));
+    let batch = BATCH_METADATA_KEYS
+        .iter()
+        .map(|(k, l)| ((*k).to_owned(), *l));
+    let device = DEVICE_INFO_KEYS
+        .iter()
+        .map(|(k, l)| (format!("device_info.{k}"), *l));
+    let app = APPLICATION_INFO_KEYS
+        .iter()
+        .map(|(k, l)| (format!("application_info.{k}"), *l));
     batch.chain(device).chain(app)
 }
 
@@ -223,8 +235,10 @@ mod tests {
 
     #[test]
     fn unknown_metadata_path_names_the_valid_ones() {
-        let err = ConnectionSettings::from_json(json!({"metadata_field_exclusions": ["device_info.nope"]}))
-            .unwrap_err();
+        let err = ConnectionSettings::from_json(
+            json!({"metadata_field_exclusions": ["device_info.nope"]}),
+        )
+        .unwrap_err();
         let message = err.to_string();
         assert!(message.contains("device_info.nope"));
         assert!(message.contains("device_info.device"));

@@ -16,7 +16,8 @@ pub(crate) enum Verdict {
 /// One webhook request body and how many events it carries.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Payload {
-    pub(crate) body: Value,
+    /// The JSON body, serialised.
+    pub(crate) body: Vec<u8>,
     pub(crate) event_count: usize,
 }
 
@@ -28,31 +29,42 @@ pub(crate) struct Plan {
     pub(crate) verdicts: Vec<Verdict>,
 }
 
+/// A gate: the setting's name and whether it lets its event types through.
+pub(crate) type Gate = (&'static str, fn(&ConnectionSettings) -> bool);
+
 /// The setting that gates an event type, or `None` for types no setting controls.
 ///
 /// mParticle documents the lifecycle toggle as "application start/stop, session start/end"; we put
 /// the other install-lifecycle types (`first_run`, `uninstall`, `opt_out`) under it too, and
 /// breadcrumbs with crashes, since a breadcrumb only exists to explain a crash.
-pub(crate) fn gate(event_type: &str) -> Option<(&'static str, fn(&ConnectionSettings) -> bool)> {
-    let gate: (&'static str, fn(&ConnectionSettings) -> bool) = match event_type {
+pub(crate) fn gate(event_type: &str) -> Option<Gate> {
+    let gate: Gate = match event_type {
         "custom_event" => ("send_custom_events", |s| s.send_custom_events),
-        "session_start" | "session_end" | "application_state_transition" | "first_run"
-        | "uninstall" | "opt_out" => ("send_lifecycle_events", |s| s.send_lifecycle_events),
-        "profile" => ("send_profile_change_events", |s| s.send_profile_change_events),
+        "session_start"
+        | "session_end"
+        | "application_state_transition"
+        | "first_run"
+        | "uninstall"
+        | "opt_out" => ("send_lifecycle_events", |s| s.send_lifecycle_events),
+        "profile" => ("send_profile_change_events", |s| {
+            s.send_profile_change_events
+        }),
         "screen_view" => ("send_screen_views", |s| s.send_screen_views),
         "commerce_event" => ("send_commerce_events", |s| s.send_commerce_events),
-        "user_identity_change" => {
-            ("include_user_identity_change_events", |s| s.include_user_identity_change_events)
-        }
-        "user_attribute_change" => {
-            ("include_user_attribute_change_events", |s| s.include_user_attribute_change_events)
-        }
+        "user_identity_change" => ("include_user_identity_change_events", |s| {
+            s.include_user_identity_change_events
+        }),
+        "user_attribute_change" => ("include_user_attribute_change_events", |s| {
+            s.include_user_attribute_change_events
+        }),
         "crash_report" | "breadcrumb" => ("send_crash_events", |s| s.send_crash_events),
-        "network_performance" => {
-            ("send_network_performance_events", |s| s.send_network_performance_events)
-        }
+        "network_performance" => ("send_network_performance_events", |s| {
+            s.send_network_performance_events
+        }),
         "push_registration" | "push_message" | "push_reaction" => {
-            ("send_push_registrations_and_receipts", |s| s.send_push_registrations_and_receipts)
+            ("send_push_registrations_and_receipts", |s| {
+                s.send_push_registrations_and_receipts
+            })
         }
         _ => return None,
     };
@@ -64,7 +76,10 @@ pub(crate) fn verdict(settings: &ConnectionSettings, event: &Value) -> Verdict {
     if settings.status == ConnectionStatus::Inactive {
         return Verdict::Filtered("status");
     }
-    let event_type = event.get("event_type").and_then(Value::as_str).unwrap_or_default();
+    let event_type = event
+        .get("event_type")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     match gate(event_type) {
         Some((setting, allowed)) if !allowed(settings) => Verdict::Filtered(setting),
         _ => Verdict::Forwarded,
@@ -79,13 +94,23 @@ pub(crate) fn plan(
     document: &Value,
 ) -> Plan {
     let empty = Vec::new();
-    let events = document.get("events").and_then(Value::as_array).unwrap_or(&empty);
+    let events = document
+        .get("events")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
     let verdicts: Vec<Verdict> = events.iter().map(|e| verdict(settings, e)).collect();
     if settings.status == ConnectionStatus::Inactive {
-        return Plan { payloads: Vec::new(), verdicts };
+        return Plan {
+            payloads: Vec::new(),
+            verdicts,
+        };
     }
 
-    let base = outbound_base(settings, webhook, batch_id, document);
+    // The batch-level fields are serialised once and shared by every body cut from this batch;
+    // cloning and re-serialising them per event was the largest cost of real-time delivery.
+    let base = serialize(&Value::Object(outbound_base(
+        settings, webhook, batch_id, document,
+    )));
     let forwarded: Vec<Value> = events
         .iter()
         .zip(&verdicts)
@@ -95,13 +120,20 @@ pub(crate) fn plan(
 
     let payloads = if events.is_empty() {
         // A batch without events still carries identities and attributes.
-        if settings.send_batches_without_events { vec![with_events(&base, Vec::new())] } else { Vec::new() }
+        if settings.send_batches_without_events {
+            vec![with_events(&base, Vec::new())]
+        } else {
+            Vec::new()
+        }
     } else if forwarded.is_empty() {
         Vec::new()
     } else if settings.send_as_batch {
         vec![with_events(&base, forwarded)]
     } else {
-        forwarded.into_iter().map(|event| with_events(&base, vec![event])).collect()
+        forwarded
+            .into_iter()
+            .map(|event| with_events(&base, vec![event]))
+            .collect()
     };
     Plan { payloads, verdicts }
 }
@@ -153,11 +185,26 @@ fn outbound_event(settings: &ConnectionSettings, event: &Value) -> Value {
     event
 }
 
-fn with_events(base: &Map<String, Value>, events: Vec<Value>) -> Payload {
+fn serialize(value: &Value) -> Vec<u8> {
+    // Serialising a `Value` cannot fail: its keys are strings.
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+/// `{"events":[…],<base fields>}` from the serialised base object and the events.
+fn with_events(base: &[u8], events: Vec<Value>) -> Payload {
     let event_count = events.len();
-    let mut body = base.clone();
-    body.insert("events".into(), Value::Array(events));
-    Payload { body: Value::Object(body), event_count }
+    let events = serialize(&Value::Array(events));
+    let mut body = Vec::with_capacity(base.len() + events.len() + 12);
+    body.extend_from_slice(b"{\"events\":");
+    body.extend_from_slice(&events);
+    // `base` is a serialised object, `{}` or `{"k":…}`: its fields follow the events.
+    if base.len() > 2 {
+        body.push(b',');
+        body.extend_from_slice(&base[1..]);
+    } else {
+        body.push(b'}');
+    }
+    Payload { body, event_count }
 }
 
 /// Removes a dotted path (`ip`, `device_info.device`) if present.
@@ -177,11 +224,19 @@ fn remove_path(map: &mut Map<String, Value>, path: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn json_of(payload: &Payload) -> Value {
+        serde_json::from_slice(&payload.body).unwrap()
+    }
     use crate::model::batch::EVENT_TYPES;
     use proptest::prelude::*;
 
     fn webhook() -> WebhookSettings {
-        WebhookSettings { url: "http://x".into(), authorization_header: None, include_mp_deviceid: false }
+        WebhookSettings {
+            url: "http://x".into(),
+            authorization_header: None,
+            include_mp_deviceid: false,
+        }
     }
 
     fn doc(types: &[&str]) -> Value {
@@ -206,9 +261,12 @@ mod tests {
         let p = plan(&s, &webhook(), 7, &doc(&["custom_event", "screen_view"]));
         assert_eq!(p.payloads.len(), 2);
         for payload in &p.payloads {
-            assert_eq!(payload.body["events"].as_array().unwrap().len(), 1);
-            assert_eq!(payload.body["batch_id"], json!(7));
-            assert_eq!(payload.body["device_info"]["device"], json!("Jo's phone"));
+            assert_eq!(json_of(payload)["events"].as_array().unwrap().len(), 1);
+            assert_eq!(json_of(payload)["batch_id"], json!(7));
+            assert_eq!(
+                json_of(payload)["device_info"]["device"],
+                json!("Jo's phone")
+            );
         }
     }
 
@@ -218,8 +276,13 @@ mod tests {
             include_metadata: false,
             ..ConnectionSettings::default()
         };
-        let body = &plan(&s, &webhook(), 1, &doc(&["custom_event"])).payloads[0].body;
-        for key in ["application_info", "device_info", "source_info", "mp_deviceid"] {
+        let body = &json_of(&plan(&s, &webhook(), 1, &doc(&["custom_event"])).payloads[0]);
+        for key in [
+            "application_info",
+            "device_info",
+            "source_info",
+            "mp_deviceid",
+        ] {
             assert!(body.get(key).is_none(), "{key} survived");
         }
         let s = ConnectionSettings {
@@ -229,7 +292,7 @@ mod tests {
             unique_id: Some("u1".into()),
             ..ConnectionSettings::default()
         };
-        let body = &plan(&s, &webhook(), 1, &doc(&["custom_event"])).payloads[0].body;
+        let body = &json_of(&plan(&s, &webhook(), 1, &doc(&["custom_event"])).payloads[0]);
         assert!(body.get("ip").is_none());
         assert!(body["device_info"].get("device").is_none());
         assert_eq!(body["device_info"]["platform"], json!("iOS"));
@@ -242,7 +305,10 @@ mod tests {
     fn batches_without_events_follow_their_setting() {
         let on = ConnectionSettings::default();
         assert_eq!(plan(&on, &webhook(), 1, &doc(&[])).payloads.len(), 1);
-        let off = ConnectionSettings { send_batches_without_events: false, ..on };
+        let off = ConnectionSettings {
+            send_batches_without_events: false,
+            ..on
+        };
         assert!(plan(&off, &webhook(), 1, &doc(&[])).payloads.is_empty());
     }
 
@@ -258,7 +324,11 @@ mod tests {
 
     fn arb_settings() -> impl Strategy<Value = ConnectionSettings> {
         (any::<[bool; 13]>(), any::<bool>()).prop_map(|(b, active)| ConnectionSettings {
-            status: if active { ConnectionStatus::Active } else { ConnectionStatus::Inactive },
+            status: if active {
+                ConnectionStatus::Active
+            } else {
+                ConnectionStatus::Inactive
+            },
             send_as_batch: b[0],
             send_custom_events: b[1],
             send_lifecycle_events: b[2],

@@ -55,7 +55,8 @@ const SELECT_OUTPUTS: &str =
     "SELECT id, name, kind, settings, created_at, updated_at FROM outputs ORDER BY id";
 const SELECT_OUTPUT: &str =
     "SELECT id, name, kind, settings, created_at, updated_at FROM outputs WHERE id = $1";
-const UPDATE_OUTPUT: &str = "UPDATE outputs SET name = $2, settings = $3, updated_at = $4 WHERE id = $1";
+const UPDATE_OUTPUT: &str =
+    "UPDATE outputs SET name = $2, settings = $3, updated_at = $4 WHERE id = $1";
 const DELETE_OUTPUT: &str = "DELETE FROM outputs WHERE id = $1";
 const COUNT_CONNECTIONS_OF_OUTPUT: &str = "SELECT COUNT(*) FROM connections WHERE output_id = $1";
 
@@ -76,7 +77,8 @@ const DELETE_CONNECTION_JOBS: &str = "DELETE FROM jobs WHERE connection_id = $1"
 const SELECT_REVISION: &str = "SELECT settings FROM connection_revisions WHERE id = $1";
 
 const SELECT_META: &str = "SELECT value FROM meta WHERE key = $1";
-const INSERT_META: &str = "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING";
+const INSERT_META: &str =
+    "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING";
 
 impl Store {
     pub(crate) async fn insert_input(&self, row: &InputRow) -> StoreResult<()> {
@@ -101,7 +103,11 @@ impl Store {
     pub(crate) async fn set_input_secret(&self, id: &str, secret: &str) -> StoreResult<()> {
         let affected = with_pool!(self, pool =>
             sqlx::query(UPDATE_INPUT_SECRET).bind(id).bind(secret).execute(pool).await?.rows_affected());
-        if affected == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+        if affected == 0 {
+            Err(StoreError::NotFound)
+        } else {
+            Ok(())
+        }
     }
 
     /// Deletes an input that no connection uses.
@@ -139,11 +145,21 @@ impl Store {
         row.ok_or(StoreError::NotFound)
     }
 
-    pub(crate) async fn update_output(&self, id: &str, name: &str, settings: &str, now: i64) -> StoreResult<()> {
+    pub(crate) async fn update_output(
+        &self,
+        id: &str,
+        name: &str,
+        settings: &str,
+        now: i64,
+    ) -> StoreResult<()> {
         let affected = with_pool!(self, pool =>
             sqlx::query(UPDATE_OUTPUT).bind(id).bind(name).bind(settings).bind(now)
                 .execute(pool).await?.rows_affected());
-        if affected == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+        if affected == 0 {
+            Err(StoreError::NotFound)
+        } else {
+            Ok(())
+        }
     }
 
     /// Deletes an output that no connection uses.
@@ -232,14 +248,12 @@ impl Store {
 
     /// The settings JSON of one revision.
     pub(crate) async fn get_revision(&self, id: i64) -> StoreResult<String> {
-        let row: Option<(String,)> =
-            with_pool!(self, pool => sqlx::query_as(SELECT_REVISION).bind(id).fetch_optional(pool).await?);
+        let row: Option<(String,)> = with_pool!(self, pool => sqlx::query_as(SELECT_REVISION).bind(id).fetch_optional(pool).await?);
         row.map(|(settings,)| settings).ok_or(StoreError::NotFound)
     }
 
     pub(crate) async fn get_meta(&self, key: &str) -> StoreResult<Option<String>> {
-        let row: Option<(String,)> =
-            with_pool!(self, pool => sqlx::query_as(SELECT_META).bind(key).fetch_optional(pool).await?);
+        let row: Option<(String,)> = with_pool!(self, pool => sqlx::query_as(SELECT_META).bind(key).fetch_optional(pool).await?);
         Ok(row.map(|(v,)| v))
     }
 

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 
 pub(crate) use catalog_sql::{ConnectionRow, InputRow, OutputRow};
 
@@ -96,9 +98,14 @@ impl Store {
 }
 
 async fn connect_sqlite(url: &str) -> anyhow::Result<SqlitePool> {
-    let path = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
+    let path = url
+        .trim_start_matches("sqlite://")
+        .trim_start_matches("sqlite:");
     let path = path.split('?').next().unwrap_or(path);
-    if let Some(dir) = std::path::Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
+    if let Some(dir) = std::path::Path::new(path)
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+    {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("failed to create data directory {}", dir.display()))?;
     }

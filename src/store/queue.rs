@@ -29,7 +29,9 @@ pub(crate) struct Route {
 /// What happened to one batch of an ingest request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum IngestOutcome {
-    Stored { batch_id: i64 },
+    Stored {
+        batch_id: i64,
+    },
     /// Its `source_request_id` was seen before for this input; nothing new was stored.
     Duplicate,
 }
@@ -72,7 +74,11 @@ pub(crate) struct DeadLetter {
 #[derive(Debug, Clone)]
 pub(crate) enum JobUpdate {
     /// Every request was delivered or dead-lettered; the job leaves the queue.
-    Finished { job: JobKey, attempt: AttemptRecord, dead: Vec<DeadLetter> },
+    Finished {
+        job: JobKey,
+        attempt: AttemptRecord,
+        dead: Vec<DeadLetter>,
+    },
     /// Some requests remain; try again at `next_attempt_at`.
     Retry {
         job: JobKey,
@@ -169,7 +175,9 @@ impl Store {
     /// Frees every lease. Only safe where this process is the only node (embedded SQLite): jobs
     /// a crashed run had leased become deliverable at once instead of after the lease.
     pub(crate) async fn release_all_leases(&self) -> StoreResult<u64> {
-        Ok(with_pool!(self, pool => sqlx::query(RELEASE_ALL_LEASES).execute(pool).await?.rows_affected()))
+        Ok(
+            with_pool!(self, pool => sqlx::query(RELEASE_ALL_LEASES).execute(pool).await?.rows_affected()),
+        )
     }
 
     /// Pending jobs and the creation time of the oldest.
@@ -177,12 +185,20 @@ impl Store {
         Ok(with_pool!(self, pool => sqlx::query_as(QUEUE_STATS).fetch_one(pool).await?))
     }
 
-    pub(crate) async fn dead_letters(&self, connection_id: &str, limit: i64) -> StoreResult<Vec<DeadLetterRow>> {
+    pub(crate) async fn dead_letters(
+        &self,
+        connection_id: &str,
+        limit: i64,
+    ) -> StoreResult<Vec<DeadLetterRow>> {
         Ok(with_pool!(self, pool =>
             sqlx::query_as(SELECT_DEAD_LETTERS).bind(connection_id).bind(limit).fetch_all(pool).await?))
     }
 
-    pub(crate) async fn attempts(&self, connection_id: &str, limit: i64) -> StoreResult<Vec<AttemptRow>> {
+    pub(crate) async fn attempts(
+        &self,
+        connection_id: &str,
+        limit: i64,
+    ) -> StoreResult<Vec<AttemptRow>> {
         Ok(with_pool!(self, pool =>
             sqlx::query_as(SELECT_ATTEMPTS).bind(connection_id).bind(limit).fetch_all(pool).await?))
     }

@@ -13,9 +13,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::queue::{
-    CLAIM_POSTGRES, CLAIM_SQLITE, ClaimedRow, DELETE_JOB, INSERT_ATTEMPT, INSERT_BATCH, INSERT_DEAD_LETTER,
-    INSERT_JOB, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, RELEASE_JOB, RETRY_JOB, SELECT_BODY,
-    AttemptRecord, DeadLetter,
+    AttemptRecord, CLAIM_POSTGRES, CLAIM_SQLITE, ClaimedRow, DELETE_JOB, DeadLetter,
+    INSERT_ATTEMPT, INSERT_BATCH, INSERT_DEAD_LETTER, INSERT_JOB, IngestOutcome, Job, JobKey,
+    JobUpdate, NewBatch, RELEASE_JOB, RETRY_JOB, SELECT_BODY,
 };
 use super::{Store, StoreError, StoreResult, with_pool};
 use crate::model::now_ms;
@@ -26,9 +26,15 @@ const MAX_GROUP: usize = 256;
 const QUEUE_CAPACITY: usize = 8192;
 
 enum Command {
-    Ingest { batches: Vec<NewBatch>, reply: oneshot::Sender<StoreResult<Vec<IngestOutcome>>> },
+    Ingest {
+        batches: Vec<NewBatch>,
+        reply: oneshot::Sender<StoreResult<Vec<IngestOutcome>>>,
+    },
     Update(JobUpdate),
-    Claim { limit: i64, reply: oneshot::Sender<StoreResult<Vec<Job>>> },
+    Claim {
+        limit: i64,
+        reply: oneshot::Sender<StoreResult<Vec<Job>>>,
+    },
 }
 
 enum Done {
@@ -115,7 +121,13 @@ async fn run(
             }
             Err(error) => {
                 for command in std::mem::take(&mut group) {
-                    settle(command, Err(StoreError::Database(sqlx::Error::Protocol(error.to_string()))), &committed);
+                    settle(
+                        command,
+                        Err(StoreError::Database(sqlx::Error::Protocol(
+                            error.to_string(),
+                        ))),
+                        &committed,
+                    );
                 }
             }
         }
@@ -130,7 +142,11 @@ fn answer(group: Vec<Command>, done: Vec<Done>, committed: &mpsc::UnboundedSende
 }
 
 /// Sends one command's reply (and hands its new jobs to delivery).
-fn settle(command: Command, result: StoreResult<Vec<Done>>, committed: &mpsc::UnboundedSender<Vec<Job>>) {
+fn settle(
+    command: Command,
+    result: StoreResult<Vec<Done>>,
+    committed: &mpsc::UnboundedSender<Vec<Job>>,
+) {
     let done = result.map(|mut d| d.pop());
     match (command, done) {
         (Command::Ingest { reply, .. }, Ok(Some(Done::Ingest(outcomes, jobs)))) => {
@@ -159,7 +175,11 @@ fn settle(command: Command, result: StoreResult<Vec<Done>>, committed: &mpsc::Un
 
 /// Runs the commands in one transaction.
 async fn commit(store: &Store, commands: &[Command], lease_ms: i64) -> StoreResult<Vec<Done>> {
-    let claim_sql = if store.is_embedded() { CLAIM_SQLITE } else { CLAIM_POSTGRES };
+    let claim_sql = if store.is_embedded() {
+        CLAIM_SQLITE
+    } else {
+        CLAIM_POSTGRES
+    };
     let now = now_ms();
     let mut done = Vec::with_capacity(commands.len());
     with_pool!(store, pool => {

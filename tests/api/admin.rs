@@ -5,7 +5,12 @@ use serde_json::{Value, json};
 
 use crate::helpers::{Receiver, batch_of, spawn_app};
 
-async fn call(app: &crate::helpers::TestApp, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+async fn call(
+    app: &crate::helpers::TestApp,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
     let mut request = app.admin(method, path);
     if let Some(body) = body {
         request = request.json(&body);
@@ -18,17 +23,33 @@ async fn call(app: &crate::helpers::TestApp, method: Method, path: &str, body: O
 fn assert_error(status: u16, body: &Value, expected_status: u16, code: &str) {
     assert_eq!(status, expected_status, "{body}");
     assert_eq!(body["error"]["code"], code, "{body}");
-    assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
 }
 
 #[tokio::test]
 async fn the_admin_api_wants_the_token() {
     let app = spawn_app().await;
-    let no_token = app.client.get(format!("{}/api/v1/inputs", app.base)).send().await.unwrap();
+    let no_token = app
+        .client
+        .get(format!("{}/api/v1/inputs", app.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(no_token.status(), 401);
     let body: Value = no_token.json().await.unwrap();
     assert_eq!(body["error"]["code"], "unauthorized");
-    let wrong = app.client.get(format!("{}/api/v1/inputs", app.base)).bearer_auth("guess").send().await.unwrap();
+    let wrong = app
+        .client
+        .get(format!("{}/api/v1/inputs", app.base))
+        .bearer_auth("guess")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(wrong.status(), 401);
     app.stop().await.unwrap();
 }
@@ -37,7 +58,14 @@ async fn the_admin_api_wants_the_token() {
 async fn inputs_are_created_listed_rotated_and_deleted() {
     let app = spawn_app().await;
     let input = app.create_input("ios").await;
-    for key in ["id", "name", "platform", "api_key", "api_secret", "created_at"] {
+    for key in [
+        "id",
+        "name",
+        "platform",
+        "api_key",
+        "api_secret",
+        "created_at",
+    ] {
         assert!(!input[key].is_null(), "missing {key}: {input}");
     }
     assert_eq!(input["platform"], "ios");
@@ -50,18 +78,32 @@ async fn inputs_are_created_listed_rotated_and_deleted() {
     assert_eq!((status, &got["api_key"]), (200, &input["api_key"]));
 
     // After rotation the old secret is refused and the new one accepted.
-    let (status, rotated) = call(&app, Method::POST, &format!("/api/v1/inputs/{id}/rotate-secret"), None).await;
+    let (status, rotated) = call(
+        &app,
+        Method::POST,
+        &format!("/api/v1/inputs/{id}/rotate-secret"),
+        None,
+    )
+    .await;
     assert_eq!(status, 200);
     assert_ne!(rotated["api_secret"], input["api_secret"]);
     assert_eq!(rotated["api_key"], input["api_key"]);
     assert_eq!(app.post_events(&input, batch_of(&[])).await.status(), 403);
     assert_eq!(app.post_events(&rotated, batch_of(&[])).await.status(), 202);
 
-    let deleted = app.admin(Method::DELETE, &format!("/api/v1/inputs/{id}")).send().await.unwrap();
+    let deleted = app
+        .admin(Method::DELETE, &format!("/api/v1/inputs/{id}"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(deleted.status(), 204);
     let (status, body) = call(&app, Method::GET, &format!("/api/v1/inputs/{id}"), None).await;
     assert_error(status, &body, 404, "input_not_found");
-    assert_eq!(app.post_events(&rotated, batch_of(&[])).await.status(), 403, "a deleted input's key stops working");
+    assert_eq!(
+        app.post_events(&rotated, batch_of(&[])).await.status(),
+        403,
+        "a deleted input's key stops working"
+    );
     app.stop().await.unwrap();
 }
 
@@ -69,21 +111,56 @@ async fn inputs_are_created_listed_rotated_and_deleted() {
 async fn bad_admin_requests_get_clear_errors_and_store_nothing() {
     let app = spawn_app().await;
     let cases = [
-        ("/api/v1/inputs", json!({"name": "x", "platform": "windows"}), "invalid_platform"),
-        ("/api/v1/inputs", json!({"name": "", "platform": "web"}), "invalid_name"),
-        ("/api/v1/inputs", json!({"name": "x", "platform": "web", "colour": "red"}), "invalid_body"),
+        (
+            "/api/v1/inputs",
+            json!({"name": "x", "platform": "windows"}),
+            "invalid_platform",
+        ),
+        (
+            "/api/v1/inputs",
+            json!({"name": "", "platform": "web"}),
+            "invalid_name",
+        ),
+        (
+            "/api/v1/inputs",
+            json!({"name": "x", "platform": "web", "colour": "red"}),
+            "invalid_body",
+        ),
         ("/api/v1/inputs", json!({"platform": "web"}), "invalid_body"),
-        ("/api/v1/outputs", json!({"name": "x", "kind": "kafka", "settings": {"url": "http://example.com"}}), "invalid_kind"),
-        ("/api/v1/outputs", json!({"name": "x", "kind": "webhook", "settings": {"url": "ftp://example.com"}}), "invalid_url"),
-        ("/api/v1/outputs", json!({"name": "x", "kind": "webhook", "settings": {"url": "http://e.com", "headers": {}}}), "invalid_settings"),
+        (
+            "/api/v1/outputs",
+            json!({"name": "x", "kind": "kafka", "settings": {"url": "http://example.com"}}),
+            "invalid_kind",
+        ),
+        (
+            "/api/v1/outputs",
+            json!({"name": "x", "kind": "webhook", "settings": {"url": "ftp://example.com"}}),
+            "invalid_url",
+        ),
+        (
+            "/api/v1/outputs",
+            json!({"name": "x", "kind": "webhook", "settings": {"url": "http://e.com", "headers": {}}}),
+            "invalid_settings",
+        ),
     ];
     for (path, body, code) in cases {
         let (status, answer) = call(&app, Method::POST, path, Some(body.clone())).await;
         assert_error(status, &answer, 400, code);
     }
-    let malformed = app.admin(Method::POST, "/api/v1/inputs").header("content-type", "application/json").body("{").send().await.unwrap();
+    let malformed = app
+        .admin(Method::POST, "/api/v1/inputs")
+        .header("content-type", "application/json")
+        .body("{")
+        .send()
+        .await
+        .unwrap();
     let status = malformed.status().as_u16();
-    assert_error(status, &malformed.json().await.unwrap(), 400, "malformed_json");
+    assert_error(
+        status,
+        &malformed.json().await.unwrap(),
+        400,
+        "malformed_json",
+    );
     assert_eq!(app.count("inputs").await, 0);
     assert_eq!(app.count("outputs").await, 0);
     app.stop().await.unwrap();
@@ -97,22 +174,52 @@ async fn connection_settings_are_validated() {
     let output = app.create_webhook(&receiver.url("/hook")).await;
     let connect = |settings: Value| json!({"input_id": input["id"], "output_id": output["id"], "settings": settings});
 
-    let (status, body) = call(&app, Method::POST, "/api/v1/connections", Some(connect(json!({"send_everything": true})))).await;
+    let (status, body) = call(
+        &app,
+        Method::POST,
+        "/api/v1/connections",
+        Some(connect(json!({"send_everything": true}))),
+    )
+    .await;
     assert_error(status, &body, 400, "invalid_settings");
-    assert!(body["error"]["message"].as_str().unwrap().contains("send_everything"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("send_everything")
+    );
 
     let exclusions = json!({"metadata_field_exclusions": ["device_info.shoe_size"]});
-    let (status, body) = call(&app, Method::POST, "/api/v1/connections", Some(connect(exclusions))).await;
+    let (status, body) = call(
+        &app,
+        Method::POST,
+        "/api/v1/connections",
+        Some(connect(exclusions)),
+    )
+    .await;
     assert_error(status, &body, 400, "invalid_metadata_field");
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("device_info.shoe_size") && message.contains("device_info.device") && message.contains("ip"), "{message}");
+    assert!(
+        message.contains("device_info.shoe_size")
+            && message.contains("device_info.device")
+            && message.contains("ip"),
+        "{message}"
+    );
 
-    let (status, body) = call(&app, Method::POST, "/api/v1/connections", Some(json!({"input_id": "inp_x", "output_id": output["id"]}))).await;
+    let (status, body) = call(
+        &app,
+        Method::POST,
+        "/api/v1/connections",
+        Some(json!({"input_id": "inp_x", "output_id": output["id"]})),
+    )
+    .await;
     assert_error(status, &body, 400, "unknown_input");
     assert_eq!(app.count("connections").await, 0);
 
     // Omitted keys take mParticle's defaults.
-    let connection = app.connect(&input, &output, json!({"send_as_batch": true})).await;
+    let connection = app
+        .connect(&input, &output, json!({"send_as_batch": true}))
+        .await;
     let settings = &connection["settings"];
     assert_eq!(settings["status"], "active");
     assert_eq!(settings["send_as_batch"], true);
@@ -120,10 +227,22 @@ async fn connection_settings_are_validated() {
     assert_eq!(settings["include_user_attribute_change_events"], false);
     assert_eq!(settings["metadata_field_exclusions"], json!([]));
 
-    let (status, body) = call(&app, Method::POST, "/api/v1/connections", Some(connect(json!({})))).await;
+    let (status, body) = call(
+        &app,
+        Method::POST,
+        "/api/v1/connections",
+        Some(connect(json!({}))),
+    )
+    .await;
     assert_error(status, &body, 409, "connection_exists");
     let path = format!("/api/v1/connections/{}", connection["id"].as_str().unwrap());
-    let (status, body) = call(&app, Method::PATCH, &path, Some(json!({"settings": {"status": "paused"}}))).await;
+    let (status, body) = call(
+        &app,
+        Method::PATCH,
+        &path,
+        Some(json!({"settings": {"status": "paused"}})),
+    )
+    .await;
     assert_error(status, &body, 400, "invalid_settings");
     app.stop().await.unwrap();
 }
@@ -143,15 +262,39 @@ async fn an_output_in_use_cannot_be_deleted() {
     let (status, body) = call(&app, Method::DELETE, &input_path, None).await;
     assert_error(status, &body, 409, "input_in_use");
 
-    let (status, patched) = call(&app, Method::PATCH, &output_path, Some(json!({"name": "renamed", "settings": {"authorization_header": "Basic abc"}}))).await;
+    let (status, patched) = call(
+        &app,
+        Method::PATCH,
+        &output_path,
+        Some(json!({"name": "renamed", "settings": {"authorization_header": "Basic abc"}})),
+    )
+    .await;
     assert_eq!(status, 200);
     assert_eq!(patched["name"], "renamed");
-    assert_eq!(patched["settings"]["url"], receiver.url("/hook"), "a patch keeps the other settings");
+    assert_eq!(
+        patched["settings"]["url"],
+        receiver.url("/hook"),
+        "a patch keeps the other settings"
+    );
     assert_eq!(patched["settings"]["authorization_header"], "Basic abc");
 
     let conn_path = format!("/api/v1/connections/{}", connection["id"].as_str().unwrap());
-    assert_eq!(app.admin(Method::DELETE, &conn_path).send().await.unwrap().status(), 204);
-    assert_eq!(app.admin(Method::DELETE, &output_path).send().await.unwrap().status(), 204);
+    assert_eq!(
+        app.admin(Method::DELETE, &conn_path)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        204
+    );
+    assert_eq!(
+        app.admin(Method::DELETE, &output_path)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        204
+    );
     let (status, body) = call(&app, Method::GET, &output_path, None).await;
     assert_error(status, &body, 404, "output_not_found");
     app.stop().await.unwrap();
@@ -163,7 +306,15 @@ async fn metadata_fields_are_listed_with_labels() {
     let (status, body) = call(&app, Method::GET, "/api/v1/metadata-fields", None).await;
     assert_eq!(status, 200);
     let items = body["items"].as_array().unwrap();
-    assert!(items.iter().any(|f| f["path"] == "ip" && f["label"] == "IP Address"));
-    assert!(items.iter().any(|f| f["path"] == "device_info.device" && f["label"] == "Device Name"));
+    assert!(
+        items
+            .iter()
+            .any(|f| f["path"] == "ip" && f["label"] == "IP Address")
+    );
+    assert!(
+        items
+            .iter()
+            .any(|f| f["path"] == "device_info.device" && f["label"] == "Device Name")
+    );
     app.stop().await.unwrap();
 }

@@ -14,20 +14,36 @@ async fn a_saved_setting_applies_to_the_next_event() {
     let mut receiver = Receiver::start().await;
     let (input, connection) = app.pipeline(&receiver.url("/hook"), json!({})).await;
     let path = format!("/api/v1/connections/{}", connection["id"].as_str().unwrap());
-    let patch = |settings: Value| app.admin(Method::PATCH, &path).json(&json!({ "settings": settings })).send();
+    let patch = |settings: Value| {
+        app.admin(Method::PATCH, &path)
+            .json(&json!({ "settings": settings }))
+            .send()
+    };
 
     app.post_events(&input, batch_of(&["screen_view"])).await;
     receiver.take(1).await;
 
-    assert_eq!(patch(json!({"status": "inactive"})).await.unwrap().status(), 200);
+    assert_eq!(
+        patch(json!({"status": "inactive"})).await.unwrap().status(),
+        200
+    );
     app.post_events(&input, batch_of(&["screen_view"])).await;
     receiver.expect_silence().await;
 
-    let reactivated: Value = patch(json!({"status": "active", "send_screen_views": false})).await.unwrap().json().await.unwrap();
+    let reactivated: Value = patch(json!({"status": "active", "send_screen_views": false}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(reactivated["settings"]["status"], "active");
     assert_eq!(reactivated["settings"]["send_screen_views"], false);
-    assert_eq!(reactivated["settings"]["send_custom_events"], true, "a patch keeps the other keys");
-    app.post_events(&input, batch_of(&["screen_view", "custom_event"])).await;
+    assert_eq!(
+        reactivated["settings"]["send_custom_events"], true,
+        "a patch keeps the other keys"
+    );
+    app.post_events(&input, batch_of(&["screen_view", "custom_event"]))
+        .await;
     let got = receiver.take(1).await;
     assert_eq!(got[0].event_types(), vec!["custom_event"]);
     app.stop().await.unwrap();
@@ -42,18 +58,52 @@ async fn server_errors_are_retried_until_delivered() {
     app.post_events(&input, batch_of(&["custom_event"])).await;
 
     let attempts = receiver.take(4).await;
-    let ids: Vec<_> = attempts.iter().map(|r| r.headers["x-boson-delivery-id"].clone()).collect();
-    assert!(ids.windows(2).all(|w| w[0] == w[1]), "a retried request keeps its delivery id");
-    assert!(attempts.iter().all(|r| r.body == attempts[0].body), "a retried request keeps its body");
+    let ids: Vec<_> = attempts
+        .iter()
+        .map(|r| r.headers["x-boson-delivery-id"].clone())
+        .collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] == w[1]),
+        "a retried request keeps its delivery id"
+    );
+    assert!(
+        attempts.iter().all(|r| r.body == attempts[0].body),
+        "a retried request keeps its body"
+    );
 
     wait_for(|| async { app.count("jobs").await == 0 }).await;
     let log: Value = app
-        .admin(Method::GET, &format!("/api/v1/connections/{}/attempts", connection["id"].as_str().unwrap()))
-        .send().await.unwrap().json().await.unwrap();
-    let outcomes: Vec<&str> = log["items"].as_array().unwrap().iter().map(|a| a["outcome"].as_str().unwrap()).collect();
+        .admin(
+            Method::GET,
+            &format!(
+                "/api/v1/connections/{}/attempts",
+                connection["id"].as_str().unwrap()
+            ),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let outcomes: Vec<&str> = log["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap())
+        .collect();
     // Newest first: the delivery, after three retries.
-    assert_eq!(outcomes, vec!["delivered", "retry", "retry", "retry"], "{log}");
-    let statuses: Vec<i64> = log["items"].as_array().unwrap().iter().map(|a| a["status"].as_i64().unwrap()).collect();
+    assert_eq!(
+        outcomes,
+        vec!["delivered", "retry", "retry", "retry"],
+        "{log}"
+    );
+    let statuses: Vec<i64> = log["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["status"].as_i64().unwrap())
+        .collect();
     assert_eq!(statuses, vec![200, 408, 500, 503]);
     app.stop().await.unwrap();
 }
@@ -68,7 +118,10 @@ async fn retry_after_is_honoured() {
     let first = receiver.next().await;
     let second = receiver.next().await;
     let waited = second.at - first.at;
-    assert!(waited >= Duration::from_millis(1900), "retried after {waited:?}, before Retry-After: 2");
+    assert!(
+        waited >= Duration::from_millis(1900),
+        "retried after {waited:?}, before Retry-After: 2"
+    );
     app.stop().await.unwrap();
 }
 
@@ -78,7 +131,8 @@ async fn client_errors_go_to_dead_letters_at_once() {
     let mut receiver = Receiver::start().await;
     receiver.script(&[(400, None)]);
     let (input, connection) = app.pipeline(&receiver.url("/hook"), json!({})).await;
-    app.post_events(&input, batch_of(&["custom_event", "screen_view"])).await;
+    app.post_events(&input, batch_of(&["custom_event", "screen_view"]))
+        .await;
 
     // The refused event is not retried; the next event of the batch still goes out.
     let got = receiver.take(2).await;
@@ -86,8 +140,19 @@ async fn client_errors_go_to_dead_letters_at_once() {
     assert_eq!(got[1].event_types(), vec!["screen_view"]);
     wait_for(|| async { app.count("jobs").await == 0 }).await;
     let letters: Value = app
-        .admin(Method::GET, &format!("/api/v1/connections/{}/dead-letters", connection["id"].as_str().unwrap()))
-        .send().await.unwrap().json().await.unwrap();
+        .admin(
+            Method::GET,
+            &format!(
+                "/api/v1/connections/{}/dead-letters",
+                connection["id"].as_str().unwrap()
+            ),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let items = letters["items"].as_array().unwrap();
     assert_eq!(items.len(), 1, "{letters}");
     assert_eq!(items[0]["status"], 400);
@@ -102,9 +167,16 @@ async fn a_receiver_that_was_down_gets_everything_when_it_is_back() {
     let reserved = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = reserved.local_addr().unwrap();
     drop(reserved);
-    let (input, _) = app.pipeline(&format!("http://{address}/hook"), json!({})).await;
+    let (input, _) = app
+        .pipeline(&format!("http://{address}/hook"), json!({}))
+        .await;
     for _ in 0..5 {
-        assert_eq!(app.post_events(&input, batch_of(&["custom_event", "screen_view"])).await.status(), 202);
+        assert_eq!(
+            app.post_events(&input, batch_of(&["custom_event", "screen_view"]))
+                .await
+                .status(),
+            202
+        );
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(app.count("jobs").await, 5, "undeliverable jobs stay queued");
@@ -122,15 +194,34 @@ async fn requests_still_failing_after_the_retry_window_become_dead_letters() {
     let app = spawn_app_with(|c| c.delivery.retry_window_secs = 1).await;
     let mut receiver = Receiver::start().await;
     receiver.script(&[(503, None); 100]);
-    let (input, connection) = app.pipeline(&receiver.url("/hook"), json!({"send_as_batch": true})).await;
+    let (input, connection) = app
+        .pipeline(&receiver.url("/hook"), json!({"send_as_batch": true}))
+        .await;
     app.post_events(&input, batch_of(&["custom_event"])).await;
     receiver.next().await;
     wait_for(|| async { app.count("dead_letters").await == 1 }).await;
     assert_eq!(app.count("jobs").await, 0);
     let letters: Value = app
-        .admin(Method::GET, &format!("/api/v1/connections/{}/dead-letters", connection["id"].as_str().unwrap()))
-        .send().await.unwrap().json().await.unwrap();
-    assert!(letters["items"][0]["error"].as_str().unwrap().contains("retry window"), "{letters}");
+        .admin(
+            Method::GET,
+            &format!(
+                "/api/v1/connections/{}/dead-letters",
+                connection["id"].as_str().unwrap()
+            ),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        letters["items"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("retry window"),
+        "{letters}"
+    );
     app.stop().await.unwrap();
 }
 
@@ -146,7 +237,12 @@ async fn private_destinations_are_refused_when_saved_and_when_sent() {
     assert_eq!(response.status(), 400);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "invalid_url");
-    assert!(body["error"]["message"].as_str().unwrap().contains("BOSON_ALLOW_PRIVATE_DESTINATIONS"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("BOSON_ALLOW_PRIVATE_DESTINATIONS")
+    );
     assert_eq!(app.count("outputs").await, 0);
     app.stop().await.unwrap();
 }

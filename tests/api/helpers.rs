@@ -46,15 +46,39 @@ pub async fn fresh_database_url(dir: &std::path::Path) -> String {
             let name = format!("boson_test_{}", uuid::Uuid::new_v4().simple());
             let mut admin = sqlx::PgConnection::connect(&server)
                 .await
-                .unwrap_or_else(|e| panic!("TEST_DATABASE_URL is set but PostgreSQL is unreachable: {e}"));
+                .unwrap_or_else(|e| {
+                    panic!("TEST_DATABASE_URL is set but PostgreSQL is unreachable: {e}")
+                });
             sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
                 .execute(&mut admin)
                 .await
                 .expect("create test database");
-            let base = server.rsplit_once('/').map_or(server.as_str(), |(base, _)| base);
+            let base = server
+                .rsplit_once('/')
+                .map_or(server.as_str(), |(base, _)| base);
             format!("{base}/{name}")
         }
         _ => format!("sqlite://{}/boson.db", dir.display()),
+    }
+}
+
+/// Drops a PostgreSQL test database made by `fresh_database_url`, so test runs leave no litter.
+pub async fn drop_database(database_url: &str) {
+    use sqlx::Connection;
+    let (Ok(server), Some((_, name))) = (
+        std::env::var("TEST_DATABASE_URL"),
+        database_url.rsplit_once('/'),
+    ) else {
+        return;
+    };
+    if !database_url.starts_with("postgres") || !name.starts_with("boson_test_") {
+        return;
+    }
+    if let Ok(mut admin) = sqlx::PgConnection::connect(&server).await {
+        let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+        let _ = sqlx::query(sqlx::AssertSqlSafe(drop))
+            .execute(&mut admin)
+            .await;
     }
 }
 
@@ -88,7 +112,9 @@ pub async fn spawn_app_with(adjust: impl FnOnce(&mut boson::Config)) -> TestApp 
     if std::env::var("TEST_LOG").is_ok() {
         boson::telemetry::init_logging();
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let address = listener.local_addr().expect("address");
     let (shutdown, signal) = oneshot::channel::<()>();
     let task = tokio::spawn(boson::run(config, listener, async move {
@@ -109,7 +135,11 @@ pub async fn spawn_app_with(adjust: impl FnOnce(&mut boson::Config)) -> TestApp 
 impl TestApp {
     async fn wait_ready(&self) {
         for _ in 0..200 {
-            if let Ok(r) = self.client.get(format!("{}/readyz", self.base)).send().await
+            if let Ok(r) = self
+                .client
+                .get(format!("{}/readyz", self.base))
+                .send()
+                .await
                 && r.status() == 200
             {
                 return;
@@ -124,16 +154,30 @@ impl TestApp {
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }
-        self.task.take().expect("running").await.expect("server task panicked")
+        let result = self
+            .task
+            .take()
+            .expect("running")
+            .await
+            .expect("server task panicked");
+        drop_database(&self.database_url).await;
+        result
     }
 
     pub fn admin(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.client.request(method, format!("{}{path}", self.base)).bearer_auth(ADMIN_TOKEN)
+        self.client
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(ADMIN_TOKEN)
     }
 
     /// POSTs to the admin API and expects `201`, returning the JSON.
     pub async fn create(&self, path: &str, body: Value) -> Value {
-        let response = self.admin(reqwest::Method::POST, path).json(&body).send().await.expect("request");
+        let response = self
+            .admin(reqwest::Method::POST, path)
+            .json(&body)
+            .send()
+            .await
+            .expect("request");
         let status = response.status();
         let json: Value = response.json().await.expect("json");
         assert_eq!(status, 201, "POST {path} {body} answered {json}");
@@ -141,12 +185,19 @@ impl TestApp {
     }
 
     pub async fn create_input(&self, platform: &str) -> Value {
-        self.create("/api/v1/inputs", json!({"name": format!("{platform} input"), "platform": platform})).await
+        self.create(
+            "/api/v1/inputs",
+            json!({"name": format!("{platform} input"), "platform": platform}),
+        )
+        .await
     }
 
     pub async fn create_webhook(&self, url: &str) -> Value {
-        self.create("/api/v1/outputs", json!({"name": "hook", "kind": "webhook", "settings": {"url": url}}))
-            .await
+        self.create(
+            "/api/v1/outputs",
+            json!({"name": "hook", "kind": "webhook", "settings": {"url": url}}),
+        )
+        .await
     }
 
     pub async fn connect(&self, input: &Value, output: &Value, settings: Value) -> Value {
@@ -166,10 +217,18 @@ impl TestApp {
     }
 
     /// POSTs raw bytes to an Events API path with the input's credentials.
-    pub async fn post_raw(&self, input: &Value, path: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
+    pub async fn post_raw(
+        &self,
+        input: &Value,
+        path: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
         self.client
             .post(format!("{}{path}", self.base))
-            .basic_auth(input["api_key"].as_str().unwrap(), input["api_secret"].as_str())
+            .basic_auth(
+                input["api_key"].as_str().unwrap(),
+                input["api_secret"].as_str(),
+            )
             .header("content-type", "application/json")
             .body(body)
             .send()
@@ -185,20 +244,37 @@ impl TestApp {
     pub async fn count(&self, table: &str) -> i64 {
         let sql = format!("SELECT COUNT(*) FROM {table}");
         if self.database_url.starts_with("sqlite") {
-            let pool = sqlx::SqlitePool::connect(&self.database_url).await.expect("sqlite");
-            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_one(&pool).await.expect("count");
+            let pool = sqlx::SqlitePool::connect(&self.database_url)
+                .await
+                .expect("sqlite");
+            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .fetch_one(&pool)
+                .await
+                .expect("count");
             pool.close().await;
             n
         } else {
-            let pool = sqlx::PgPool::connect(&self.database_url).await.expect("postgres");
-            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_one(&pool).await.expect("count");
+            let pool = sqlx::PgPool::connect(&self.database_url)
+                .await
+                .expect("postgres");
+            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .fetch_one(&pool)
+                .await
+                .expect("count");
             pool.close().await;
             n
         }
     }
 
     pub async fn metrics(&self) -> String {
-        self.client.get(format!("{}/metrics", self.base)).send().await.unwrap().text().await.unwrap()
+        self.client
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
     }
 }
 
@@ -217,28 +293,36 @@ impl Received {
     }
 
     pub fn event_types(&self) -> Vec<String> {
-        self.events().iter().map(|e| e["event_type"].as_str().unwrap().to_owned()).collect()
+        self.events()
+            .iter()
+            .map(|e| e["event_type"].as_str().unwrap().to_owned())
+            .collect()
     }
 }
+
+/// Scripted answers (status, optional `Retry-After`), used in order; when empty, 200.
+type Script = Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>>;
 
 #[derive(Clone)]
 struct ReceiverState {
     sent: mpsc::UnboundedSender<Received>,
     /// Scripted answers, used in order; when empty, 200.
-    script: Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>>,
+    script: Script,
 }
 
 /// A real webhook receiver on loopback.
 pub struct Receiver {
     pub address: SocketAddr,
     received: mpsc::UnboundedReceiver<Received>,
-    script: Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>>,
+    script: Script,
     _task: tokio::task::JoinHandle<()>,
 }
 
 impl Receiver {
     pub async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind receiver");
         Self::on(listener)
     }
 
@@ -247,12 +331,20 @@ impl Receiver {
         let address = listener.local_addr().expect("address");
         let (sent, received) = mpsc::unbounded_channel();
         let script = Arc::new(Mutex::new(VecDeque::new()));
-        let state = ReceiverState { sent, script: Arc::clone(&script) };
+        let state = ReceiverState {
+            sent,
+            script: Arc::clone(&script),
+        };
         let app = axum::Router::new().fallback(receive).with_state(state);
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Self { address, received, script, _task: task }
+        Self {
+            address,
+            received,
+            script,
+            _task: task,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -266,12 +358,17 @@ impl Receiver {
 
     /// The next request, or `None` after `wait`.
     pub async fn next_within(&mut self, wait: Duration) -> Option<Received> {
-        tokio::time::timeout(wait, self.received.recv()).await.ok().flatten()
+        tokio::time::timeout(wait, self.received.recv())
+            .await
+            .ok()
+            .flatten()
     }
 
     /// The next request; fails the test if none arrives within 10 s.
     pub async fn next(&mut self) -> Received {
-        self.next_within(Duration::from_secs(10)).await.expect("the webhook received nothing within 10 s")
+        self.next_within(Duration::from_secs(10))
+            .await
+            .expect("the webhook received nothing within 10 s")
     }
 
     /// Exactly `n` requests, then asserts nothing more arrives for a moment.
@@ -292,14 +389,26 @@ impl Receiver {
     }
 }
 
-async fn receive(State(state): State<ReceiverState>, uri: Uri, headers: HeaderMap, body: Bytes) -> impl IntoResponse {
+async fn receive(
+    State(state): State<ReceiverState>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> impl IntoResponse {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let answer = state.script.lock().unwrap().pop_front();
-    let _ = state.sent.send(Received { path: uri.path().to_owned(), headers, body, at: std::time::Instant::now() });
+    let _ = state.sent.send(Received {
+        path: uri.path().to_owned(),
+        headers,
+        body,
+        at: std::time::Instant::now(),
+    });
     let (status, retry_after) = answer.unwrap_or((200, None));
     let mut response = StatusCode::from_u16(status).unwrap().into_response();
     if let Some(value) = retry_after {
-        response.headers_mut().insert("retry-after", value.parse().unwrap());
+        response
+            .headers_mut()
+            .insert("retry-after", value.parse().unwrap());
     }
     response
 }
@@ -331,20 +440,32 @@ pub fn event(event_type: &str) -> Value {
     let extra = match event_type {
         "custom_event" => json!({"event_name": "Clicked", "custom_event_type": "navigation"}),
         "screen_view" => json!({"screen_name": "Home"}),
-        "commerce_event" => json!({"product_action": {"action": "purchase", "transaction_id": "t1", "total_amount": 9.5,
+        "commerce_event" => {
+            json!({"product_action": {"action": "purchase", "transaction_id": "t1", "total_amount": 9.5,
                                    "products": [{"id": "sku", "name": "Thing", "price": 9.5, "quantity": 1}]},
-                                   "currency_code": "EUR"}),
+                                   "currency_code": "EUR"})
+        }
         "session_end" => json!({"session_duration_ms": 1000}),
-        "application_state_transition" => json!({"application_transition_type": "application_initialized"}),
+        "application_state_transition" => {
+            json!({"application_transition_type": "application_initialized"})
+        }
         "crash_report" => json!({"message": "boom", "severity": "fatal"}),
         "breadcrumb" => json!({"label": "tapped"}),
         "opt_out" => json!({"is_opted_out": true}),
         "push_registration" => json!({"register": true, "registration_token": "tok"}),
-        "push_message" => json!({"push_message_type": "received", "push_message_token": "t", "push_notification_payload": "{}"}),
-        "network_performance" => json!({"url": "https://example.com", "response_code": 200, "http_verb": "GET"}),
+        "push_message" => {
+            json!({"push_message_type": "received", "push_message_token": "t", "push_notification_payload": "{}"})
+        }
+        "network_performance" => {
+            json!({"url": "https://example.com", "response_code": 200, "http_verb": "GET"})
+        }
         "profile" => json!({"previous_mpid": 1, "current_mpid": 42, "profile_event_type": "login"}),
-        "user_attribute_change" => json!({"user_attribute_name": "tier", "new": "gold", "old": "silver"}),
-        "user_identity_change" => json!({"new": {"identity_type": "email", "identity": "a@example.com", "timestamp_unixtime_ms": 1}, "old": null}),
+        "user_attribute_change" => {
+            json!({"user_attribute_name": "tier", "new": "gold", "old": "silver"})
+        }
+        "user_identity_change" => {
+            json!({"new": {"identity_type": "email", "identity": "a@example.com", "timestamp_unixtime_ms": 1}, "old": null})
+        }
         _ => json!({}),
     };
     for (key, value) in extra.as_object().unwrap() {
@@ -355,8 +476,23 @@ pub fn event(event_type: &str) -> Value {
 
 /// Every event type of the Events API schema.
 pub const ALL_EVENT_TYPES: &[&str] = &[
-    "session_start", "session_end", "screen_view", "custom_event", "crash_report", "opt_out", "first_run",
-    "pre_attribution", "push_registration", "application_state_transition", "push_message",
-    "network_performance", "breadcrumb", "profile", "push_reaction", "commerce_event",
-    "user_attribute_change", "user_identity_change", "uninstall",
+    "session_start",
+    "session_end",
+    "screen_view",
+    "custom_event",
+    "crash_report",
+    "opt_out",
+    "first_run",
+    "pre_attribution",
+    "push_registration",
+    "application_state_transition",
+    "push_message",
+    "network_performance",
+    "breadcrumb",
+    "profile",
+    "push_reaction",
+    "commerce_event",
+    "user_attribute_change",
+    "user_identity_change",
+    "uninstall",
 ];

@@ -12,13 +12,24 @@ async fn error_body(response: reqwest::Response) -> (u16, Value) {
 }
 
 fn message(body: &Value) -> String {
-    body["errors"][0]["message"].as_str().unwrap_or_default().to_owned()
+    body["errors"][0]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// Asserts nothing was stored and nothing was sent.
 async fn assert_nothing_stored(app: &TestApp, receiver: &mut Receiver) {
-    assert_eq!(app.count("batches").await, 0, "a refused request stored a batch");
-    assert_eq!(app.count("jobs").await, 0, "a refused request queued a delivery");
+    assert_eq!(
+        app.count("batches").await,
+        0,
+        "a refused request stored a batch"
+    );
+    assert_eq!(
+        app.count("jobs").await,
+        0,
+        "a refused request queued a delivery"
+    );
     receiver.expect_silence().await;
 }
 
@@ -37,7 +48,11 @@ async fn an_accepted_batch_reaches_the_webhook_in_mparticles_outbound_shape() {
 
     let response = app.post_events(&input, batch_of(&["custom_event"])).await;
     assert_eq!(response.status(), 202);
-    assert_eq!(response.text().await.unwrap(), "", "202 carries an empty body like mParticle's");
+    assert_eq!(
+        response.text().await.unwrap(),
+        "",
+        "202 carries an empty body like mParticle's"
+    );
 
     let got = receiver.take(1).await.remove(0);
     assert_eq!(got.headers["content-type"], "application/json");
@@ -57,10 +72,16 @@ async fn an_accepted_batch_reaches_the_webhook_in_mparticles_outbound_shape() {
             {"identity_type": "email", "identity": "a@example.com", "timestamp_unixtime_ms": body["timestamp_unixtime_ms"]},
         ])
     );
-    assert_eq!(body["user_attributes"], json!({"$firstname": "Ada", "tier": ["gold"]}));
+    assert_eq!(
+        body["user_attributes"],
+        json!({"$firstname": "Ada", "tier": ["gold"]})
+    );
     assert_eq!(got.event_types(), vec!["custom_event"]);
     assert_eq!(body["events"][0]["data"]["event_name"], "Clicked");
-    assert!(body.get("mp_deviceid").is_none(), "Include MP DeviceId is off by default");
+    assert!(
+        body.get("mp_deviceid").is_none(),
+        "Include MP DeviceId is off by default"
+    );
     app.stop().await.unwrap();
 }
 
@@ -82,7 +103,11 @@ async fn every_event_type_is_accepted_and_keeps_every_field() {
     assert_eq!(got.body["a_key_from_the_future"], json!({"kept": [1, 2]}));
     for (sent, received) in batch["events"].as_array().unwrap().iter().zip(got.events()) {
         for (key, value) in sent["data"].as_object().unwrap() {
-            assert_eq!(&received["data"][key], value, "{} lost data.{key}", sent["event_type"]);
+            assert_eq!(
+                &received["data"][key], value,
+                "{} lost data.{key}",
+                sent["event_type"]
+            );
         }
     }
     app.stop().await.unwrap();
@@ -92,9 +117,16 @@ async fn every_event_type_is_accepted_and_keeps_every_field() {
 async fn mparticles_sample_batches_are_accepted() {
     let app = spawn_app().await;
     let mut receiver = Receiver::start().await;
-    let (input, _) = app.pipeline(&receiver.url("/hook"), json!({"send_as_batch": true})).await;
-    for file in ["mparticle.inbound.eventsapi.sample.json", "api-evangelist.mparticle-eventsapi-sample.json"] {
-        let text = std::fs::read_to_string(format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let (input, _) = app
+        .pipeline(&receiver.url("/hook"), json!({"send_as_batch": true}))
+        .await;
+    for file in [
+        "mparticle.inbound.eventsapi.sample.json",
+        "api-evangelist.mparticle-eventsapi-sample.json",
+    ] {
+        let text =
+            std::fs::read_to_string(format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR")))
+                .unwrap();
         // Both samples carry the same source_request_id; give each its own so neither is a replay.
         let mut sample: Value = serde_json::from_str(&text).unwrap();
         sample["source_request_id"] = json!(file);
@@ -110,11 +142,23 @@ async fn mparticles_sample_batches_are_accepted() {
 async fn bulk_requests_store_every_batch() {
     let app = spawn_app().await;
     let mut receiver = Receiver::start().await;
-    let (input, _) = app.pipeline(&receiver.url("/hook"), json!({"send_as_batch": true})).await;
-    let bulk = json!([batch_of(&["custom_event"]), batch_of(&["screen_view", "session_start"])]);
-    let response = app.post_raw(&input, "/v2/bulkevents", bulk.to_string()).await;
+    let (input, _) = app
+        .pipeline(&receiver.url("/hook"), json!({"send_as_batch": true}))
+        .await;
+    let bulk = json!([
+        batch_of(&["custom_event"]),
+        batch_of(&["screen_view", "session_start"])
+    ]);
+    let response = app
+        .post_raw(&input, "/v2/bulkevents", bulk.to_string())
+        .await;
     assert_eq!(response.status(), 202);
-    let mut counts: Vec<usize> = receiver.take(2).await.iter().map(|r| r.events().len()).collect();
+    let mut counts: Vec<usize> = receiver
+        .take(2)
+        .await
+        .iter()
+        .map(|r| r.events().len())
+        .collect();
     counts.sort_unstable();
     assert_eq!(counts, vec![1, 2]);
     assert_eq!(app.count("batches").await, 2);
@@ -149,17 +193,30 @@ async fn credentials_are_checked_like_mparticle() {
     let url = format!("{}/v2/events", app.base);
     let body = batch_of(&["custom_event"]).to_string();
 
-    let none = app.client.post(&url).body(body.clone()).send().await.unwrap();
+    let none = app
+        .client
+        .post(&url)
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
     let (status, json) = error_body(none).await;
     assert_eq!(status, 401);
     assert_eq!(json["errors"][0]["code"], "UNAUTHORIZED");
 
-    let wrong_secret = app.client.post(&url).basic_auth(input["api_key"].as_str().unwrap(), Some("nope"));
+    let wrong_secret = app
+        .client
+        .post(&url)
+        .basic_auth(input["api_key"].as_str().unwrap(), Some("nope"));
     let (status, json) = error_body(wrong_secret.body(body.clone()).send().await.unwrap()).await;
     assert_eq!(status, 403);
     assert_eq!(json["errors"][0]["code"], "FORBIDDEN");
 
-    let unknown_key = app.client.post(&url).basic_auth("nobody", Some("x")).body(body.clone());
+    let unknown_key = app
+        .client
+        .post(&url)
+        .basic_auth("nobody", Some("x"))
+        .body(body.clone());
     assert_eq!(unknown_key.send().await.unwrap().status(), 403);
     let not_basic = app.client.post(&url).bearer_auth("abc").body(body);
     assert_eq!(not_basic.send().await.unwrap().status(), 403);
@@ -175,35 +232,68 @@ async fn malformed_and_invalid_batches_are_refused_naming_the_field() {
     let mut receiver = Receiver::start().await;
     let (input, _) = app.pipeline(&receiver.url("/hook"), json!({})).await;
 
-    let (status, body) = error_body(app.post_raw(&input, "/v2/events", "{\"events\": [").await).await;
+    let (status, body) =
+        error_body(app.post_raw(&input, "/v2/events", "{\"events\": [").await).await;
     assert_eq!(status, 400);
     assert_eq!(body["errors"][0]["code"], "BAD_REQUEST");
     assert!(message(&body).contains("not valid JSON"), "{body}");
 
     let cases: Vec<(Value, &str)> = vec![
         (json!({"events": [{"data": {}}]}), "events[0].event_type"),
-        (json!({"events": [{"event_type": "teleport", "data": {}}]}), "events[0].event_type"),
-        (json!({"events": [{"event_type": "custom_event", "data": {"custom_event_type": "other"}}]}), "events[0].data.event_name"),
+        (
+            json!({"events": [{"event_type": "teleport", "data": {}}]}),
+            "events[0].event_type",
+        ),
+        (
+            json!({"events": [{"event_type": "custom_event", "data": {"custom_event_type": "other"}}]}),
+            "events[0].data.event_name",
+        ),
         (json!({"events": "nope"}), "events"),
         (json!({"mpid": "not-a-number"}), "mpid"),
-        (json!({"user_identities": {"customer_id": 7}}), "user_identities.customer_id"),
-        (json!({"user_identities": {"shoe_size": "44"}}), "user_identities.shoe_size"),
-        (json!({"user_attributes": {"nested": {"a": 1}}}), "user_attributes.nested"),
+        (
+            json!({"user_identities": {"customer_id": 7}}),
+            "user_identities.customer_id",
+        ),
+        (
+            json!({"user_identities": {"shoe_size": "44"}}),
+            "user_identities.shoe_size",
+        ),
+        (
+            json!({"user_attributes": {"nested": {"a": 1}}}),
+            "user_attributes.nested",
+        ),
         (json!({"environment": "staging"}), "environment"),
-        (json!({"events": [{"event_type": "screen_view", "data": {"timestamp_unixtime_ms": "yesterday"}}]}), "events[0].data.timestamp_unixtime_ms"),
+        (
+            json!({"events": [{"event_type": "screen_view", "data": {"timestamp_unixtime_ms": "yesterday"}}]}),
+            "events[0].data.timestamp_unixtime_ms",
+        ),
         (json!([1, 2]), "batch"),
     ];
     for (batch, field) in cases {
         let (status, body) = error_body(app.post_events(&input, batch.clone()).await).await;
         assert_eq!(status, 400, "{batch}");
-        assert!(message(&body).contains(field), "{batch}: message {body} does not name {field}");
+        assert!(
+            message(&body).contains(field),
+            "{batch}: message {body} does not name {field}"
+        );
     }
     // One bad batch in a bulk request refuses the whole request.
     let bulk = json!([batch_of(&["custom_event"]), {"events": [{"data": {}}]}]);
-    let (status, body) = error_body(app.post_raw(&input, "/v2/bulkevents", bulk.to_string()).await).await;
+    let (status, body) = error_body(
+        app.post_raw(&input, "/v2/bulkevents", bulk.to_string())
+            .await,
+    )
+    .await;
     assert_eq!(status, 400);
-    assert!(message(&body).contains("[1].events[0].event_type"), "{body}");
-    let (status, _) = error_body(app.post_raw(&input, "/v2/bulkevents", batch_of(&[]).to_string()).await).await;
+    assert!(
+        message(&body).contains("[1].events[0].event_type"),
+        "{body}"
+    );
+    let (status, _) = error_body(
+        app.post_raw(&input, "/v2/bulkevents", batch_of(&[]).to_string())
+            .await,
+    )
+    .await;
     assert_eq!(status, 400, "bulkevents wants an array");
 
     assert_nothing_stored(&app, &mut receiver).await;
@@ -222,7 +312,11 @@ async fn oversized_requests_are_refused_with_413() {
     assert!(message(&body).contains("262144"), "{body}");
 
     let too_many: Vec<Value> = (0..101).map(|_| json!({})).collect();
-    let (status, body) = error_body(app.post_raw(&input, "/v2/bulkevents", Value::from(too_many).to_string()).await).await;
+    let (status, body) = error_body(
+        app.post_raw(&input, "/v2/bulkevents", Value::from(too_many).to_string())
+            .await,
+    )
+    .await;
     assert_eq!(status, 400);
     assert!(message(&body).contains("at most 100"), "{body}");
 
@@ -235,17 +329,37 @@ async fn metrics_count_accepted_and_rejected_events() {
     let app = spawn_app().await;
     let mut receiver = Receiver::start().await;
     let (input, connection) = app.pipeline(&receiver.url("/hook"), json!({})).await;
-    app.post_events(&input, batch_of(&["custom_event", "screen_view"])).await;
+    app.post_events(&input, batch_of(&["custom_event", "screen_view"]))
+        .await;
     app.post_events(&input, json!({"events": 1})).await;
     receiver.take(2).await;
     let metrics = app.metrics().await;
     let id = input["id"].as_str().unwrap();
     let conn = connection["id"].as_str().unwrap();
-    assert!(metrics.contains(&format!("boson_events_accepted_total{{input=\"{id}\"}} 2")), "{metrics}");
-    assert!(metrics.contains(&format!("boson_events_rejected_total{{input=\"{id}\",reason=\"invalid_batch\"}} 1")), "{metrics}");
-    assert!(metrics.contains(&format!("boson_deliveries_total{{connection=\"{conn}\",outcome=\"delivered\"}} 2")), "{metrics}");
-    assert!(metrics.contains("boson_delivery_latency_seconds_count 2"), "{metrics}");
+    assert!(
+        metrics.contains(&format!("boson_events_accepted_total{{input=\"{id}\"}} 2")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "boson_events_rejected_total{{input=\"{id}\",reason=\"invalid_batch\"}} 1"
+        )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "boson_deliveries_total{{connection=\"{conn}\",outcome=\"delivered\"}} 2"
+        )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("boson_delivery_latency_seconds_count 2"),
+        "{metrics}"
+    );
     assert!(metrics.contains("boson_queue_depth"), "{metrics}");
-    assert!(metrics.contains("boson_queue_oldest_pending_age_seconds"), "{metrics}");
+    assert!(
+        metrics.contains("boson_queue_oldest_pending_age_seconds"),
+        "{metrics}"
+    );
     app.stop().await.unwrap();
 }

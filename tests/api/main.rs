@@ -1,7 +1,6 @@
 //! Integration tests: the real server over HTTP, a real webhook receiver, a real database
 //! (SQLite by default; PostgreSQL when `TEST_DATABASE_URL` is set).
 
-
 // Test helpers are shared across this binary's modules; `pub` reads better than `pub(crate)` here.
 #![allow(unreachable_pub)]
 mod admin;
