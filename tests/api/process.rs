@@ -558,10 +558,12 @@ async fn sigterm_shuts_down_gracefully() {
         &expected,
     );
 
-    let (http, base) = (boson.http.clone(), boson.base.clone());
+    let base = boson.base.clone();
     let status = boson.sigterm(Duration::from_secs(15)).await;
     assert!(status.success(), "boson exited with {status} after SIGTERM");
-    let after = post_batch(&http, &base, &input, &tagged_batch(99).0).await;
+    // A new client: a pooled keep-alive connection would fail differently (closed mid-request).
+    let fresh = crate::helpers::http_client();
+    let after = post_batch(&fresh, &base, &input, &tagged_batch(99).0).await;
     assert!(
         after.as_ref().is_err_and(reqwest::Error::is_connect),
         "a request after shutdown got {after:?}"
