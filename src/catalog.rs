@@ -41,6 +41,8 @@ pub(crate) struct Catalog {
     snapshot: RwLock<Arc<Snapshot>>,
     /// Settings revisions never change once written, so they are cached for good.
     revisions: Mutex<HashMap<i64, Arc<ConnectionSettings>>>,
+    /// Serialises reloads, so an older read can never replace a newer snapshot.
+    reloading: tokio::sync::Mutex<()>,
 }
 
 impl Catalog {
@@ -50,6 +52,7 @@ impl Catalog {
             store,
             snapshot: RwLock::new(Arc::default()),
             revisions: Mutex::new(HashMap::new()),
+            reloading: tokio::sync::Mutex::new(()),
         };
         catalog.reload().await?;
         Ok(catalog)
@@ -57,6 +60,7 @@ impl Catalog {
 
     /// Re-reads inputs, outputs and connections.
     pub(crate) async fn reload(&self) -> StoreResult<()> {
+        let _one_at_a_time = self.reloading.lock().await;
         let inputs = self.store.list_inputs().await?;
         let outputs = self.store.list_outputs().await?;
         let connections = self.store.list_connections().await?;
@@ -150,6 +154,20 @@ impl Catalog {
         let connection = snapshot.connections.get(id)?.clone();
         let output = Arc::clone(snapshot.outputs.get(&connection.output_id)?);
         Some((connection, output))
+    }
+
+    /// Whether a connection and its output still exist in the store (for a catalog miss, which
+    /// may only mean this node has not reloaded yet).
+    pub(crate) async fn connection_exists(&self, id: &str) -> StoreResult<bool> {
+        match self.store.get_connection(id).await {
+            Ok(connection) => match self.store.get_output(&connection.output_id).await {
+                Ok(_) => Ok(true),
+                Err(StoreError::NotFound) => Ok(false),
+                Err(error) => Err(error),
+            },
+            Err(StoreError::NotFound) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     /// A settings revision, from the cache or the store.

@@ -133,6 +133,16 @@ impl Config {
                 self.database_url
             );
         }
+        let d = &self.delivery;
+        if d.initial_backoff_ms < 10 || d.poll_interval_ms < 10 {
+            bail!("delivery.initial_backoff_ms and delivery.poll_interval_ms must be at least 10");
+        }
+        // A lease shorter than a request could expire mid-delivery and let the job run twice.
+        if d.lease_secs < d.request_timeout_secs.saturating_mul(2) || d.request_timeout_secs == 0 {
+            bail!(
+                "delivery.lease_secs must be at least twice delivery.request_timeout_secs (and the timeout positive)"
+            );
+        }
         if self.delivery.max_in_flight_per_connection == 0 {
             bail!("delivery.max_in_flight_per_connection must be at least 1");
         }

@@ -56,6 +56,9 @@ impl ApiError {
                     "output_in_use" => {
                         "the output is used by a connection; delete the connection first"
                     }
+                    "connection_exists" => {
+                        "this input is already connected to this output; edit that connection instead"
+                    }
                     other => other,
                 };
                 Self::new(StatusCode::CONFLICT, code, message)

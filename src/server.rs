@@ -58,7 +58,9 @@ pub(crate) fn router(state: AppState) -> Router {
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if state.store.ping().await {
+    if !state.writer.is_running() {
+        (StatusCode::SERVICE_UNAVAILABLE, "writer stopped")
+    } else if state.store.ping().await {
         (StatusCode::OK, "ready")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "database unavailable")
@@ -113,6 +115,7 @@ pub async fn run(
     .context("failed to build the webhook client")?;
     let ctx = Arc::new(DeliveryContext::new(
         Arc::clone(&catalog),
+        store.clone(),
         client,
         writer.clone(),
         Arc::clone(&metrics),

@@ -40,7 +40,7 @@ CREATE TABLE connections (
     created_at  BIGINT NOT NULL,
     updated_at  BIGINT NOT NULL
 );
-CREATE INDEX connections_input ON connections(input_id);
+CREATE UNIQUE INDEX connections_input_output ON connections(input_id, output_id);
 CREATE INDEX connections_output ON connections(output_id);
 
 CREATE TABLE batches (

@@ -1,4 +1,6 @@
 -- Boson's schema on SQLite. Times are Unix milliseconds (INTEGER); ids are prefixed text.
+-- Integer ids use AUTOINCREMENT: without it SQLite reuses the largest id after a delete, and these
+-- ids are seen outside (batch_id in webhook bodies, delivery ids built from job ids).
 
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
@@ -26,7 +28,7 @@ CREATE TABLE outputs (
 -- Every saved version of a connection's settings. Jobs point at the revision that was current when
 -- their batch was accepted, so a later save never changes how an accepted batch is filtered.
 CREATE TABLE connection_revisions (
-    id            INTEGER PRIMARY KEY,
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
     connection_id TEXT NOT NULL,
     settings      TEXT NOT NULL,
     created_at    INTEGER NOT NULL
@@ -40,11 +42,11 @@ CREATE TABLE connections (
     created_at  INTEGER NOT NULL,
     updated_at  INTEGER NOT NULL
 );
-CREATE INDEX connections_input ON connections(input_id);
+CREATE UNIQUE INDEX connections_input_output ON connections(input_id, output_id);
 CREATE INDEX connections_output ON connections(output_id);
 
 CREATE TABLE batches (
-    id                INTEGER PRIMARY KEY,
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
     input_id          TEXT NOT NULL,
     source_request_id TEXT,
     received_at       INTEGER NOT NULL,
@@ -55,7 +57,7 @@ CREATE TABLE batches (
 
 -- The delivery queue: one row per (batch, connection) until it is delivered or dead-lettered.
 CREATE TABLE jobs (
-    id              INTEGER PRIMARY KEY,
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
     batch_id        INTEGER NOT NULL,
     connection_id   TEXT NOT NULL,
     revision_id     INTEGER NOT NULL,
@@ -69,7 +71,7 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_due ON jobs(next_attempt_at);
 
 CREATE TABLE dead_letters (
-    id            INTEGER PRIMARY KEY,
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id        INTEGER NOT NULL,
     batch_id      INTEGER NOT NULL,
     connection_id TEXT NOT NULL,
@@ -82,7 +84,7 @@ CREATE TABLE dead_letters (
 CREATE INDEX dead_letters_connection ON dead_letters(connection_id, id);
 
 CREATE TABLE attempts (
-    id            INTEGER PRIMARY KEY,
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id        INTEGER NOT NULL,
     connection_id TEXT NOT NULL,
     attempted_at  INTEGER NOT NULL,

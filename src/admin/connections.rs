@@ -14,7 +14,7 @@ use crate::error::{ApiError, AppJson};
 use crate::model::settings::{ConnectionSettings, SettingsError, metadata_paths};
 use crate::model::{new_id, now_ms};
 use crate::server::AppState;
-use crate::store::ConnectionRow;
+use crate::store::{ConnectionRow, StoreError};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,14 +84,27 @@ async fn must_exist(
     input_id: Option<&str>,
     output_id: &str,
 ) -> Result<(), ApiError> {
+    let unknown = |code: &'static str, what: &'static str, id: &str| {
+        let id = id.to_owned();
+        move |error: StoreError| match error {
+            StoreError::NotFound => {
+                ApiError::bad_request(code, format!("no {what} with id {id:?}"))
+            }
+            other => ApiError::from_store(other, code, what),
+        }
+    };
     if let Some(input_id) = input_id {
-        state.store.get_input(input_id).await.map_err(|_| {
-            ApiError::bad_request("unknown_input", format!("no input with id {input_id:?}"))
-        })?;
+        state.store.get_input(input_id).await.map_err(unknown(
+            "unknown_input",
+            "input",
+            input_id,
+        ))?;
     }
-    state.store.get_output(output_id).await.map_err(|_| {
-        ApiError::bad_request("unknown_output", format!("no output with id {output_id:?}"))
-    })?;
+    state.store.get_output(output_id).await.map_err(unknown(
+        "unknown_output",
+        "output",
+        output_id,
+    ))?;
     Ok(())
 }
 
@@ -102,17 +115,6 @@ pub(crate) async fn create(
     let settings = ConnectionSettings::from_json(connection.settings.unwrap_or_else(|| json!({})))
         .map_err(|e| settings_error(&e))?;
     must_exist(&state, Some(&connection.input_id), &connection.output_id).await?;
-    let existing = state.store.list_connections().await.map_err(not_found)?;
-    if existing
-        .iter()
-        .any(|c| c.input_id == connection.input_id && c.output_id == connection.output_id)
-    {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "connection_exists",
-            "this input is already connected to this output; edit that connection instead",
-        ));
-    }
     let id = new_id("conn");
     let text = to_text(&settings)?;
     state

@@ -13,7 +13,7 @@ pub(crate) mod retry;
 pub(crate) mod webhook;
 mod worker;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,8 +23,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::catalog::Catalog;
 use crate::config::DeliveryConfig;
-use crate::store::queue::{Job, JobUpdate};
+use crate::store::queue::{AttemptRecord, Job, JobUpdate};
 use crate::store::writer::Writer;
+use crate::store::{Store, StoreError};
 use crate::telemetry::Metrics;
 use retry::Backoff;
 use webhook::WebhookClient;
@@ -40,6 +41,7 @@ pub(crate) struct DeliveryContext {
     pub(crate) catalog: Arc<Catalog>,
     pub(crate) client: WebhookClient,
     pub(crate) writer: Writer,
+    pub(crate) store: Store,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) backoff: Backoff,
     pub(crate) retry_window_ms: i64,
@@ -48,6 +50,7 @@ pub(crate) struct DeliveryContext {
 impl DeliveryContext {
     pub(crate) fn new(
         catalog: Arc<Catalog>,
+        store: Store,
         client: WebhookClient,
         writer: Writer,
         metrics: Arc<Metrics>,
@@ -57,6 +60,7 @@ impl DeliveryContext {
             catalog,
             client,
             writer,
+            store,
             metrics,
             backoff: Backoff {
                 initial: Duration::from_millis(config.initial_backoff_ms),
@@ -74,6 +78,8 @@ struct Lanes {
     ctx: Arc<DeliveryContext>,
     lanes: Mutex<HashMap<String, mpsc::Sender<Job>>>,
     max_in_flight: usize,
+    /// Jobs this node holds, queued or in flight.
+    held: Mutex<HashSet<i64>>,
     tracker: TaskTracker,
     cancel: CancellationToken,
 }
@@ -89,6 +95,7 @@ pub(crate) async fn run(
         ctx,
         lanes: Mutex::new(HashMap::new()),
         max_in_flight: config.max_in_flight_per_connection,
+        held: Mutex::new(HashSet::new()),
         tracker: TaskTracker::new(),
         cancel: cancel.clone(),
     });
@@ -120,22 +127,59 @@ pub(crate) async fn run(
 
 impl Lanes {
     /// Hands a leased job to its connection's lane, or releases it if the lane is full.
+    ///
+    /// A job this node already holds (queued or in flight) is not queued twice: the poller can
+    /// claim it again when its lease runs out while it waits, and that claim only renews the lease.
     async fn offer(self: &Arc<Self>, job: Job) {
+        if !self.hold(job.id) {
+            return;
+        }
         let lane = self.lane(&job.connection_id);
         if let Err(error) = lane.try_send(job) {
-            let job = match error {
-                mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job) => {
-                    job
-                }
-            };
+            let (mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job)) =
+                error;
             self.release(job.id).await;
         }
     }
 
-    async fn release(&self, job_id: i64) {
-        if let Err(error) = self.ctx.writer.update(JobUpdate::Release { job_id }).await {
-            tracing::warn!(job_id, %error, "Could not release a job; it will be retried after its lease.");
+    /// Records that this node holds a job; false if it already did.
+    fn hold(&self, job_id: i64) -> bool {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(job_id)
+    }
+
+    fn forget(&self, job_id: i64) {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&job_id);
+    }
+
+    /// Records a job's outcome and lets go of it.
+    async fn record(&self, job_id: i64, update: JobUpdate) {
+        if let Err(error) = self.ctx.writer.update(update).await {
+            tracing::warn!(job_id, %error, "Could not record a job update; the job is retried after its lease.");
         }
+        self.forget(job_id);
+    }
+
+    async fn release(&self, job_id: i64) {
+        self.record(job_id, JobUpdate::Release { job_id }).await;
+    }
+
+    /// Connections whose lanes have no room: the poller leaves their jobs in the table.
+    fn full_lanes(&self) -> Vec<String> {
+        let lanes = self
+            .lanes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        lanes
+            .iter()
+            .filter(|(_, lane)| lane.capacity() == 0)
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     fn lane(self: &Arc<Self>, connection_id: &str) -> mpsc::Sender<Job> {
@@ -164,12 +208,11 @@ impl Lanes {
                 () = self.cancel.cancelled() => { self.release(job.id).await; break }
                 permit = Arc::clone(&budget).acquire_owned() => match permit { Ok(p) => p, Err(_) => break },
             };
-            let ctx = Arc::clone(&self.ctx);
+            let lanes = Arc::clone(&self);
             self.tracker.spawn(async move {
-                let update = worker::work(&ctx, job).await;
-                if let Err(error) = ctx.writer.update(update).await {
-                    tracing::warn!(%error, "Could not record a delivery; it will be retried after its lease.");
-                }
+                let job_id = job.id;
+                let update = worker::work(&lanes.ctx, job).await;
+                lanes.record(job_id, update).await;
                 drop(permit);
             });
         }
@@ -180,22 +223,22 @@ impl Lanes {
     }
 }
 
-/// Claims due jobs (retries, and anything unleased) and offers them to their lanes.
+/// Claims due jobs (retries, and anything unleased) for lanes with room and offers them.
 async fn poll(lanes: Arc<Lanes>, interval: Duration) {
     loop {
-        let claimed = match lanes.ctx.writer.claim(CLAIM_LIMIT).await {
+        let claimed = match claim(&lanes).await {
             Ok(jobs) => jobs,
             Err(error) => {
                 tracing::warn!(%error, "Claiming due jobs failed.");
                 Vec::new()
             }
         };
-        let full = i64::try_from(claimed.len()).unwrap_or(i64::MAX) >= CLAIM_LIMIT;
+        // A full claim means more is due: go again soon, but not in a tight loop.
+        let more = i64::try_from(claimed.len()).unwrap_or(i64::MAX) >= CLAIM_LIMIT;
         for job in claimed {
             lanes.offer(job).await;
         }
-        // A full claim means more is due; a short pause keeps a full lane from turning this into a spin.
-        let pause = if full {
+        let pause = if more {
             Duration::from_millis(10)
         } else {
             interval
@@ -205,4 +248,35 @@ async fn poll(lanes: Arc<Lanes>, interval: Duration) {
             () = tokio::time::sleep(pause) => {}
         }
     }
+}
+
+/// Leases due jobs to this node and reads their batches (outside the writer: bodies never change).
+async fn claim(lanes: &Lanes) -> Result<Vec<Job>, StoreError> {
+    let claimed = lanes
+        .ctx
+        .writer
+        .claim(CLAIM_LIMIT, lanes.full_lanes())
+        .await?;
+    let mut jobs = Vec::with_capacity(claimed.len());
+    for claim in claimed {
+        match lanes.ctx.store.batch_body(claim.batch_id()).await? {
+            Some(body) => jobs.push(claim.into_job(body.into())),
+            None => {
+                // The batch is gone (pruned): nothing is left to deliver.
+                let key = claim.key();
+                let attempt = AttemptRecord::dropped("batch no longer stored");
+                lanes
+                    .record(
+                        key.id,
+                        JobUpdate::Finished {
+                            job: key,
+                            attempt,
+                            dead: Vec::new(),
+                        },
+                    )
+                    .await;
+            }
+        }
+    }
+    Ok(jobs)
 }

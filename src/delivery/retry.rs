@@ -20,9 +20,8 @@ pub(crate) fn classify(status: u16, retry_after: Option<Duration>) -> Classifica
     match status {
         200..=299 => Classification::Delivered,
         408 | 429 | 500..=599 => Classification::Retry { after: retry_after },
-        // 1xx and 3xx are not answers a webhook should give (redirects are not followed); they
-        // are retried like server errors in case the receiver is misconfigured only for a while.
-        100..=199 | 300..=399 => Classification::Retry { after: retry_after },
+        // Everything else, 3xx included: redirects are not followed (a redirect could lead to a
+        // private address), so a moved endpoint is a configuration error, not a passing one.
         _ => Classification::DeadLetter,
     }
 }
@@ -78,6 +77,7 @@ mod tests {
         assert_eq!(classify(400, None), Classification::DeadLetter);
         assert_eq!(classify(404, None), Classification::DeadLetter);
         assert_eq!(classify(410, None), Classification::DeadLetter);
+        assert_eq!(classify(301, None), Classification::DeadLetter);
     }
 
     #[test]

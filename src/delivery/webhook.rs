@@ -97,21 +97,53 @@ impl WebhookClient {
         {
             request = request.header(AUTHORIZATION, auth);
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| SendError::Transport(error_chain(&e)))?;
+        let mut response = request.send().await.map_err(|e| {
+            if refused_by_resolver(&e) {
+                SendError::Refused(error_chain(&e))
+            } else {
+                SendError::Transport(error_chain(&e))
+            }
+        })?;
         let retry_after = response
             .headers()
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_retry_after);
+        let status = response.status().as_u16();
+        // Read (a bounded part of) the body so the connection can go back to the pool.
+        let mut drained = 0;
+        while drained < MAX_DRAINED_BYTES {
+            match response.chunk().await {
+                Ok(Some(chunk)) => drained += chunk.len(),
+                _ => break,
+            }
+        }
         Ok(Answer {
-            status: response.status().as_u16(),
+            status,
             retry_after,
         })
     }
 }
+
+/// Most of a webhook's answer body read before the connection is given up instead of reused.
+const MAX_DRAINED_BYTES: usize = 64 * 1024;
+
+/// Whether the request failed because the name resolves only to refused addresses.
+fn refused_by_resolver(error: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if cause.downcast_ref::<PrivateDestination>().is_some() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+/// The resolver's refusal, typed so `post` can tell it from a network failure.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} resolves only to loopback, private or link-local addresses")]
+struct PrivateDestination(String);
 
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut message = error.to_string();
@@ -203,9 +235,9 @@ impl Resolve for GuardedResolver {
                 .filter(|a| allow_private || !is_private(a.ip()))
                 .collect();
             if allowed.is_empty() {
-                let message =
-                    format!("{host} resolves only to loopback, private or link-local addresses");
-                return Err(message.into());
+                return Err(
+                    Box::new(PrivateDestination(host)) as Box<dyn std::error::Error + Send + Sync>
+                );
             }
             let addrs: Addrs = Box::new(allowed.into_iter());
             Ok(addrs)

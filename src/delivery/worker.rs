@@ -20,8 +20,24 @@ use crate::store::queue::{AttemptRecord, DeadLetter, Job, JobKey, JobUpdate};
 pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
     let mut attempt = Attempt::new(ctx, &job);
     let Some((_, output)) = ctx.catalog.connection(&job.connection_id) else {
-        // The connection (or its output) was deleted after the batch was accepted.
-        return attempt.finish("dropped", Some("connection deleted".into()));
+        // A miss may only mean another node created the connection after our last reload: drop
+        // the job only when the store confirms the connection is gone.
+        let whole_batch = vec![(job.progress, job.body.to_vec())];
+        return match ctx.catalog.connection_exists(&job.connection_id).await {
+            Ok(false) => attempt.finish("dropped", Some("connection deleted".into())),
+            Ok(true) => attempt.retry(
+                job.progress,
+                "connection not loaded yet".into(),
+                None,
+                whole_batch,
+            ),
+            Err(error) => attempt.retry(
+                job.progress,
+                format!("catalog unavailable: {error}"),
+                None,
+                whole_batch,
+            ),
+        };
     };
     let settings = match ctx.catalog.revision(job.revision_id).await {
         Ok(settings) => settings,
@@ -82,7 +98,11 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
                 attempt.dead_letter(*index, body.clone(), None, error);
                 continue;
             }
-            Err(SendError::Transport(error)) => (error, None),
+            Err(SendError::Transport(error)) => {
+                // No answer this time: the status of an earlier request must not be reported.
+                attempt.last_status = None;
+                (error, None)
+            }
         };
         let remaining = bodies[position..]
             .iter()

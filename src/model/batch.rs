@@ -124,9 +124,14 @@ pub(crate) fn normalize(
 
     let source_request_id = match batch.remove("source_request_id") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s),
-        Some(_) => return Err(BatchError::new(at("source_request_id"), "must be a string")),
+        Some(Value::String(s)) if is_request_id(&s) => Some(s),
+        Some(_) => {
+            let problem = "must be a string of at most 1024 characters without control characters";
+            return Err(BatchError::new(at("source_request_id"), problem));
+        }
     };
+    // Outbound only: set per connection (spec §2), never taken from a client.
+    batch.remove("unique_id");
     let event_count = normalize_events(&mut batch, &at("events"), now_ms)?;
     normalize_identities(&mut batch, &at("user_identities"), now_ms)?;
     check_user_attributes(&batch, &at("user_attributes"))?;
@@ -155,13 +160,7 @@ pub(crate) fn normalize(
             ));
         }
     }
-    expect_optional(
-        &batch,
-        "schema_version",
-        &at("schema_version"),
-        is_integer,
-        "must be an integer",
-    )?;
+    // `schema_version` is accepted whatever it holds (spec §1.4) and overwritten below.
 
     // What mParticle adds on receipt (spec §1.8); read-only keys a client sent are overwritten.
     batch.insert("schema_version".into(), json!(2));
@@ -178,6 +177,17 @@ pub(crate) fn normalize(
         source_request_id,
         event_count,
     })
+}
+
+/// A request id that every backend can store and index: bounded, no control characters (a NUL
+/// is not valid in PostgreSQL text).
+fn is_request_id(id: &str) -> bool {
+    id.chars().count() <= 1024 && !id.chars().any(char::is_control)
+}
+
+/// Missing, or an explicit `null`: both mean "not given".
+fn is_absent(data: &Map<String, Value>, key: &str) -> bool {
+    data.get(key).is_none_or(Value::is_null)
 }
 
 fn root(prefix: &str) -> String {
@@ -281,11 +291,13 @@ fn normalize_event(event: &mut Value, field: &str, now_ms: i64) -> Result<(), Ba
     let data_field = format!("{field}.data");
     check_common_data(data, &data_field)?;
     check_type_specific(&event_type, data, &data_field)?;
-    if !data.contains_key("timestamp_unixtime_ms") {
+    // Server time when the client gave none (spec §1.5).
+    if is_absent(data, "timestamp_unixtime_ms") {
         data.insert("timestamp_unixtime_ms".into(), json!(now_ms));
     }
-    data.entry("message_id")
-        .or_insert_with(|| json!(uuid::Uuid::new_v4().to_string()));
+    if is_absent(data, "message_id") {
+        data.insert("message_id".into(), json!(uuid::Uuid::new_v4().to_string()));
+    }
     Ok(())
 }
 
@@ -537,6 +549,25 @@ mod tests {
         assert_eq!(b.source_request_id.as_deref(), Some("r1"));
         assert!(b.document.get("source_request_id").is_none());
         assert_eq!(b.document["mpid"], json!(42));
+    }
+
+    #[test]
+    fn null_timestamps_get_server_time_and_odd_keys_are_handled() {
+        let b = ok(json!({
+            "schema_version": "2",
+            "unique_id": "from-client",
+            "events": [{"event_type": "screen_view", "data": {"timestamp_unixtime_ms": null}}]
+        }));
+        assert_eq!(
+            b.document["events"][0]["data"]["timestamp_unixtime_ms"],
+            json!(1_700_000_000_000i64)
+        );
+        assert_eq!(b.document["schema_version"], json!(2));
+        assert!(b.document.get("unique_id").is_none());
+        assert_eq!(
+            err(json!({"source_request_id": "a\u{0}b"})).field,
+            "source_request_id"
+        );
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub(crate) struct ConnectionSettings {
     pub(crate) send_network_performance_events: bool,
     pub(crate) send_push_registrations_and_receipts: bool,
     pub(crate) include_location_information: bool,
+    /// Forward the batch's `context.location` (mParticle's "Include Event Batch Location").
+    pub(crate) include_event_batch_location: bool,
     pub(crate) send_batches_without_events: bool,
     pub(crate) unique_id: Option<String>,
 }
@@ -53,6 +55,7 @@ impl Default for ConnectionSettings {
             send_network_performance_events: true,
             send_push_registrations_and_receipts: true,
             include_location_information: true,
+            include_event_batch_location: false,
             send_batches_without_events: true,
             unique_id: None,
         }

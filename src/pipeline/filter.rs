@@ -161,7 +161,9 @@ fn outbound_base(
     for path in &settings.metadata_field_exclusions {
         remove_path(&mut base, path);
     }
-    if !settings.include_location_information
+    // The batch location has its own switch, off by default; Include Location Information
+    // governs the events' locations (spec §1.7.1, §2).
+    if !settings.include_event_batch_location
         && let Some(Value::Object(context)) = base.get_mut("context")
     {
         context.remove("location");
@@ -299,6 +301,20 @@ mod tests {
         assert!(body["context"].get("location").is_none());
         assert!(body["events"][0]["data"].get("location").is_none());
         assert_eq!(body["unique_id"], json!("u1"));
+    }
+
+    #[test]
+    fn the_batch_location_has_its_own_switch() {
+        let off = ConnectionSettings::default();
+        let body = json_of(&plan(&off, &webhook(), 1, &doc(&["custom_event"])).payloads[0]);
+        assert!(body["context"].get("location").is_none());
+        assert!(body["events"][0]["data"].get("location").is_some());
+        let on = ConnectionSettings {
+            include_event_batch_location: true,
+            ..off
+        };
+        let body = json_of(&plan(&on, &webhook(), 1, &doc(&["custom_event"])).payloads[0]);
+        assert_eq!(body["context"]["location"]["latitude"], json!(1.0));
     }
 
     #[test]

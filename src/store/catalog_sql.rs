@@ -80,6 +80,14 @@ const SELECT_META: &str = "SELECT value FROM meta WHERE key = $1";
 const INSERT_META: &str =
     "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING";
 
+/// A unique-constraint violation becomes a `Conflict` with `code`; other errors pass through.
+fn unique_as_conflict(error: sqlx::Error, code: &'static str) -> StoreError {
+    match error.as_database_error() {
+        Some(db) if db.is_unique_violation() => StoreError::Conflict(code),
+        _ => StoreError::Database(error),
+    }
+}
+
 impl Store {
     pub(crate) async fn insert_input(&self, row: &InputRow) -> StoreResult<()> {
         with_pool!(self, pool => {
@@ -194,7 +202,8 @@ impl Store {
                 .bind(id).bind(settings).bind(now).fetch_one(&mut *tx).await?;
             sqlx::query(INSERT_CONNECTION)
                 .bind(id).bind(input_id).bind(output_id).bind(revision).bind(now)
-                .execute(&mut *tx).await?;
+                .execute(&mut *tx).await
+                .map_err(|e| unique_as_conflict(e, "connection_exists"))?;
             tx.commit().await?;
         });
         Ok(())

@@ -126,15 +126,57 @@ pub(crate) struct AttemptRow {
     pub(crate) latency_ms: i64,
 }
 
+/// A job just leased by a claim; its batch is read separately.
 #[derive(Debug, FromRow)]
-pub(super) struct ClaimedRow {
-    pub(super) id: i64,
-    pub(super) batch_id: i64,
-    pub(super) connection_id: String,
-    pub(super) revision_id: i64,
-    pub(super) progress: i64,
-    pub(super) attempts: i64,
-    pub(super) created_at: i64,
+pub(crate) struct ClaimedJob {
+    id: i64,
+    batch_id: i64,
+    connection_id: String,
+    revision_id: i64,
+    progress: i64,
+    attempts: i64,
+    created_at: i64,
+}
+
+impl ClaimedJob {
+    pub(crate) fn batch_id(&self) -> i64 {
+        self.batch_id
+    }
+
+    pub(crate) fn key(&self) -> JobKey {
+        JobKey {
+            id: self.id,
+            batch_id: self.batch_id,
+            connection_id: self.connection_id.clone(),
+        }
+    }
+
+    pub(crate) fn into_job(self, body: Arc<[u8]>) -> Job {
+        Job {
+            id: self.id,
+            batch_id: self.batch_id,
+            connection_id: self.connection_id,
+            revision_id: self.revision_id,
+            progress: self.progress,
+            attempts: self.attempts,
+            created_at: self.created_at,
+            body,
+        }
+    }
+}
+
+impl AttemptRecord {
+    /// A job ended without any request, for `reason`.
+    pub(crate) fn dropped(reason: &str) -> Self {
+        Self {
+            attempted_at: crate::model::now_ms(),
+            outcome: "dropped",
+            status: None,
+            error: Some(reason.to_owned()),
+            requests: 0,
+            latency_ms: 0,
+        }
+    }
 }
 
 pub(super) const INSERT_BATCH: &str = "INSERT INTO batches \
@@ -153,16 +195,19 @@ pub(super) const INSERT_DEAD_LETTER: &str = "INSERT INTO dead_letters \
 pub(super) const INSERT_ATTEMPT: &str = "INSERT INTO attempts \
      (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+/// `$4` is a JSON array of connection ids to skip (their lanes are full on this node).
 pub(super) const CLAIM_SQLITE: &str = "UPDATE jobs SET lease_until = $1 WHERE id IN \
      (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
+      AND connection_id NOT IN (SELECT value FROM json_each($4)) \
       ORDER BY next_attempt_at LIMIT $3) \
      RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at";
 /// `SKIP LOCKED` lets several nodes claim side by side without waiting on each other's rows.
 pub(super) const CLAIM_POSTGRES: &str = "UPDATE jobs SET lease_until = $1 WHERE id IN \
      (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
+      AND connection_id NOT IN (SELECT jsonb_array_elements_text($4::jsonb)) \
       ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
      RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at";
-pub(super) const SELECT_BODY: &str = "SELECT body FROM batches WHERE id = $1";
+const SELECT_BODY: &str = "SELECT body FROM batches WHERE id = $1";
 
 const RELEASE_ALL_LEASES: &str = "UPDATE jobs SET lease_until = 0 WHERE lease_until > 0";
 const QUEUE_STATS: &str = "SELECT COUNT(*), MIN(created_at) FROM jobs";
@@ -178,6 +223,13 @@ impl Store {
         Ok(
             with_pool!(self, pool => sqlx::query(RELEASE_ALL_LEASES).execute(pool).await?.rows_affected()),
         )
+    }
+
+    /// A stored batch's body, if it is still kept.
+    pub(crate) async fn batch_body(&self, batch_id: i64) -> StoreResult<Option<Vec<u8>>> {
+        let row: Option<(Vec<u8>,)> = with_pool!(self, pool =>
+            sqlx::query_as(SELECT_BODY).bind(batch_id).fetch_optional(pool).await?);
+        Ok(row.map(|(body,)| body))
     }
 
     /// Pending jobs and the creation time of the oldest.

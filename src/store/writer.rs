@@ -13,9 +13,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::queue::{
-    AttemptRecord, CLAIM_POSTGRES, CLAIM_SQLITE, ClaimedRow, DELETE_JOB, DeadLetter,
+    AttemptRecord, CLAIM_POSTGRES, CLAIM_SQLITE, ClaimedJob, DELETE_JOB, DeadLetter,
     INSERT_ATTEMPT, INSERT_BATCH, INSERT_DEAD_LETTER, INSERT_JOB, IngestOutcome, Job, JobKey,
-    JobUpdate, NewBatch, RELEASE_JOB, RETRY_JOB, SELECT_BODY,
+    JobUpdate, NewBatch, RELEASE_JOB, RETRY_JOB,
 };
 use super::{Store, StoreError, StoreResult, with_pool};
 use crate::model::now_ms;
@@ -33,14 +33,16 @@ enum Command {
     Update(JobUpdate),
     Claim {
         limit: i64,
-        reply: oneshot::Sender<StoreResult<Vec<Job>>>,
+        /// JSON array of connection ids to skip.
+        skip: String,
+        reply: oneshot::Sender<StoreResult<Vec<ClaimedJob>>>,
     },
 }
 
 enum Done {
     Ingest(Vec<IngestOutcome>, Vec<Job>),
     Update,
-    Claim(Vec<Job>),
+    Claim(Vec<ClaimedJob>),
 }
 
 /// A handle to the writer task; cheap to clone.
@@ -85,11 +87,21 @@ impl Writer {
         self.send(Command::Update(update)).await
     }
 
-    /// Leases up to `limit` due, unleased jobs to this node.
-    pub(crate) async fn claim(&self, limit: i64) -> StoreResult<Vec<Job>> {
+    /// Leases up to `limit` due, unleased jobs to this node, except jobs of the `skip` connections.
+    pub(crate) async fn claim(
+        &self,
+        limit: i64,
+        skip: Vec<String>,
+    ) -> StoreResult<Vec<ClaimedJob>> {
         let (reply, answer) = oneshot::channel();
-        self.send(Command::Claim { limit, reply }).await?;
+        let skip = serde_json::to_string(&skip).unwrap_or_else(|_| "[]".to_owned());
+        self.send(Command::Claim { limit, skip, reply }).await?;
         answer.await.map_err(|_| closed())?
+    }
+
+    /// Whether the writer task is still running (ingest cannot succeed without it).
+    pub(crate) fn is_running(&self) -> bool {
+        !self.commands.is_closed()
     }
 
     async fn send(&self, command: Command) -> StoreResult<()> {
@@ -260,30 +272,10 @@ async fn commit(store: &Store, commands: &[Command], lease_ms: i64) -> StoreResu
                     }
                     done.push(Done::Update);
                 }
-                Command::Claim { limit, .. } => {
-                    let rows: Vec<ClaimedRow> = sqlx::query_as(claim_sql)
-                        .bind(now + lease_ms).bind(now).bind(*limit)
+                Command::Claim { limit, skip, .. } => {
+                    let jobs: Vec<ClaimedJob> = sqlx::query_as(claim_sql)
+                        .bind(now + lease_ms).bind(now).bind(*limit).bind(skip)
                         .fetch_all(&mut *tx).await?;
-                    let mut jobs = Vec::with_capacity(rows.len());
-                    for row in rows {
-                        let body: Option<(Vec<u8>,)> = sqlx::query_as(SELECT_BODY)
-                            .bind(row.batch_id).fetch_optional(&mut *tx).await?;
-                        let Some((body,)) = body else {
-                            // The batch was pruned; nothing is left to deliver.
-                            sqlx::query(DELETE_JOB).bind(row.id).execute(&mut *tx).await?;
-                            continue;
-                        };
-                        jobs.push(Job {
-                            id: row.id,
-                            batch_id: row.batch_id,
-                            connection_id: row.connection_id,
-                            revision_id: row.revision_id,
-                            progress: row.progress,
-                            attempts: row.attempts,
-                            created_at: row.created_at,
-                            body: body.into(),
-                        });
-                    }
                     done.push(Done::Claim(jobs));
                 }
             }

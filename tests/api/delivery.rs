@@ -261,3 +261,24 @@ where
     }
     panic!("condition not met within 10 s");
 }
+
+#[tokio::test]
+async fn delivery_ids_are_never_reused() {
+    // Ids come from the job table, which empties whenever delivery catches up; a reused id would
+    // make receivers that de-duplicate drop new events.
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let (input, _) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    let mut ids = std::collections::HashSet::new();
+    for _ in 0..3 {
+        app.post_events(&input, batch_of(&["custom_event"])).await;
+        let got = receiver.next().await;
+        wait_for(|| async { app.count("jobs").await == 0 }).await;
+        let id = got.headers["x-boson-delivery-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(ids.insert(id.clone()), "delivery id {id} was used twice");
+    }
+    app.stop().await.unwrap();
+}

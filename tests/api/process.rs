@@ -67,9 +67,11 @@ impl Deployment {
         if self.database_url.starts_with("postgres") {
             // PostgreSQL may be shared by several nodes, so a crashed node's leases are only
             // freed when they expire (the embedded database frees them at start). A short lease
-            // lets the restarted node resume within the test's wait; on SQLite the default
-            // 300 s lease stays, so a failure to free stale leases there cannot hide.
-            command.env("BOSON_DELIVERY__LEASE_SECS", "3");
+            // lets the restarted node resume within the test's wait (the lease must be at least
+            // twice the request timeout); on SQLite the default 60 s lease stays, so a failure
+            // to free stale leases there cannot hide.
+            command.env("BOSON_DELIVERY__LEASE_SECS", "4");
+            command.env("BOSON_DELIVERY__REQUEST_TIMEOUT_SECS", "2");
         }
         let child = command.spawn().expect("start the boson binary");
         let mut boson = Boson {
@@ -84,6 +86,18 @@ impl Deployment {
 
 impl Drop for Deployment {
     fn drop(&mut self) {
+        // Drop a PostgreSQL test database on a thread of its own: this runs inside the test's
+        // runtime, which must not be blocked.
+        let url = self.database_url.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(runtime) = runtime {
+                runtime.block_on(crate::helpers::drop_database(&url));
+            }
+        })
+        .join();
         if std::thread::panicking() {
             for log in &self.logs {
                 let text =

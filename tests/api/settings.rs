@@ -154,7 +154,10 @@ async fn send_as_batch_decides_between_one_post_per_event_and_one_per_batch() {
 #[tokio::test]
 async fn metadata_settings_strip_what_they_name() {
     let cases = vec![
-        ("full".to_owned(), json!({"send_as_batch": true})),
+        (
+            "full".to_owned(),
+            json!({"send_as_batch": true, "include_event_batch_location": true}),
+        ),
         (
             "no_metadata".to_owned(),
             json!({"send_as_batch": true, "include_metadata": false}),
@@ -217,7 +220,13 @@ async fn metadata_settings_strip_what_they_name() {
         );
     }
 
-    assert_eq!(body("unique")["unique_id"], "shop-eu");
+    let defaults = body("unique");
+    assert_eq!(defaults["unique_id"], "shop-eu");
+    assert!(
+        defaults["context"].get("location").is_none(),
+        "batch location is off by default"
+    );
+    assert_eq!(defaults["events"][0]["data"]["location"]["latitude"], 1.5);
 }
 
 #[tokio::test]
