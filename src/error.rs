@@ -63,6 +63,14 @@ impl ApiError {
                 };
                 Self::new(StatusCode::CONFLICT, code, message)
             }
+            StoreError::WriterStopped => {
+                tracing::error!("Admin request failed: the writer has stopped.");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "service unavailable",
+                )
+            }
             StoreError::Database(source) => {
                 tracing::error!(error = %source, "Admin request failed on the database.");
                 Self::new(

@@ -7,6 +7,7 @@
 //! to the pool.
 
 mod catalog_sql;
+mod group;
 pub(crate) mod queue;
 pub(crate) mod writer;
 
@@ -44,6 +45,8 @@ pub(crate) enum StoreError {
     Conflict(&'static str),
     #[error("database error")]
     Database(#[from] sqlx::Error),
+    #[error("the writer has stopped")]
+    WriterStopped,
 }
 
 pub(crate) type StoreResult<T> = Result<T, StoreError>;

@@ -182,18 +182,11 @@ impl AttemptRecord {
 pub(super) const INSERT_BATCH: &str = "INSERT INTO batches \
      (input_id, source_request_id, received_at, event_count, body) VALUES ($1, $2, $3, $4, $5) \
      ON CONFLICT (input_id, source_request_id) DO NOTHING RETURNING id";
-pub(super) const INSERT_JOB: &str = "INSERT INTO jobs \
-     (batch_id, connection_id, revision_id, created_at, next_attempt_at, lease_until) \
-     VALUES ($1, $2, $3, $4, $4, $5) RETURNING id";
-pub(super) const DELETE_JOB: &str = "DELETE FROM jobs WHERE id = $1";
 pub(super) const RETRY_JOB: &str = "UPDATE jobs SET progress = $2, attempts = $3, \
      next_attempt_at = $4, lease_until = 0, last_error = $5 WHERE id = $1";
 pub(super) const RELEASE_JOB: &str = "UPDATE jobs SET lease_until = 0 WHERE id = $1";
 pub(super) const INSERT_DEAD_LETTER: &str = "INSERT INTO dead_letters \
      (job_id, batch_id, connection_id, payload_index, body, status, error, created_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-pub(super) const INSERT_ATTEMPT: &str = "INSERT INTO attempts \
-     (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 /// `$4` is a JSON array of connection ids to skip (their lanes are full on this node).
 pub(super) const CLAIM_SQLITE: &str = "UPDATE jobs SET lease_until = $1 WHERE id IN \

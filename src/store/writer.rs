@@ -7,25 +7,20 @@
 //! If a group's transaction fails, each command is retried in a transaction of its own, so one
 //! bad command cannot fail the requests it happened to share a group with.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::queue::{
-    AttemptRecord, CLAIM_POSTGRES, CLAIM_SQLITE, ClaimedJob, DELETE_JOB, DeadLetter,
-    INSERT_ATTEMPT, INSERT_BATCH, INSERT_DEAD_LETTER, INSERT_JOB, IngestOutcome, Job, JobKey,
-    JobUpdate, NewBatch, RELEASE_JOB, RETRY_JOB,
-};
-use super::{Store, StoreError, StoreResult, with_pool};
-use crate::model::now_ms;
+use super::group::commit;
+use super::queue::{ClaimedJob, IngestOutcome, Job, JobUpdate, NewBatch};
+use super::{Store, StoreError, StoreResult};
 
 /// Most commands committed in one transaction; bounds the latency one group adds to the next.
 const MAX_GROUP: usize = 256;
 /// Commands waiting for the writer; beyond this, senders wait (back-pressure on ingest).
 const QUEUE_CAPACITY: usize = 8192;
 
-enum Command {
+pub(super) enum Command {
     Ingest {
         batches: Vec<NewBatch>,
         reply: oneshot::Sender<StoreResult<Vec<IngestOutcome>>>,
@@ -39,7 +34,7 @@ enum Command {
     },
 }
 
-enum Done {
+pub(super) enum Done {
     Ingest(Vec<IngestOutcome>, Vec<Job>),
     Update,
     Claim(Vec<ClaimedJob>),
@@ -110,7 +105,7 @@ impl Writer {
 }
 
 fn closed() -> StoreError {
-    StoreError::Database(sqlx::Error::PoolClosed)
+    StoreError::WriterStopped
 }
 
 async fn run(
@@ -132,14 +127,9 @@ async fn run(
                 }
             }
             Err(error) => {
-                for command in std::mem::take(&mut group) {
-                    settle(
-                        command,
-                        Err(StoreError::Database(sqlx::Error::Protocol(
-                            error.to_string(),
-                        ))),
-                        &committed,
-                    );
+                // A group of one: its command gets the error itself.
+                if let Some(command) = group.pop() {
+                    settle(command, Err(error), &committed);
                 }
             }
         }
@@ -183,104 +173,4 @@ fn settle(
         }
         _ => {}
     }
-}
-
-/// Runs the commands in one transaction.
-async fn commit(store: &Store, commands: &[Command], lease_ms: i64) -> StoreResult<Vec<Done>> {
-    let claim_sql = if store.is_embedded() {
-        CLAIM_SQLITE
-    } else {
-        CLAIM_POSTGRES
-    };
-    let now = now_ms();
-    let mut done = Vec::with_capacity(commands.len());
-    with_pool!(store, pool => {
-        let mut tx = pool.begin().await?;
-        for command in commands {
-            match command {
-                Command::Ingest { batches, .. } => {
-                    let mut outcomes = Vec::with_capacity(batches.len());
-                    let mut jobs = Vec::new();
-                    for batch in batches {
-                        let id: Option<(i64,)> = sqlx::query_as(INSERT_BATCH)
-                            .bind(&batch.input_id)
-                            .bind(&batch.source_request_id)
-                            .bind(batch.received_at)
-                            .bind(batch.event_count)
-                            .bind(&*batch.body)
-                            .fetch_optional(&mut *tx)
-                            .await?;
-                        let Some((batch_id,)) = id else {
-                            outcomes.push(IngestOutcome::Duplicate);
-                            continue;
-                        };
-                        for route in &batch.routes {
-                            let (job_id,): (i64,) = sqlx::query_as(INSERT_JOB)
-                                .bind(batch_id)
-                                .bind(&route.connection_id)
-                                .bind(route.revision_id)
-                                .bind(batch.received_at)
-                                .bind(now + lease_ms)
-                                .fetch_one(&mut *tx)
-                                .await?;
-                            jobs.push(Job {
-                                id: job_id,
-                                batch_id,
-                                connection_id: route.connection_id.clone(),
-                                revision_id: route.revision_id,
-                                progress: 0,
-                                attempts: 0,
-                                created_at: batch.received_at,
-                                body: Arc::clone(&batch.body),
-                            });
-                        }
-                        outcomes.push(IngestOutcome::Stored { batch_id });
-                    }
-                    done.push(Done::Ingest(outcomes, jobs));
-                }
-                Command::Update(update) => {
-                    let (job, attempt, dead): (&JobKey, Option<&AttemptRecord>, &[DeadLetter]) = match update {
-                        JobUpdate::Finished { job, attempt, dead } => {
-                            sqlx::query(DELETE_JOB).bind(job.id).execute(&mut *tx).await?;
-                            (job, Some(attempt), dead)
-                        }
-                        JobUpdate::Retry { job, progress, attempts, next_attempt_at, attempt, dead } => {
-                            sqlx::query(RETRY_JOB)
-                                .bind(job.id).bind(progress).bind(attempts).bind(next_attempt_at)
-                                .bind(&attempt.error)
-                                .execute(&mut *tx).await?;
-                            (job, Some(attempt), dead)
-                        }
-                        JobUpdate::Release { job_id } => {
-                            sqlx::query(RELEASE_JOB).bind(job_id).execute(&mut *tx).await?;
-                            done.push(Done::Update);
-                            continue;
-                        }
-                    };
-                    for letter in dead {
-                        sqlx::query(INSERT_DEAD_LETTER)
-                            .bind(job.id).bind(job.batch_id).bind(&job.connection_id)
-                            .bind(letter.payload_index).bind(&letter.body).bind(letter.status)
-                            .bind(&letter.error).bind(now)
-                            .execute(&mut *tx).await?;
-                    }
-                    if let Some(a) = attempt {
-                        sqlx::query(INSERT_ATTEMPT)
-                            .bind(job.id).bind(&job.connection_id).bind(a.attempted_at).bind(a.outcome)
-                            .bind(a.status).bind(&a.error).bind(a.requests).bind(a.latency_ms)
-                            .execute(&mut *tx).await?;
-                    }
-                    done.push(Done::Update);
-                }
-                Command::Claim { limit, skip, .. } => {
-                    let jobs: Vec<ClaimedJob> = sqlx::query_as(claim_sql)
-                        .bind(now + lease_ms).bind(now).bind(*limit).bind(skip)
-                        .fetch_all(&mut *tx).await?;
-                    done.push(Done::Claim(jobs));
-                }
-            }
-        }
-        tx.commit().await?;
-    });
-    Ok(done)
 }
