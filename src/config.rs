@@ -17,6 +17,7 @@ pub const DEFAULT_CONFIG: &str = include_str!("../config.default.toml");
 const ENV_PREFIX: &str = "BOSON_";
 /// Top-level keys the environment may set; anything else prefixed `BOSON_` is warned about.
 const KNOWN_KEYS: &[&str] = &[
+    "retention",
     "listen",
     "database_url",
     "admin_token",
@@ -25,7 +26,13 @@ const KNOWN_KEYS: &[&str] = &[
     "delivery",
 ];
 /// Variables that are read by the CLI or tests, not configuration keys.
-const NON_CONFIG_VARS: &[&str] = &["config", "test_database_url", "require_all_suites"];
+const NON_CONFIG_VARS: &[&str] = &[
+    "config",
+    "log_format",
+    "test_database_url",
+    "require_all_suites",
+    "ci_postgres_url",
+];
 
 /// Boson's configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -44,6 +51,18 @@ pub struct Config {
     pub ingest: IngestConfig,
     /// Webhook delivery: retries, timeouts, concurrency.
     pub delivery: DeliveryConfig,
+    /// How long the batch log, attempt log and dead letters are kept.
+    pub retention: RetentionConfig,
+}
+
+/// Pruning of the batch log, attempt log and dead letters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Hours rows are kept.
+    pub hours: u64,
+    /// Seconds between two pruning passes.
+    pub interval_secs: u64,
 }
 
 /// Events API limits.
@@ -142,6 +161,13 @@ impl Config {
             bail!(
                 "delivery.lease_secs must be at least twice delivery.request_timeout_secs (and the timeout positive)"
             );
+        }
+        // A batch must outlive its retries, or a late retry would find nothing to send.
+        if self.retention.hours.saturating_mul(3600) < d.retry_window_secs {
+            bail!("retention.hours must cover delivery.retry_window_secs");
+        }
+        if self.retention.interval_secs == 0 {
+            bail!("retention.interval_secs must be positive");
         }
         if self.delivery.max_in_flight_per_connection == 0 {
             bail!("delivery.max_in_flight_per_connection must be at least 1");

@@ -20,7 +20,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::admin::{self, hash_token};
 use crate::catalog::Catalog;
-use crate::config::Config;
+use crate::config::{Config, RetentionConfig};
 use crate::delivery::webhook::WebhookClient;
 use crate::delivery::{self, DeliveryContext};
 use crate::ingest;
@@ -131,6 +131,11 @@ pub async fn run(
     if !store.is_embedded() {
         tokio::spawn(refresh_catalog(Arc::clone(&catalog), cancel.clone()));
     }
+    tokio::spawn(prune_periodically(
+        store.clone(),
+        config.retention.clone(),
+        cancel.clone(),
+    ));
 
     let state = AppState {
         config: Arc::new(config),
@@ -169,6 +174,25 @@ async fn refresh_catalog(catalog: Arc<Catalog>, cancel: CancellationToken) {
         }
         if let Err(error) = catalog.reload().await {
             tracing::warn!(%error, "Reloading the catalog failed.");
+        }
+    }
+}
+
+/// Deletes what is older than the retention, every `interval_secs`.
+async fn prune_periodically(store: Store, retention: RetentionConfig, cancel: CancellationToken) {
+    let keep_ms = i64::try_from(retention.hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_secs(retention.interval_secs)) => {}
+        }
+        match store
+            .prune(crate::model::now_ms().saturating_sub(keep_ms))
+            .await
+        {
+            Ok(0) => {}
+            Ok(deleted) => tracing::info!(deleted, "Pruned rows past the retention."),
+            Err(error) => tracing::warn!(%error, "Pruning old rows failed."),
         }
     }
 }

@@ -202,6 +202,19 @@ pub(super) const CLAIM_POSTGRES: &str = "UPDATE jobs SET lease_until = $1 WHERE 
      RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at";
 const SELECT_BODY: &str = "SELECT body FROM batches WHERE id = $1";
 
+/// Old rows go oldest first (ids grow with time), in chunks so no delete holds the database
+/// long. A batch some job still needs is never pruned: every batch id at or above the smallest
+/// one a pending job references is kept.
+const PRUNE_BATCHES: &str = "DELETE FROM batches WHERE id IN (SELECT id FROM batches \
+     WHERE received_at < $1 AND id < (SELECT COALESCE(MIN(batch_id), 9223372036854775807) FROM jobs) \
+     ORDER BY id LIMIT $2)";
+const PRUNE_ATTEMPTS: &str = "DELETE FROM attempts WHERE id IN \
+     (SELECT id FROM attempts WHERE attempted_at < $1 ORDER BY id LIMIT $2)";
+const PRUNE_DEAD_LETTERS: &str = "DELETE FROM dead_letters WHERE id IN \
+     (SELECT id FROM dead_letters WHERE created_at < $1 ORDER BY id LIMIT $2)";
+/// Rows deleted by one prune statement.
+const PRUNE_CHUNK: i64 = 5000;
+
 const RELEASE_ALL_LEASES: &str = "UPDATE jobs SET lease_until = 0 WHERE lease_until > 0";
 const QUEUE_STATS: &str = "SELECT COUNT(*), MIN(created_at) FROM jobs";
 const SELECT_DEAD_LETTERS: &str = "SELECT id, job_id, batch_id, payload_index, body, \
@@ -223,6 +236,23 @@ impl Store {
         let row: Option<(Vec<u8>,)> = with_pool!(self, pool =>
             sqlx::query_as(SELECT_BODY).bind(batch_id).fetch_optional(pool).await?);
         Ok(row.map(|(body,)| body))
+    }
+
+    /// Deletes batches, attempts and dead letters older than `cutoff` (Unix ms); returns how
+    /// many rows went.
+    pub(crate) async fn prune(&self, cutoff: i64) -> StoreResult<u64> {
+        let mut deleted = 0;
+        for sql in [PRUNE_ATTEMPTS, PRUNE_DEAD_LETTERS, PRUNE_BATCHES] {
+            loop {
+                let n = with_pool!(self, pool =>
+                    sqlx::query(sql).bind(cutoff).bind(PRUNE_CHUNK).execute(pool).await?.rows_affected());
+                deleted += n;
+                if n < u64::try_from(PRUNE_CHUNK).unwrap_or(u64::MAX) {
+                    break;
+                }
+            }
+        }
+        Ok(deleted)
     }
 
     /// Pending jobs and the creation time of the oldest.

@@ -282,3 +282,37 @@ async fn delivery_ids_are_never_reused() {
     }
     app.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn old_rows_are_pruned_but_never_a_batch_still_owed() {
+    let app = spawn_app_with(|c| {
+        c.retention.hours = 0;
+        c.retention.interval_secs = 1;
+    })
+    .await;
+    let mut receiver = Receiver::start().await;
+    let (input, _) = app.pipeline(&receiver.url("/ok"), json!({})).await;
+    // A second connection to a port nothing listens on keeps the batch owed.
+    let reserved = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = format!("http://{}/down", reserved.local_addr().unwrap());
+    drop(reserved);
+    let output = app.create_webhook(&down).await;
+    let owed = app.connect(&input, &output, json!({})).await;
+
+    app.post_events(&input, batch_of(&["custom_event"])).await;
+    receiver.next().await;
+    wait_for(|| async { app.count("attempts").await > 0 }).await;
+    // Two pruning passes go by while the second connection still owes the batch.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        app.count("batches").await,
+        1,
+        "a batch a connection still needs was pruned"
+    );
+
+    let path = format!("/api/v1/connections/{}", owed["id"].as_str().unwrap());
+    app.admin(Method::DELETE, &path).send().await.unwrap();
+    wait_for(|| async { app.count("batches").await == 0 && app.count("attempts").await == 0 })
+        .await;
+    app.stop().await.unwrap();
+}
