@@ -1,6 +1,8 @@
 //! The connection filter: a stored batch plus a connection's settings in, the webhook request
 //! bodies and a per-event verdict out (spec §2, §3.2). Synchronous and free of I/O.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value, json};
 
 use crate::model::settings::{ConnectionSettings, ConnectionStatus, WebhookSettings};
@@ -111,7 +113,7 @@ pub(crate) fn plan(
     let base = serialize(&Value::Object(outbound_base(
         settings, webhook, batch_id, document,
     )));
-    let forwarded: Vec<Value> = events
+    let forwarded: Vec<Cow<'_, Value>> = events
         .iter()
         .zip(&verdicts)
         .filter(|(_, v)| **v == Verdict::Forwarded)
@@ -121,18 +123,18 @@ pub(crate) fn plan(
     let payloads = if events.is_empty() {
         // A batch without events still carries identities and attributes.
         if settings.send_batches_without_events {
-            vec![with_events(&base, Vec::new())]
+            vec![with_events(&base, &[])]
         } else {
             Vec::new()
         }
     } else if forwarded.is_empty() {
         Vec::new()
     } else if settings.send_as_batch {
-        vec![with_events(&base, forwarded)]
+        vec![with_events(&base, &forwarded)]
     } else {
         forwarded
-            .into_iter()
-            .map(|event| with_events(&base, vec![event]))
+            .chunks(1)
+            .map(|event| with_events(&base, event))
             .collect()
     };
     Plan { payloads, verdicts }
@@ -177,25 +179,30 @@ fn outbound_base(
     base
 }
 
-fn outbound_event(settings: &ConnectionSettings, event: &Value) -> Value {
+/// An event as it goes out; borrowed unless something must be removed from it.
+fn outbound_event<'a>(settings: &ConnectionSettings, event: &'a Value) -> Cow<'a, Value> {
+    let has_location = event
+        .get("data")
+        .is_some_and(|d| d.get("location").is_some());
+    if settings.include_location_information || !has_location {
+        return Cow::Borrowed(event);
+    }
     let mut event = event.clone();
-    if !settings.include_location_information
-        && let Some(Value::Object(data)) = event.get_mut("data")
-    {
+    if let Some(Value::Object(data)) = event.get_mut("data") {
         data.remove("location");
     }
-    event
+    Cow::Owned(event)
 }
 
-fn serialize(value: &Value) -> Vec<u8> {
-    // Serialising a `Value` cannot fail: its keys are strings.
+fn serialize(value: &impl serde::Serialize) -> Vec<u8> {
+    // Serialising JSON values cannot fail: their keys are strings.
     serde_json::to_vec(value).unwrap_or_default()
 }
 
 /// `{"events":[…],<base fields>}` from the serialised base object and the events.
-fn with_events(base: &[u8], events: Vec<Value>) -> Payload {
+fn with_events(base: &[u8], events: &[Cow<'_, Value>]) -> Payload {
     let event_count = events.len();
-    let events = serialize(&Value::Array(events));
+    let events = serialize(&events);
     let mut body = Vec::with_capacity(base.len() + events.len() + 12);
     body.extend_from_slice(b"{\"events\":");
     body.extend_from_slice(&events);
