@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::model::Platform;
 use crate::model::settings::{ConnectionSettings, ConnectionStatus, WebhookSettings};
 use crate::store::queue::Route;
 use crate::store::{Store, StoreError, StoreResult};
@@ -18,6 +19,8 @@ use crate::store::{Store, StoreError, StoreResult};
 pub(crate) struct InputEntry {
     pub(crate) id: String,
     pub(crate) secret: String,
+    pub(crate) name: String,
+    pub(crate) platform: Platform,
 }
 
 /// A connection as delivery needs it.
@@ -67,9 +70,15 @@ impl Catalog {
 
         let mut snapshot = Snapshot::default();
         for input in inputs {
+            let Some(platform) = Platform::parse(&input.platform) else {
+                tracing::error!(input = %input.id, "Stored input has an unknown platform.");
+                continue;
+            };
             let entry = InputEntry {
                 id: input.id,
                 secret: input.api_secret,
+                name: input.name,
+                platform,
             };
             snapshot.inputs_by_key.insert(input.api_key, entry);
         }

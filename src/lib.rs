@@ -9,6 +9,7 @@ mod catalog;
 pub mod config;
 mod delivery;
 mod error;
+mod identity;
 mod ingest;
 mod model;
 mod pipeline;

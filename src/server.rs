@@ -49,6 +49,7 @@ pub(crate) struct AppState {
 pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .merge(ingest::router(state.config.ingest.max_body_bytes))
+        .merge(crate::identity::router())
         .merge(admin::router(state.clone()))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))

@@ -5,6 +5,7 @@
 mod connections;
 mod inputs;
 mod outputs;
+mod users;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -55,6 +56,8 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
             get(connections::dead_letters),
         )
         .route("/api/v1/metadata-fields", get(connections::metadata_fields))
+        .route("/api/v1/users", get(users::find))
+        .route("/api/v1/users/{mpid}", get(users::get))
         .route_layer(middleware::from_fn_with_state(state, require_admin))
 }
 

@@ -4,22 +4,19 @@
 //! one transaction: either every batch is accepted or none is. The 202 is sent only after the
 //! commit.
 
-use std::sync::Arc;
-
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use serde_json::Value;
 
+use super::accept::store_documents;
 use super::auth::authenticate;
 use super::response::{IngestError, accepted};
 use crate::catalog::InputEntry;
-use crate::model::batch::{Channel, normalize};
-use crate::model::now_ms;
+use crate::model::batch::Channel;
 use crate::server::AppState;
-use crate::store::queue::{IngestOutcome, NewBatch};
 
 /// `POST /v2/events`: one batch.
 pub(crate) async fn events(
@@ -53,17 +50,12 @@ async fn handle(
 ) -> Response {
     let input = match authenticate(&state.catalog, headers) {
         Ok(input) => input,
-        Err(error) => return reject(state, None, error),
+        Err(error) => return super::reject(state, None, error),
     };
     match accept(state, &input, body, shape).await {
         Ok(()) => accepted(),
-        Err(error) => reject(state, Some(&input.id), error),
+        Err(error) => super::reject(state, Some(&input.id), error),
     }
-}
-
-fn reject(state: &AppState, input: Option<&str>, error: IngestError) -> Response {
-    state.metrics.rejected(input, error.reason);
-    error.into_response()
 }
 
 async fn accept(
@@ -72,16 +64,9 @@ async fn accept(
     body: Result<Bytes, BytesRejection>,
     shape: Shape,
 ) -> Result<(), IngestError> {
-    let body = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => IngestError::too_large(state.config.ingest.max_body_bytes),
-        _ => IngestError::bad_request("unreadable_body", rejection.body_text()),
-    })?;
-    let value: Value = serde_json::from_slice(&body).map_err(|e| {
-        IngestError::bad_request(
-            "malformed_json",
-            format!("Request body is not valid JSON: {e}."),
-        )
-    })?;
+    let body =
+        body.map_err(|r| IngestError::from_body_rejection(&r, state.config.ingest.max_body_bytes))?;
+    let value = super::parse_json(&body)?;
     let documents = match (shape, value) {
         (Shape::Single, value) => vec![(String::new(), value)],
         (Shape::Bulk, Value::Array(items)) => {
@@ -109,35 +94,5 @@ async fn accept(
         }
     };
 
-    let now = now_ms();
-    let routes = state.catalog.routes(&input.id);
-    let mut batches = Vec::with_capacity(documents.len());
-    let mut events = Vec::with_capacity(documents.len());
-    for (prefix, document) in documents {
-        let batch = normalize(document, Channel::ServerToServer, now, &prefix)
-            .map_err(|e| IngestError::bad_request("invalid_batch", e.message))?;
-        let body = serde_json::to_vec(&batch.document).map_err(|_| IngestError::unavailable())?;
-        events.push(batch.event_count);
-        batches.push(NewBatch {
-            input_id: input.id.clone(),
-            source_request_id: batch.source_request_id,
-            received_at: now,
-            event_count: i64::try_from(batch.event_count).unwrap_or(i64::MAX),
-            body: Arc::from(body),
-            routes: routes.clone(),
-        });
-    }
-
-    let outcomes = state.writer.ingest(batches).await.map_err(|error| {
-        tracing::error!(%error, input = %input.id, "Storing an accepted request failed.");
-        IngestError::unavailable()
-    })?;
-    let stored: usize = outcomes
-        .iter()
-        .zip(&events)
-        .filter(|(outcome, _)| matches!(outcome, IngestOutcome::Stored { .. }))
-        .map(|(_, n)| n)
-        .sum();
-    state.metrics.accepted(&input.id, stored);
-    Ok(())
+    store_documents(state, input, documents, Channel::ServerToServer).await
 }

@@ -1,21 +1,68 @@
-//! mParticle-compatible ingestion. Today: the Events API (`/v2/events`, `/v2/bulkevents`).
+//! mParticle-compatible ingestion: the Events API (`/v2/events`, `/v2/bulkevents`) and the Web
+//! SDK's endpoints (v3 uploads, config, alias), with the CNAME path prefixes the SDKs use.
 //! These endpoints answer with mParticle's status codes and error bodies, not the admin API's,
 //! because real clients depend on them (spec §1.3).
 
+mod accept;
 mod auth;
+pub(crate) mod cors;
 mod events_api;
 mod response;
+mod web;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::post;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::Value;
+
+pub(crate) use accept::store_documents;
+pub(crate) use response::IngestError;
 
 use crate::server::AppState;
 
-/// The ingest routes, with the configured body limit.
+/// The ingest routes, with the configured body limit. Browser-facing routes answer CORS.
 pub(crate) fn router(max_body_bytes: usize) -> Router<AppState> {
-    Router::new()
+    let server = Router::new()
         .route("/v2/events", post(events_api::events))
-        .route("/v2/bulkevents", post(events_api::bulk_events))
+        .route("/v2/bulkevents", post(events_api::bulk_events));
+    let web = Router::new()
+        .route("/v3/JS/{key}/events", post(web::events))
+        .route("/webevents/v3/JS/{key}/events", post(web::events))
+        .route("/JS/v2/{key}/config", get(web::config))
+        .route("/tags/JS/v2/{key}/config", get(web::config))
+        // The Web SDK says `Alias`, the mobile SDKs `alias`.
+        .route("/v1/identity/{key}/Alias", post(web::alias))
+        .route("/v1/identity/{key}/alias", post(web::alias))
+        .route("/webevents/v1/identity/{key}/Alias", post(web::alias))
+        .route("/nativeevents/v1/identity/{key}/alias", post(web::alias))
+        .layer(cors::layer());
+    server
+        .merge(web)
         .layer(DefaultBodyLimit::max(max_body_bytes))
+}
+
+/// Counts a refused request and renders mParticle's error.
+pub(crate) fn reject(state: &AppState, input: Option<&str>, error: IngestError) -> Response {
+    state.metrics.rejected(input, error.reason);
+    error.into_response()
+}
+
+/// Parses a JSON body (whatever its declared content type: the Web SDK sends `text/plain`).
+pub(crate) fn parse_json(body: &[u8]) -> Result<Value, IngestError> {
+    serde_json::from_slice(body).map_err(|e| {
+        IngestError::bad_request(
+            "malformed_json",
+            format!("Request body is not valid JSON: {e}."),
+        )
+    })
+}
+
+/// An MPID sent as a number or as a decimal string (the Web SDK keeps MPIDs as strings).
+pub(crate) fn mpid_of(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
 }

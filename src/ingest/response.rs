@@ -2,9 +2,12 @@
 //! `{"errors":[{"code":"BAD_REQUEST","message":"…"}]}` (spec §1.3).
 
 use axum::Json;
+use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+
+use crate::model::Platform;
 
 /// An ingest error, rendered the way mParticle renders it.
 #[derive(Debug)]
@@ -52,6 +55,28 @@ impl IngestError {
             code: "REQUEST_TOO_LARGE",
             message: format!("Request body exceeds the limit of {limit} bytes."),
             reason: "too_large",
+        }
+    }
+
+    /// A key of another platform's input (spec: platform fidelity).
+    pub(crate) fn wrong_platform(actual: Platform, expected: Platform) -> Self {
+        Self {
+            status: StatusCode::FORBIDDEN,
+            code: "FORBIDDEN",
+            message: format!(
+                "This API key belongs to a {} input; this endpoint takes {} data.",
+                actual.as_str(),
+                expected.as_str()
+            ),
+            reason: "wrong_platform",
+        }
+    }
+
+    /// A body that could not be read: too large (413) or broken.
+    pub(crate) fn from_body_rejection(rejection: &BytesRejection, limit: usize) -> Self {
+        match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => Self::too_large(limit),
+            _ => Self::bad_request("unreadable_body", rejection.body_text()),
         }
     }
 

@@ -93,12 +93,18 @@ pub(crate) struct NormalizedBatch {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Channel {
     ServerToServer,
+    /// The Web SDK.
+    Javascript,
+    /// The Android and iOS SDKs.
+    Native,
 }
 
 impl Channel {
     fn as_str(self) -> &'static str {
         match self {
             Channel::ServerToServer => "server_to_server",
+            Channel::Javascript => "javascript",
+            Channel::Native => "native",
         }
     }
 }
@@ -395,6 +401,7 @@ fn check_type_specific(
                 Value::is_array,
                 "must be an array",
             )?;
+            normalize_promotion_action(data);
         }
         "session_end" => {
             expect_optional(
@@ -408,6 +415,21 @@ fn check_type_specific(
         _ => {}
     }
     Ok(())
+}
+
+/// The Web SDK sends the promotion action as its enum number (1 view, 2 click); outputs get the
+/// Events API's strings.
+fn normalize_promotion_action(data: &mut Map<String, Value>) {
+    if let Some(Value::Object(promotion)) = data.get_mut("promotion_action")
+        && let Some(action) = promotion.get("action").and_then(Value::as_i64)
+    {
+        let name = match action {
+            1 => "view",
+            2 => "click",
+            _ => return,
+        };
+        promotion.insert("action".into(), json!(name));
+    }
 }
 
 fn truncate_event_name(data: &mut Map<String, Value>) {

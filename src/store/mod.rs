@@ -8,6 +8,7 @@
 
 mod catalog_sql;
 mod group;
+pub(crate) mod identity_sql;
 pub(crate) mod queue;
 pub(crate) mod writer;
 

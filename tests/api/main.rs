@@ -6,7 +6,9 @@
 mod admin;
 mod delivery;
 mod helpers;
+mod identity;
 mod ingest;
 mod process;
 mod python_sdk;
 mod settings;
+mod web_sdk;

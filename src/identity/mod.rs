@@ -1,0 +1,359 @@
+//! IDSync: `/v1/identify`, `/v1/login`, `/v1/logout` and `/v1/{mpid}/modify` (also under the
+//! `/identity` CNAME prefix), authenticated by the `x-mp-key` header. Answers carry what the
+//! SDKs require (`mpid` as a decimal string, `context`, `is_ephemeral`, `is_logged_in`,
+//! `matched_identities`). Login, logout and modify also put a `profile` event into the input's
+//! stream, so connections with Send Profile Change Events see them.
+
+pub(crate) mod names;
+pub(crate) mod resolve;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::catalog::InputEntry;
+use crate::ingest::cors::{self, X_MP_KEY};
+use crate::ingest::{mpid_of, store_documents};
+use crate::model::batch::Channel;
+use crate::model::{Platform, now_ms};
+use crate::server::AppState;
+use crate::store::StoreError;
+use crate::store::identity_sql::{IdentityChange, Resolution};
+use names::{Kind, classify, device_rank};
+use resolve::Call;
+
+/// The IDSync routes.
+pub(crate) fn router() -> Router<AppState> {
+    let mut router = Router::new();
+    for prefix in ["", "/identity"] {
+        router = router
+            .route(&format!("{prefix}/v1/identify"), post(identify))
+            .route(&format!("{prefix}/v1/login"), post(login))
+            .route(&format!("{prefix}/v1/logout"), post(logout))
+            .route(&format!("{prefix}/v1/{{mpid}}/modify"), post(modify));
+    }
+    router.layer(cors::layer())
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct IdentityRequest {
+    #[serde(default)]
+    known_identities: Option<Map<String, Value>>,
+    #[serde(default)]
+    previous_mpid: Option<Value>,
+    #[serde(default)]
+    environment: Option<String>,
+    #[serde(default)]
+    request_id: Option<String>,
+    #[serde(default)]
+    identity_changes: Option<Vec<ChangeIn>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChangeIn {
+    identity_type: String,
+    old_value: Option<String>,
+    new_value: Option<String>,
+}
+
+/// An IDSync failure, in the shape the SDKs log.
+#[derive(Debug)]
+struct IdentityError {
+    status: StatusCode,
+    message: String,
+}
+
+impl IdentityError {
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+
+    fn unauthorized() -> Self {
+        Self {
+            status: StatusCode::UNAUTHORIZED,
+            message: "Missing or unknown x-mp-key header.".into(),
+        }
+    }
+
+    fn unavailable() -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: "Identity store unavailable; retry.".into(),
+        }
+    }
+}
+
+impl IntoResponse for IdentityError {
+    fn into_response(self) -> Response {
+        let code = if self.status == StatusCode::BAD_REQUEST {
+            "BAD_REQUEST"
+        } else {
+            "ERROR"
+        };
+        let body = json!({
+            "Errors": [{"code": code, "message": self.message}],
+            "ErrorCode": code,
+            "StatusCode": self.status.as_u16(),
+        });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+async fn identify(state: State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(state, headers, body, Call::Identify).await
+}
+
+async fn login(state: State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(state, headers, body, Call::Login).await
+}
+
+async fn logout(state: State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(state, headers, body, Call::Logout).await
+}
+
+async fn handle(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+    call: Call,
+) -> Response {
+    match resolve_call(&state, &headers, &body, call).await {
+        Ok(resolution) => answer(&resolution).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn resolve_call(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+    call: Call,
+) -> Result<Resolution, IdentityError> {
+    let input = input_of(state, headers)?;
+    let request = parse(body)?;
+    let (identities, device) = split_identities(request.known_identities.as_ref())?;
+    let previous = request.previous_mpid.as_ref().and_then(mpid_of);
+    let resolution = state
+        .store
+        .resolve_identity(call, &identities, device.as_deref(), previous, now_ms())
+        .await
+        .map_err(|error| {
+            tracing::error!(%error, "Identity resolution failed.");
+            IdentityError::unavailable()
+        })?;
+    let profile_event = match call {
+        Call::Identify => None,
+        Call::Login => Some("login"),
+        Call::Logout => Some("logout"),
+    };
+    if let Some(kind) = profile_event {
+        let previous = previous.unwrap_or(0);
+        record_profile_event(
+            state,
+            &input,
+            &request,
+            &resolution,
+            device.as_deref(),
+            kind,
+            previous,
+        )
+        .await;
+    }
+    Ok(resolution)
+}
+
+async fn modify(
+    State(state): State<AppState>,
+    Path(mpid): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let input = input_of(&state, &headers)?;
+        let mpid: i64 = mpid.parse().map_err(|_| {
+            IdentityError::bad_request("The MPID in the path is not a 64-bit integer.")
+        })?;
+        let request = parse(&body)?;
+        let changes = changes_of(request.identity_changes.as_deref().unwrap_or_default())?;
+        let resolution = state
+            .store
+            .modify_identities(mpid, &changes, now_ms())
+            .await
+            .map_err(|error| match error {
+                StoreError::NotFound => IdentityError::bad_request(format!("Unknown MPID {mpid}.")),
+                StoreError::Conflict(_) => {
+                    IdentityError::bad_request("A new identity already belongs to another user.")
+                }
+                other => {
+                    tracing::error!(error = %other, "Identity modify failed.");
+                    IdentityError::unavailable()
+                }
+            })?;
+        record_profile_event(&state, &input, &request, &resolution, None, "update", mpid).await;
+        Ok::<_, IdentityError>(resolution)
+    }
+    .await;
+    match result {
+        Ok(resolution) => {
+            let changes: Vec<Value> = resolution
+                .identities
+                .iter()
+                .map(|(kind, _)| json!({"identity_type": kind, "modified_mpid": resolution.mpid.to_string()}))
+                .collect();
+            Json(json!({"change_results": changes, "mpid": resolution.mpid.to_string()}))
+                .into_response()
+        }
+        Err(error) => error.into_response(),
+    }
+}
+
+fn input_of(state: &AppState, headers: &HeaderMap) -> Result<InputEntry, IdentityError> {
+    let key = headers
+        .get(X_MP_KEY)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(IdentityError::unauthorized)?;
+    state
+        .catalog
+        .input_by_key(key)
+        .ok_or_else(IdentityError::unauthorized)
+}
+
+fn parse(body: &[u8]) -> Result<IdentityRequest, IdentityError> {
+    if body.is_empty() {
+        return Ok(IdentityRequest::default());
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| IdentityError::bad_request(format!("Malformed identity request: {e}.")))
+}
+
+/// A device's key in the identity store: `{identity name}:{value}`.
+type DeviceKey = Option<String>;
+
+/// Splits `known_identities` into user identities (server type names) and the device key
+/// (`{name}:{value}` of its most specific device identity).
+fn split_identities(
+    known: Option<&Map<String, Value>>,
+) -> Result<(Vec<(String, String)>, DeviceKey), IdentityError> {
+    let mut identities = Vec::new();
+    let mut device: Option<(usize, String)> = None;
+    for (name, value) in known.into_iter().flatten() {
+        let value = match value {
+            Value::Null => continue,
+            Value::String(s) if s.is_empty() => continue,
+            Value::String(s) => s.clone(),
+            _ => {
+                return Err(IdentityError::bad_request(format!(
+                    "Identity \"{name}\" must be a string."
+                )));
+            }
+        };
+        match classify(name) {
+            Some(Kind::User(kind)) => identities.push((kind.to_owned(), value)),
+            Some(Kind::Device(kind)) => {
+                let rank = device_rank(kind);
+                if device.as_ref().is_none_or(|(best, _)| rank < *best) {
+                    device = Some((rank, format!("{kind}:{value}")));
+                }
+            }
+            None => {
+                return Err(IdentityError::bad_request(format!(
+                    "Unknown identity type \"{name}\"."
+                )));
+            }
+        }
+    }
+    Ok((identities, device.map(|(_, key)| key)))
+}
+
+fn changes_of(changes: &[ChangeIn]) -> Result<Vec<IdentityChange>, IdentityError> {
+    changes
+        .iter()
+        .map(|c| match classify(&c.identity_type) {
+            Some(Kind::User(kind)) => Ok(IdentityChange {
+                identity_type: kind.to_owned(),
+                old_value: c.old_value.clone().filter(|v| !v.is_empty()),
+                new_value: c.new_value.clone().filter(|v| !v.is_empty()),
+            }),
+            _ => Err(IdentityError::bad_request(format!(
+                "Cannot modify identity type \"{}\".",
+                c.identity_type
+            ))),
+        })
+        .collect()
+}
+
+fn answer(resolution: &Resolution) -> Json<Value> {
+    let matched: Map<String, Value> = resolution
+        .identities
+        .iter()
+        .map(|(kind, value)| (kind.clone(), Value::from(value.as_str())))
+        .collect();
+    Json(json!({
+        // The Web SDK keeps MPIDs as strings; a JSON number would lose precision in JavaScript.
+        "mpid": resolution.mpid.to_string(),
+        "context": null,
+        "is_ephemeral": false,
+        "is_logged_in": resolution.logged_in,
+        "matched_identities": matched,
+    }))
+}
+
+fn channel_of(platform: Platform) -> Channel {
+    match platform {
+        Platform::Web => Channel::Javascript,
+        Platform::Ios | Platform::Android => Channel::Native,
+        Platform::CustomFeed => Channel::ServerToServer,
+    }
+}
+
+/// Puts a `profile` event (login, logout, update) into the input's stream. A failure is logged:
+/// the identity call itself succeeded and the SDK must get its answer.
+async fn record_profile_event(
+    state: &AppState,
+    input: &InputEntry,
+    request: &IdentityRequest,
+    resolution: &Resolution,
+    device: Option<&str>,
+    kind: &str,
+    previous_mpid: i64,
+) {
+    let now = now_ms();
+    let identities: Map<String, Value> = resolution
+        .identities
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+        .collect();
+    let mut batch = json!({
+        "mpid": resolution.mpid,
+        "environment": request.environment.as_deref().filter(|e| *e == "development").unwrap_or("production"),
+        "user_identities": identities,
+        "events": [{
+            "event_type": "profile",
+            "data": {
+                "profile_event_type": kind,
+                "previous_mpid": previous_mpid,
+                "current_mpid": resolution.mpid,
+                "timestamp_unixtime_ms": now,
+            }
+        }],
+    });
+    if let Some(stamp) = device.and_then(|d| d.strip_prefix("device_application_stamp:")) {
+        batch["mp_deviceid"] = Value::from(stamp);
+    }
+    if let Some(request_id) = &request.request_id {
+        batch["source_request_id"] = Value::from(format!("idsync-{kind}-{request_id}"));
+    }
+    let documents = vec![(String::new(), batch)];
+    if let Err(error) = store_documents(state, input, documents, channel_of(input.platform)).await {
+        tracing::error!(?error, input = %input.id, "Storing a profile event failed.");
+    }
+}

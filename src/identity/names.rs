@@ -1,0 +1,93 @@
+//! Identity names: the SDKs' spellings (`customerid`, `other2`, `ios_idfv`, …) mapped to the
+//! Events API's user identity types, and the device identities that mark a device rather than
+//! a user.
+
+/// The login identity: a user with it is "logged in".
+pub(crate) const CUSTOMER_ID: &str = "customer_id";
+
+/// The kind of an identity named in an IDSync request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A user identity, with its Events API type name.
+    User(&'static str),
+    /// A device identity (its SDK name is kept as the device key's prefix).
+    Device(&'static str),
+}
+
+/// Classifies an SDK identity name; `None` for names no SDK sends.
+pub(crate) fn classify(name: &str) -> Option<Kind> {
+    let user = match name {
+        "customerid" | "customer_id" => CUSTOMER_ID,
+        "email" => "email",
+        "other" | "email_sha256" => "other",
+        "other2" | "other_id_2" | "mobile_sha256" => "other_id_2",
+        "other3" | "other_id_3" => "other_id_3",
+        "other4" | "other_id_4" => "other_id_4",
+        "other5" | "other_id_5" => "other_id_5",
+        "other6" | "other_id_6" => "other_id_6",
+        "other7" | "other_id_7" => "other_id_7",
+        "other8" | "other_id_8" => "other_id_8",
+        "other9" | "other_id_9" => "other_id_9",
+        "other10" | "other_id_10" => "other_id_10",
+        "facebook" => "facebook",
+        "twitter" => "twitter",
+        "google" => "google",
+        "microsoft" => "microsoft",
+        "yahoo" => "yahoo",
+        "alias" => "alias",
+        "facebookcustomaudienceid" | "facebook_custom_audience_id" => "facebook_custom_audience_id",
+        "mobile_number" => "mobile_number",
+        "phone_number_2" => "phone_number_2",
+        "phone_number_3" => "phone_number_3",
+        _ => return device(name).map(Kind::Device),
+    };
+    Some(Kind::User(user))
+}
+
+/// Device identities, most specific first: the first one a request carries keys the device.
+const DEVICE_NAMES: &[&str] = &[
+    "device_application_stamp",
+    "ios_idfv",
+    "android_uuid",
+    "ios_idfa",
+    "android_aaid",
+    "push_token",
+    "roku_aid",
+    "roku_publisher_id",
+    "fire_aid",
+    "microsoft_aid",
+    "microsoft_publisher_id",
+];
+
+fn device(name: &str) -> Option<&'static str> {
+    DEVICE_NAMES.iter().copied().find(|d| *d == name)
+}
+
+/// The rank of a device identity name (lower is preferred as the device key).
+pub(crate) fn device_rank(name: &str) -> usize {
+    DEVICE_NAMES
+        .iter()
+        .position(|d| *d == name)
+        .unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sdk_spellings_map_to_server_types() {
+        assert_eq!(classify("customerid"), Some(Kind::User("customer_id")));
+        assert_eq!(classify("other3"), Some(Kind::User("other_id_3")));
+        assert_eq!(
+            classify("facebookcustomaudienceid"),
+            Some(Kind::User("facebook_custom_audience_id"))
+        );
+        assert_eq!(
+            classify("device_application_stamp"),
+            Some(Kind::Device("device_application_stamp"))
+        );
+        assert_eq!(classify("ios_idfv"), Some(Kind::Device("ios_idfv")));
+        assert_eq!(classify("shoe_size"), None);
+    }
+}

@@ -1,0 +1,138 @@
+//! The Web SDK's endpoints: batched v3 uploads (`/v3/JS/{key}/events`, JSON sent as
+//! `text/plain` and authenticated by the key alone), the config request and alias requests.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::accept::store_documents;
+use super::response::IngestError;
+use crate::catalog::InputEntry;
+use crate::model::batch::Channel;
+use crate::model::{Platform, now_ms};
+use crate::server::AppState;
+use crate::store::identity_sql::NewAlias;
+
+/// The input a Web SDK request's key names; it must be a web input.
+fn web_input(state: &AppState, key: &str) -> Result<InputEntry, IngestError> {
+    let input = state
+        .catalog
+        .input_by_key(key)
+        .ok_or_else(IngestError::forbidden)?;
+    if input.platform != Platform::Web {
+        return Err(IngestError::wrong_platform(input.platform, Platform::Web));
+    }
+    Ok(input)
+}
+
+/// `POST /v3/JS/{key}/events`: one v3 batch.
+pub(crate) async fn events(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let input = match web_input(&state, &key) {
+        Ok(input) => input,
+        Err(error) => return super::reject(&state, None, error),
+    };
+    let result = async {
+        let body = body.map_err(|r| {
+            IngestError::from_body_rejection(&r, state.config.ingest.max_body_bytes)
+        })?;
+        let document = super::parse_json(&body)?;
+        store_documents(
+            &state,
+            &input,
+            vec![(String::new(), document)],
+            Channel::Javascript,
+        )
+        .await
+    }
+    .await;
+    match result {
+        // The SDK ignores the body; `{}` is what mParticle sends.
+        Ok(()) => (StatusCode::ACCEPTED, Json(json!({}))).into_response(),
+        Err(error) => super::reject(&state, Some(&input.id), error),
+    }
+}
+
+/// `GET /JS/v2/{key}/config`: what the SDK needs to finish init. No client kits.
+pub(crate) async fn config(State(state): State<AppState>, Path(key): Path<String>) -> Response {
+    match web_input(&state, &key) {
+        Ok(input) => Json(json!({
+            "appName": input.name,
+            "workspaceToken": input.id,
+            "kitConfigs": [],
+            "pixelConfigs": [],
+            "flags": {},
+        }))
+        .into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct AliasRequest {
+    data: AliasData,
+}
+
+#[derive(Debug, Deserialize)]
+struct AliasData {
+    source_mpid: Value,
+    destination_mpid: Value,
+    start_unixtime_ms: Option<i64>,
+    end_unixtime_ms: Option<i64>,
+}
+
+/// `POST /v1/identity/{key}/Alias`: records that one MPID's data belongs to another.
+pub(crate) async fn alias(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let Some(input) = state.catalog.input_by_key(&key) else {
+        return IngestError::forbidden().into_response();
+    };
+    let request: AliasRequest = match body.ok().and_then(|b| serde_json::from_slice(&b).ok()) {
+        Some(request) => request,
+        None => {
+            return alias_error(
+                "Alias request must be JSON with data.source_mpid and data.destination_mpid.",
+            );
+        }
+    };
+    let (Some(source_mpid), Some(destination_mpid)) = (
+        super::mpid_of(&request.data.source_mpid),
+        super::mpid_of(&request.data.destination_mpid),
+    ) else {
+        return alias_error("data.source_mpid and data.destination_mpid must be 64-bit integers.");
+    };
+    let alias = NewAlias {
+        input_id: input.id,
+        source_mpid,
+        destination_mpid,
+        start_ms: request.data.start_unixtime_ms,
+        end_ms: request.data.end_unixtime_ms,
+    };
+    match state.store.insert_alias(&alias, now_ms()).await {
+        Ok(()) => StatusCode::ACCEPTED.into_response(),
+        Err(error) => {
+            tracing::error!(%error, "Storing an alias request failed.");
+            IngestError::unavailable().into_response()
+        }
+    }
+}
+
+/// The Web SDK surfaces a 400 alias body as `{code, message}`.
+fn alias_error(message: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({"code": 400, "message": message})),
+    )
+        .into_response()
+}

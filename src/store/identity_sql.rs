@@ -1,0 +1,237 @@
+//! The identity store: users, their identities, devices' anonymous users, identity history and
+//! alias requests. Resolution reads, decides (the pure `identity::resolve::decide`) and writes in
+//! one transaction, so two requests for the same identities cannot split a user in two.
+
+use rand::Rng;
+use sqlx::FromRow;
+
+use super::{Store, StoreError, StoreResult, with_pool};
+use crate::identity::resolve::{Call, Lookup, Target, UserSummary, decide};
+
+/// The answer to an IDSync call.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolution {
+    pub(crate) mpid: i64,
+    pub(crate) logged_in: bool,
+    /// The user's identities, as (type, value).
+    pub(crate) identities: Vec<(String, String)>,
+}
+
+/// A change asked by `/modify`.
+#[derive(Debug, Clone)]
+pub(crate) struct IdentityChange {
+    pub(crate) identity_type: String,
+    pub(crate) old_value: Option<String>,
+    pub(crate) new_value: Option<String>,
+}
+
+/// A user's profile, as the admin API shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct UserProfile {
+    pub(crate) mpid: i64,
+    pub(crate) created_at: i64,
+    pub(crate) last_seen_at: i64,
+    pub(crate) user_attributes: String,
+    pub(crate) identities: Vec<(String, String)>,
+    pub(crate) history: Vec<HistoryRow>,
+}
+
+/// One identity change in a user's history.
+#[derive(Debug, Clone, FromRow)]
+pub(crate) struct HistoryRow {
+    pub(crate) identity_type: String,
+    pub(crate) old_value: Option<String>,
+    pub(crate) new_value: Option<String>,
+    pub(crate) changed_at: i64,
+}
+
+/// An alias request.
+#[derive(Debug, Clone)]
+pub(crate) struct NewAlias {
+    pub(crate) input_id: String,
+    pub(crate) source_mpid: i64,
+    pub(crate) destination_mpid: i64,
+    pub(crate) start_ms: Option<i64>,
+    pub(crate) end_ms: Option<i64>,
+}
+
+const OWNER: &str = "SELECT mpid FROM user_identities WHERE identity_type = $1 AND identity = $2";
+const DEVICE_USER: &str = "SELECT mpid FROM device_users WHERE device = $1";
+const USER_EXISTS: &str = "SELECT mpid FROM users WHERE mpid = $1";
+const HAS_LOGIN: &str =
+    "SELECT COUNT(*) FROM user_identities WHERE mpid = $1 AND identity_type = 'customer_id'";
+const INSERT_USER: &str = "INSERT INTO users (mpid, created_at, last_seen_at) VALUES ($1, $2, $2)";
+const TOUCH_USER: &str = "UPDATE users SET last_seen_at = $2 WHERE mpid = $1";
+const ATTACH: &str = "INSERT INTO user_identities (identity_type, identity, mpid, created_at) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (identity_type, identity) DO NOTHING";
+const DETACH: &str =
+    "DELETE FROM user_identities WHERE identity_type = $1 AND identity = $2 AND mpid = $3";
+const POINT_DEVICE: &str = "INSERT INTO device_users (device, mpid, updated_at) VALUES ($1, $2, $3) \
+     ON CONFLICT (device) DO UPDATE SET mpid = excluded.mpid, updated_at = excluded.updated_at";
+const RECORD_CHANGE: &str = "INSERT INTO identity_changes \
+     (mpid, identity_type, old_value, new_value, changed_at) VALUES ($1, $2, $3, $4, $5)";
+const IDENTITIES_OF: &str =
+    "SELECT identity_type, identity FROM user_identities WHERE mpid = $1 ORDER BY identity_type";
+const SELECT_USER: &str =
+    "SELECT mpid, created_at, last_seen_at, user_attributes FROM users WHERE mpid = $1";
+const HISTORY_OF: &str = "SELECT identity_type, old_value, new_value, changed_at FROM identity_changes \
+     WHERE mpid = $1 ORDER BY id";
+const INSERT_ALIAS: &str = "INSERT INTO aliases \
+     (input_id, source_mpid, destination_mpid, start_ms, end_ms, created_at) VALUES ($1, $2, $3, $4, $5, $6)";
+
+/// A fresh MPID: a random positive 63-bit number (what mParticle's look like).
+fn new_mpid() -> i64 {
+    rand::rng().random_range(1..i64::MAX)
+}
+
+impl Store {
+    /// SQLite must take the write lock up front: a transaction that reads first and writes later
+    /// cannot wait for the lock and fails at once if another writer holds it.
+    fn begin_sql(&self) -> &'static str {
+        if self.is_embedded() {
+            "BEGIN IMMEDIATE"
+        } else {
+            "BEGIN"
+        }
+    }
+
+    /// Resolves an identify, login or logout to a user, creating and updating what it decides.
+    pub(crate) async fn resolve_identity(
+        &self,
+        call: Call,
+        identities: &[(String, String)],
+        device: Option<&str>,
+        previous: Option<i64>,
+        now: i64,
+    ) -> StoreResult<Resolution> {
+        let begin = self.begin_sql();
+        with_pool!(self, pool => {
+            let mut tx = pool.begin_with(begin).await?;
+            let mut owners = Vec::with_capacity(identities.len());
+            for (kind, value) in identities {
+                let owner: Option<(i64,)> = sqlx::query_as(OWNER).bind(kind).bind(value).fetch_optional(&mut *tx).await?;
+                owners.push(owner.map(|(m,)| m));
+            }
+            let mut device_user = None;
+            if let Some(device) = device {
+                let row: Option<(i64,)> = sqlx::query_as(DEVICE_USER).bind(device).fetch_optional(&mut *tx).await?;
+                if let Some((mpid,)) = row {
+                    let (logins,): (i64,) = sqlx::query_as(HAS_LOGIN).bind(mpid).fetch_one(&mut *tx).await?;
+                    device_user = Some(UserSummary { mpid, logged_in: logins > 0 });
+                }
+            }
+            let mut previous_user = None;
+            if let Some(mpid) = previous {
+                let row: Option<(i64,)> = sqlx::query_as(USER_EXISTS).bind(mpid).fetch_optional(&mut *tx).await?;
+                if row.is_some() {
+                    let (logins,): (i64,) = sqlx::query_as(HAS_LOGIN).bind(mpid).fetch_one(&mut *tx).await?;
+                    previous_user = Some(UserSummary { mpid, logged_in: logins > 0 });
+                }
+            }
+            let lookup = Lookup { owners, device_user, previous: previous_user };
+            let decision = decide(call, identities, &lookup);
+            let mpid = match decision.target {
+                Target::Existing(mpid) => {
+                    sqlx::query(TOUCH_USER).bind(mpid).bind(now).execute(&mut *tx).await?;
+                    mpid
+                }
+                Target::New => {
+                    let mpid = new_mpid();
+                    sqlx::query(INSERT_USER).bind(mpid).bind(now).execute(&mut *tx).await?;
+                    mpid
+                }
+            };
+            for index in decision.attach {
+                let (kind, value) = &identities[index];
+                sqlx::query(ATTACH).bind(kind).bind(value).bind(mpid).bind(now).execute(&mut *tx).await?;
+                sqlx::query(RECORD_CHANGE)
+                    .bind(mpid).bind(kind).bind(None::<String>).bind(value).bind(now)
+                    .execute(&mut *tx).await?;
+            }
+            if decision.point_device && let Some(device) = device {
+                sqlx::query(POINT_DEVICE).bind(device).bind(mpid).bind(now).execute(&mut *tx).await?;
+            }
+            let identities: Vec<(String, String)> = sqlx::query_as(IDENTITIES_OF).bind(mpid).fetch_all(&mut *tx).await?;
+            tx.commit().await?;
+            let logged_in = identities.iter().any(|(kind, _)| kind == "customer_id");
+            Ok(Resolution { mpid, logged_in, identities })
+        })
+    }
+
+    /// Applies `/modify` changes to a user, recording each in its history. A new value that
+    /// belongs to another user is a conflict, and nothing is changed.
+    pub(crate) async fn modify_identities(
+        &self,
+        mpid: i64,
+        changes: &[IdentityChange],
+        now: i64,
+    ) -> StoreResult<Resolution> {
+        let begin = self.begin_sql();
+        with_pool!(self, pool => {
+            let mut tx = pool.begin_with(begin).await?;
+            let exists: Option<(i64,)> = sqlx::query_as(USER_EXISTS).bind(mpid).fetch_optional(&mut *tx).await?;
+            if exists.is_none() {
+                return Err(StoreError::NotFound);
+            }
+            for change in changes {
+                if change.old_value == change.new_value {
+                    continue;
+                }
+                if let Some(new) = &change.new_value {
+                    let owner: Option<(i64,)> = sqlx::query_as(OWNER)
+                        .bind(&change.identity_type).bind(new).fetch_optional(&mut *tx).await?;
+                    if owner.is_some_and(|(owner,)| owner != mpid) {
+                        return Err(StoreError::Conflict("identity_taken"));
+                    }
+                }
+                if let Some(old) = &change.old_value {
+                    sqlx::query(DETACH).bind(&change.identity_type).bind(old).bind(mpid).execute(&mut *tx).await?;
+                }
+                if let Some(new) = &change.new_value {
+                    sqlx::query(ATTACH).bind(&change.identity_type).bind(new).bind(mpid).bind(now).execute(&mut *tx).await?;
+                }
+                sqlx::query(RECORD_CHANGE)
+                    .bind(mpid).bind(&change.identity_type).bind(&change.old_value).bind(&change.new_value).bind(now)
+                    .execute(&mut *tx).await?;
+            }
+            sqlx::query(TOUCH_USER).bind(mpid).bind(now).execute(&mut *tx).await?;
+            let identities: Vec<(String, String)> = sqlx::query_as(IDENTITIES_OF).bind(mpid).fetch_all(&mut *tx).await?;
+            tx.commit().await?;
+            let logged_in = identities.iter().any(|(kind, _)| kind == "customer_id");
+            Ok(Resolution { mpid, logged_in, identities })
+        })
+    }
+
+    /// A user's profile.
+    pub(crate) async fn get_user(&self, mpid: i64) -> StoreResult<UserProfile> {
+        with_pool!(self, pool => {
+            let user: Option<(i64, i64, i64, String)> = sqlx::query_as(SELECT_USER).bind(mpid).fetch_optional(pool).await?;
+            let (mpid, created_at, last_seen_at, user_attributes) = user.ok_or(StoreError::NotFound)?;
+            let identities = sqlx::query_as(IDENTITIES_OF).bind(mpid).fetch_all(pool).await?;
+            let history = sqlx::query_as(HISTORY_OF).bind(mpid).fetch_all(pool).await?;
+            Ok(UserProfile { mpid, created_at, last_seen_at, user_attributes, identities, history })
+        })
+    }
+
+    /// The user an identity belongs to.
+    pub(crate) async fn find_user(
+        &self,
+        identity_type: &str,
+        value: &str,
+    ) -> StoreResult<UserProfile> {
+        let owner: Option<(i64,)> = with_pool!(self, pool =>
+            sqlx::query_as(OWNER).bind(identity_type).bind(value).fetch_optional(pool).await?);
+        let (mpid,) = owner.ok_or(StoreError::NotFound)?;
+        self.get_user(mpid).await
+    }
+
+    pub(crate) async fn insert_alias(&self, alias: &NewAlias, now: i64) -> StoreResult<()> {
+        with_pool!(self, pool => {
+            sqlx::query(INSERT_ALIAS)
+                .bind(&alias.input_id).bind(alias.source_mpid).bind(alias.destination_mpid)
+                .bind(alias.start_ms).bind(alias.end_ms).bind(now)
+                .execute(pool).await?;
+        });
+        Ok(())
+    }
+}
