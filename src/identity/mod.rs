@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 
 use crate::catalog::InputEntry;
 use crate::ingest::cors::{self, X_MP_KEY};
-use crate::ingest::{mpid_of, store_documents};
+use crate::ingest::{decode_body, mpid_of, store_documents};
 use crate::model::batch::Channel;
 use crate::model::{Platform, now_ms};
 use crate::server::AppState;
@@ -139,7 +139,7 @@ async fn resolve_call(
     call: Call,
 ) -> Result<Resolution, IdentityError> {
     let input = input_of(state, headers)?;
-    let request = parse(body)?;
+    let request = parse(&gunzip(state, headers, body)?)?;
     let (identities, device) = split_identities(request.known_identities.as_ref())?;
     let previous = request.previous_mpid.as_ref().and_then(mpid_of);
     let resolution = state
@@ -182,7 +182,7 @@ async fn modify(
         let mpid: i64 = mpid.parse().map_err(|_| {
             IdentityError::bad_request("The MPID in the path is not a 64-bit integer.")
         })?;
-        let request = parse(&body)?;
+        let request = parse(&gunzip(&state, &headers, &body)?)?;
         let changes = changes_of(request.identity_changes.as_deref().unwrap_or_default())?;
         let resolution = state
             .store
@@ -225,6 +225,12 @@ fn input_of(state: &AppState, headers: &HeaderMap) -> Result<InputEntry, Identit
         .catalog
         .input_by_key(key)
         .ok_or_else(IdentityError::unauthorized)
+}
+
+/// Android gzips identity bodies; the others send them plain.
+fn gunzip(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Vec<u8>, IdentityError> {
+    decode_body(headers, body, state.config.ingest.max_body_bytes)
+        .map_err(|_| IdentityError::bad_request("Identity request body is not valid gzip."))
 }
 
 fn parse(body: &[u8]) -> Result<IdentityRequest, IdentityError> {

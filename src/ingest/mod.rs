@@ -7,11 +7,14 @@ mod accept;
 mod auth;
 pub(crate) mod cors;
 mod events_api;
+mod mobile;
 mod response;
 mod web;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::http::HeaderMap;
+use axum::http::header::CONTENT_ENCODING;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::Value;
@@ -37,8 +40,14 @@ pub(crate) fn router(max_body_bytes: usize) -> Router<AppState> {
         .route("/webevents/v1/identity/{key}/Alias", post(web::alias))
         .route("/nativeevents/v1/identity/{key}/alias", post(web::alias))
         .layer(cors::layer());
+    let mobile = Router::new()
+        .route("/v2/{key}/events", post(mobile::events))
+        .route("/nativeevents/v2/{key}/events", post(mobile::events))
+        .route("/v4/{key}/config", get(mobile::config))
+        .route("/config/v4/{key}/config", get(mobile::config));
     server
         .merge(web)
+        .merge(mobile)
         .layer(DefaultBodyLimit::max(max_body_bytes))
 }
 
@@ -56,6 +65,35 @@ pub(crate) fn parse_json(body: &[u8]) -> Result<Value, IngestError> {
             format!("Request body is not valid JSON: {e}."),
         )
     })
+}
+
+/// The request body, gunzipped when `Content-Encoding: gzip` (the mobile SDKs compress uploads
+/// and Android identity calls). The decompressed size is bounded too, against gzip bombs.
+pub(crate) fn decode_body(
+    headers: &HeaderMap,
+    body: &[u8],
+    limit: usize,
+) -> Result<Vec<u8>, IngestError> {
+    use std::io::Read;
+    let gzip = headers
+        .get(CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"));
+    if !gzip {
+        return Ok(body.to_vec());
+    }
+    // Compressed JSON expands about tenfold; allow that much of the body limit.
+    let ceiling = limit.saturating_mul(10);
+    let mut out = Vec::with_capacity(body.len() * 4);
+    let mut decoder =
+        flate2::read::GzDecoder::new(body).take(u64::try_from(ceiling).unwrap_or(u64::MAX) + 1);
+    decoder.read_to_end(&mut out).map_err(|e| {
+        IngestError::bad_request("bad_gzip", format!("Request body is not valid gzip: {e}."))
+    })?;
+    if out.len() > ceiling {
+        return Err(IngestError::too_large(ceiling));
+    }
+    Ok(out)
 }
 
 /// An MPID sent as a number or as a decimal string (the Web SDK keeps MPIDs as strings).

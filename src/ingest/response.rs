@@ -58,6 +58,26 @@ impl IngestError {
         }
     }
 
+    /// A mobile upload without `Date` and `x-mp-signature`.
+    pub(crate) fn unsigned() -> Self {
+        Self {
+            status: StatusCode::UNAUTHORIZED,
+            code: "UNAUTHORIZED",
+            message: "Missing Date or x-mp-signature header.".into(),
+            reason: "unsigned",
+        }
+    }
+
+    /// A mobile upload whose signature does not match the input's secret.
+    pub(crate) fn bad_signature() -> Self {
+        Self {
+            status: StatusCode::FORBIDDEN,
+            code: "FORBIDDEN",
+            message: "x-mp-signature does not match.".into(),
+            reason: "bad_signature",
+        }
+    }
+
     /// A key of another platform's input (spec: platform fidelity).
     pub(crate) fn wrong_platform(actual: Platform, expected: Platform) -> Self {
         Self {

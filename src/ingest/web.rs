@@ -5,7 +5,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -89,16 +89,22 @@ struct AliasData {
     end_unixtime_ms: Option<i64>,
 }
 
-/// `POST /v1/identity/{key}/Alias`: records that one MPID's data belongs to another.
+/// `POST /v1/identity/{key}/Alias`: records that one MPID's data belongs to another. (The
+/// mobile SDKs send the same body gzip-compressed to `/alias`.)
 pub(crate) async fn alias(
     State(state): State<AppState>,
     Path(key): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let Some(input) = state.catalog.input_by_key(&key) else {
         return IngestError::forbidden().into_response();
     };
-    let request: AliasRequest = match body.ok().and_then(|b| serde_json::from_slice(&b).ok()) {
+    let limit = state.config.ingest.max_body_bytes;
+    let body = body
+        .ok()
+        .and_then(|b| super::decode_body(&headers, &b, limit).ok());
+    let request: AliasRequest = match body.and_then(|b| serde_json::from_slice(&b).ok()) {
         Some(request) => request,
         None => {
             return alias_error(

@@ -1,0 +1,167 @@
+//! The Android and iOS SDKs' endpoints: gzip uploads signed with the input's secret
+//! (`/v2/{key}/events`) and the config request (`/v4/{key}/config`).
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::header::{ETAG, IF_NONE_MATCH};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use hmac::{Hmac, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+use super::accept::store_documents;
+use super::response::IngestError;
+use crate::catalog::InputEntry;
+use crate::model::batch::Channel;
+use crate::model::mobile::{MobileOs, translate};
+use crate::model::{Platform, now_ms};
+use crate::server::AppState;
+
+const X_MP_SIGNATURE: HeaderName = HeaderName::from_static("x-mp-signature");
+
+/// `POST /v2/{key}/events`: one upload batch, gzip, signed.
+pub(crate) async fn events(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let Some(input) = state.catalog.input_by_key(&key) else {
+        return super::reject(&state, None, IngestError::forbidden());
+    };
+    match accept(&state, &input, &key, &headers, body).await {
+        // Android deletes a batch only after parsing a JSON object from a 2xx answer.
+        Ok(()) => (StatusCode::ACCEPTED, Json(json!({}))).into_response(),
+        Err(error) => super::reject(&state, Some(&input.id), error),
+    }
+}
+
+async fn accept(
+    state: &AppState,
+    input: &InputEntry,
+    key: &str,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(), IngestError> {
+    let os = match input.platform {
+        Platform::Android => MobileOs::Android,
+        Platform::Ios => MobileOs::Ios,
+        other => return Err(IngestError::wrong_platform(other, Platform::Ios)),
+    };
+    let limit = state.config.ingest.max_body_bytes;
+    let body = body.map_err(|r| IngestError::from_body_rejection(&r, limit))?;
+    let body = super::decode_body(headers, &body, limit)?;
+    // The SDKs sign the default path, whatever path (CNAME, custom host) they actually call.
+    verify_signature(headers, &input.secret, &format!("/v2/{key}/events"), &body)?;
+    let envelope = super::parse_json(&body)?;
+    check_upload_platform(&envelope, input.platform)?;
+    let document = translate(&envelope, os)
+        .map_err(|e| IngestError::bad_request("invalid_batch", e.message))?;
+    store_documents(
+        state,
+        input,
+        vec![(String::new(), document)],
+        Channel::Native,
+    )
+    .await
+}
+
+/// An Android upload to an iOS key (or the reverse) is refused: the data would be mislabelled.
+fn check_upload_platform(envelope: &Value, platform: Platform) -> Result<(), IngestError> {
+    let said = envelope
+        .get("di")
+        .and_then(|d| d.get("dp"))
+        .and_then(Value::as_str);
+    let from = match said.map(str::to_ascii_lowercase).as_deref() {
+        Some("android" | "firetv") => Platform::Android,
+        Some("ios" | "tvos") => Platform::Ios,
+        _ => return Ok(()),
+    };
+    if from == platform {
+        Ok(())
+    } else {
+        Err(IngestError::wrong_platform(platform, from))
+    }
+}
+
+/// Checks `x-mp-signature`: hex HMAC-SHA256, keyed with the input's secret, of
+/// `POST\n{Date}\n{path}{uncompressed body}`.
+fn verify_signature(
+    headers: &HeaderMap,
+    secret: &str,
+    path: &str,
+    body: &[u8],
+) -> Result<(), IngestError> {
+    let header = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let (Some(date), Some(signature)) =
+        (header(&axum::http::header::DATE), header(&X_MP_SIGNATURE))
+    else {
+        return Err(IngestError::unsigned());
+    };
+    let signature = hex::decode(signature.trim()).map_err(|_| IngestError::bad_signature())?;
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes())
+        .map_err(|_| IngestError::bad_signature())?;
+    mac.update(format!("POST\n{date}\n{path}").as_bytes());
+    mac.update(body);
+    // `verify_slice` compares in constant time.
+    mac.verify_slice(&signature)
+        .map_err(|_| IngestError::bad_signature())
+}
+
+/// `GET /v4/{key}/config`: the answer both mobile SDKs accept (iOS insists on `dt: "ac"` and an
+/// `ETag`), with no kits; `If-None-Match` with the current tag gets a 304.
+pub(crate) async fn config(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(input) = state.catalog.input_by_key(&key) else {
+        return IngestError::forbidden().into_response();
+    };
+    if !matches!(input.platform, Platform::Ios | Platform::Android) {
+        return IngestError::wrong_platform(input.platform, Platform::Ios).into_response();
+    }
+    // One configuration per input, the same until Boson learns to serve kits: a stable tag.
+    let tag = format!("\"{}-v1\"", input.id);
+    let etag =
+        HeaderValue::from_str(&tag).unwrap_or_else(|_| HeaderValue::from_static("\"boson-v1\""));
+    if headers
+        .get(IF_NONE_MATCH)
+        .is_some_and(|v| v.as_bytes() == tag.as_bytes())
+    {
+        return (StatusCode::NOT_MODIFIED, [(ETAG, etag)]).into_response();
+    }
+    let body = json!({"dt": "ac", "id": uuid::Uuid::new_v4().to_string(), "ct": now_ms()});
+    (StatusCode::OK, [(ETAG, etag)], Json(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signed(secret: &str, date: &str, path: &str, body: &[u8]) -> HeaderMap {
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(format!("POST\n{date}\n{path}").as_bytes());
+        mac.update(body);
+        let mut headers = HeaderMap::new();
+        headers.insert(axum::http::header::DATE, date.parse().unwrap());
+        headers.insert(
+            X_MP_SIGNATURE,
+            hex::encode(mac.finalize().into_bytes()).parse().unwrap(),
+        );
+        headers
+    }
+
+    #[test]
+    fn signatures_are_checked_over_date_path_and_body() {
+        let date = "Sat, 21 Nov 2026 10:00:00 GMT";
+        let headers = signed("s3cret", date, "/v2/k/events", b"{}");
+        assert!(verify_signature(&headers, "s3cret", "/v2/k/events", b"{}").is_ok());
+        assert!(verify_signature(&headers, "other", "/v2/k/events", b"{}").is_err());
+        assert!(verify_signature(&headers, "s3cret", "/v2/k/events", b"{ }").is_err());
+        assert!(verify_signature(&HeaderMap::new(), "s3cret", "/v2/k/events", b"{}").is_err());
+    }
+}
