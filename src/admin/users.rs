@@ -29,11 +29,18 @@ fn profile_json(user: UserProfile) -> Value {
         // As a string too: MPIDs exceed JavaScript's exact integer range.
         "mpid": user.mpid.to_string(),
         "user_identities": identities,
-        "user_attributes": serde_json::from_str::<Value>(&user.user_attributes).unwrap_or_else(|_| json!({})),
+        "user_attributes": attributes(&user.user_attributes),
         "first_seen_at": user.created_at,
         "last_seen_at": user.last_seen_at,
         "identity_history": history,
     })
+}
+
+/// Stored attributes, without the `null`s a merge patch may have left on a new profile.
+fn attributes(stored: &str) -> Value {
+    let mut attributes: Map<String, Value> = serde_json::from_str(stored).unwrap_or_default();
+    attributes.retain(|_, v| !v.is_null());
+    Value::Object(attributes)
 }
 
 pub(crate) async fn get(

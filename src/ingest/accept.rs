@@ -13,7 +13,7 @@ use crate::identity::resolve::Call;
 use crate::model::batch::{Channel, NormalizedBatch, normalize};
 use crate::model::now_ms;
 use crate::server::AppState;
-use crate::store::queue::{IngestOutcome, NewBatch};
+use crate::store::queue::{IngestOutcome, NewBatch, ProfileUpdate};
 
 /// Validates, normalises and durably stores `documents` (each with its location prefix for
 /// error messages) for `input`; returns once they are committed.
@@ -47,6 +47,7 @@ pub(crate) async fn store_documents(
             event_count: i64::try_from(batch.event_count).unwrap_or(i64::MAX),
             body: Arc::from(body),
             routes: routes.clone(),
+            profile: profile_update(&batch.document),
         });
     }
     let outcomes = state.writer.ingest(batches).await.map_err(|error| {
@@ -61,6 +62,27 @@ pub(crate) async fn store_documents(
         .sum();
     state.metrics.accepted(&input.id, stored);
     Ok(())
+}
+
+/// The batch's user attributes as a merge patch on its user's profile (deletions as `null`).
+fn profile_update(document: &Value) -> Option<ProfileUpdate> {
+    let mpid = document.get("mpid")?.as_i64()?;
+    let mut patch = document
+        .get("user_attributes")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    for deleted in document
+        .get("deleted_user_attributes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(name) = deleted.as_str() {
+            patch.insert(name.to_owned(), Value::Null);
+        }
+    }
+    Some(ProfileUpdate { mpid, patch })
 }
 
 /// A batch without an `mpid` gets the one its identities (or its device) resolve to, as an

@@ -26,6 +26,7 @@ use crate::model::now_ms;
 /// The statements whose SQL differs between the backends (JSON functions, row locking).
 struct Dialect {
     claim: &'static str,
+    upsert_profiles: &'static str,
     delete_jobs: &'static str,
     insert_attempts: &'static str,
     insert_jobs: &'static str,
@@ -33,6 +34,11 @@ struct Dialect {
 
 const SQLITE: Dialect = Dialect {
     claim: super::queue::CLAIM_SQLITE,
+    // `WHERE true` keeps SQLite from reading ON CONFLICT as a join constraint.
+    upsert_profiles: "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes) \
+        SELECT value ->> 'mpid', $2, $2, value ->> 'patch' FROM json_each($1) WHERE true \
+        ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
+        user_attributes = json_patch(users.user_attributes, excluded.user_attributes)",
     delete_jobs: "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each($1))",
     insert_attempts: "INSERT INTO attempts \
         (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms) \
@@ -48,6 +54,10 @@ const SQLITE: Dialect = Dialect {
 
 const POSTGRES: Dialect = Dialect {
     claim: super::queue::CLAIM_POSTGRES,
+    upsert_profiles: "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes) \
+        SELECT mpid, $2, $2, patch::text FROM jsonb_to_recordset($1::jsonb) AS x(mpid bigint, patch jsonb) \
+        ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
+        user_attributes = jsonb_strip_nulls(users.user_attributes::jsonb || excluded.user_attributes::jsonb)::text",
     delete_jobs: "DELETE FROM jobs WHERE id IN \
         (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
     insert_attempts: "INSERT INTO attempts \
@@ -197,6 +207,10 @@ pub(super) async fn commit(
                 Command::Update(_) => {}
             }
         }
+        let profiles = profile_rows(commands, &outcomes);
+        if !profiles.is_empty() {
+            sqlx::query(dialect.upsert_profiles).bind(json(&profiles)).bind(now).execute(&mut *tx).await?;
+        }
         let mut job_ids: HashMap<(i64, String), i64> = HashMap::with_capacity(new_jobs.len());
         if !new_jobs.is_empty() {
             // New jobs are leased to this node: delivery gets them straight from the writer.
@@ -217,6 +231,35 @@ pub(super) async fn commit(
         .into_iter()
         .map(|d| d.unwrap_or(Done::Update))
         .collect())
+}
+
+#[derive(Serialize)]
+struct ProfileRow {
+    mpid: i64,
+    patch: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One profile update per user of the group's stored batches, later batches' attributes over
+/// earlier ones. (One row per user: PostgreSQL cannot update a row twice in one statement.)
+fn profile_rows(commands: &[Command], outcomes: &[Vec<IngestOutcome>]) -> Vec<ProfileRow> {
+    let mut by_user: HashMap<i64, serde_json::Map<String, serde_json::Value>> = HashMap::new();
+    for (command, outcomes) in commands.iter().zip(outcomes) {
+        let Command::Ingest { batches, .. } = command else {
+            continue;
+        };
+        for (batch, outcome) in batches.iter().zip(outcomes) {
+            if let (Some(update), IngestOutcome::Stored { .. }) = (&batch.profile, outcome) {
+                by_user
+                    .entry(update.mpid)
+                    .or_default()
+                    .extend(update.patch.clone());
+            }
+        }
+    }
+    by_user
+        .into_iter()
+        .map(|(mpid, patch)| ProfileRow { mpid, patch })
+        .collect()
 }
 
 /// The jobs created for an ingest command's stored batches.

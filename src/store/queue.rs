@@ -17,6 +17,16 @@ pub(crate) struct NewBatch {
     pub(crate) event_count: i64,
     pub(crate) body: Arc<[u8]>,
     pub(crate) routes: Vec<Route>,
+    /// What the batch tells about its user's profile.
+    pub(crate) profile: Option<ProfileUpdate>,
+}
+
+/// A user's attributes as a batch changes them: set values, and `null` for deleted ones (a JSON
+/// merge patch).
+#[derive(Debug, Clone)]
+pub(crate) struct ProfileUpdate {
+    pub(crate) mpid: i64,
+    pub(crate) patch: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A connection a batch is routed to, with the settings revision current at acceptance.

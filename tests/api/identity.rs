@@ -346,3 +346,39 @@ async fn alias_requests_are_accepted_and_validated() {
     assert_eq!(app.count("aliases").await, 2);
     app.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn batches_keep_their_users_attributes_and_last_seen() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let (input, _) = app
+        .pipeline(&receiver.url("/hook"), json!({"send_as_batch": true}))
+        .await;
+    let mut first = batch_of(&["custom_event"]);
+    first["mpid"] = json!(777);
+    first["user_attributes"] = json!({"tier": "gold", "plan": "trial", "tags": ["a", "b"]});
+    app.post_events(&input, first).await;
+    let mut second = batch_of(&[]);
+    second["mpid"] = json!(777);
+    second["user_attributes"] = json!({"tier": "platinum"});
+    second["deleted_user_attributes"] = json!(["plan"]);
+    app.post_events(&input, second).await;
+    receiver.take(2).await;
+
+    let user: Value = app
+        .admin(Method::GET, "/api/v1/users/777")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        user["user_attributes"],
+        json!({"tier": "platinum", "tags": ["a", "b"]}),
+        "{user}"
+    );
+    assert!(user["last_seen_at"].as_i64().unwrap() > 0);
+    assert!(user["first_seen_at"].as_i64().unwrap() <= user["last_seen_at"].as_i64().unwrap());
+    app.stop().await.unwrap();
+}
