@@ -22,6 +22,8 @@ const KNOWN_KEYS: &[&str] = &[
     "database_url",
     "admin_token",
     "allow_private_destinations",
+    "tls_cert",
+    "tls_key",
     "ingest",
     "delivery",
 ];
@@ -47,6 +49,12 @@ pub struct Config {
     pub admin_token: Option<SecretString>,
     /// Allow webhook destinations on loopback, private and link-local addresses.
     pub allow_private_destinations: bool,
+    /// PEM certificate chain; with `tls_key`, Boson serves HTTPS instead of HTTP.
+    #[serde(default)]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key of `tls_cert`.
+    #[serde(default)]
+    pub tls_key: Option<std::path::PathBuf>,
     /// Events API limits.
     pub ingest: IngestConfig,
     /// Webhook delivery: retries, timeouts, concurrency.
@@ -151,6 +159,17 @@ impl Config {
                 "database_url must start with sqlite:// or postgres:// (got {:?})",
                 self.database_url
             );
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                for file in [cert, key] {
+                    if !file.exists() {
+                        bail!("TLS file {} does not exist", file.display());
+                    }
+                }
+            }
+            (None, None) => {}
+            _ => bail!("tls_cert and tls_key (BOSON_TLS_CERT, BOSON_TLS_KEY) must be set together"),
         }
         let d = &self.delivery;
         if d.initial_backoff_ms < 10 || d.poll_interval_ms < 10 {

@@ -12,6 +12,7 @@ use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use axum_server::tls_rustls::RustlsConfig;
 use rand::RngCore;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -85,6 +86,8 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // One process-wide TLS provider for the webhook client and the HTTPS server (set once).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let store = Store::connect(&config.database_url.0).await?;
     if store.is_embedded() {
         // One process owns an embedded database, so leases of a previous run are stale.
@@ -146,11 +149,25 @@ pub async fn run(
         metrics,
         admin_token_hash,
     };
+    let tls = match (&state.config.tls_cert, &state.config.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            RustlsConfig::from_pem_file(cert, key)
+                .await
+                .context("failed to load the TLS certificate and key")?,
+        ),
+        _ => None,
+    };
     let address = listener.local_addr().ok();
-    tracing::info!(?address, "Boson is listening.");
-    let served = axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    tracing::info!(?address, https = tls.is_some(), "Boson is listening.");
+    let app = router(state);
+    let served = match tls {
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        Some(tls) => serve_tls(listener, app, tls, shutdown).await,
+    };
 
     tracing::info!("Shutting down: delivering or releasing in-flight work.");
     cancel.cancel();
@@ -165,6 +182,25 @@ pub async fn run(
     }
     store.close().await;
     served.context("HTTP server failed")
+}
+
+/// Serves HTTPS; on `shutdown`, stops accepting and lets requests in flight finish.
+async fn serve_tls(
+    listener: TcpListener,
+    app: Router,
+    tls: RustlsConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let handle = axum_server::Handle::new();
+    let stopper = handle.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        stopper.graceful_shutdown(Some(Duration::from_secs(30)));
+    });
+    axum_server::from_tcp_rustls(listener.into_std()?, tls)?
+        .handle(handle)
+        .serve(app.into_make_service())
+        .await
 }
 
 async fn refresh_catalog(catalog: Arc<Catalog>, cancel: CancellationToken) {

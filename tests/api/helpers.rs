@@ -109,6 +109,19 @@ pub async fn spawn_app_with(adjust: impl FnOnce(&mut boson::Config)) -> TestApp 
     config.delivery.max_backoff_secs = 1;
     config.delivery.poll_interval_ms = 50;
     adjust(&mut config);
+    let (scheme, client) = match &config.tls_cert {
+        // Trust the test's own certificate, and reach the server by the name it was issued for.
+        Some(cert) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let pem = std::fs::read(cert).expect("test certificate");
+            let client = reqwest::Client::builder()
+                .tls_certs_merge([reqwest::Certificate::from_pem(&pem).expect("PEM certificate")])
+                .build()
+                .expect("TLS client");
+            ("https", client)
+        }
+        None => ("http", http_client()),
+    };
     if std::env::var("TEST_LOG").is_ok() {
         boson::telemetry::init_logging();
     }
@@ -120,10 +133,15 @@ pub async fn spawn_app_with(adjust: impl FnOnce(&mut boson::Config)) -> TestApp 
     let task = tokio::spawn(boson::run(config, listener, async move {
         let _ = signal.await;
     }));
+    let host = if scheme == "https" {
+        format!("localhost:{}", address.port())
+    } else {
+        address.to_string()
+    };
     let app = TestApp {
-        base: format!("http://{address}"),
+        base: format!("{scheme}://{host}"),
         database_url,
-        client: http_client(),
+        client,
         shutdown: Some(shutdown),
         task: Some(task),
         _dir: dir,

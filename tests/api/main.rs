@@ -12,4 +12,5 @@ mod mobile;
 mod process;
 mod python_sdk;
 mod settings;
+mod tls;
 mod web_sdk;
