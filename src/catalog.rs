@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::model::Platform;
-use crate::model::settings::{ConnectionSettings, ConnectionStatus, WebhookSettings};
+use crate::model::settings::{
+    ConnectionSettings, ConnectionStatus, InputSettings, WebhookSettings,
+};
 use crate::store::queue::Route;
 use crate::store::{Store, StoreError, StoreResult};
 
@@ -21,6 +23,7 @@ pub(crate) struct InputEntry {
     pub(crate) secret: String,
     pub(crate) name: String,
     pub(crate) platform: Platform,
+    pub(crate) settings: Arc<InputSettings>,
 }
 
 /// A connection as delivery needs it.
@@ -74,11 +77,16 @@ impl Catalog {
                 tracing::error!(input = %input.id, "Stored input has an unknown platform.");
                 continue;
             };
+            let settings = Arc::new(serde_json::from_str(&input.settings).unwrap_or_else(|error| {
+                tracing::error!(input = %input.id, %error, "Stored input settings are unreadable; using defaults.");
+                InputSettings::default()
+            }));
             let entry = InputEntry {
                 id: input.id,
                 secret: input.api_secret,
                 name: input.name,
                 platform,
+                settings,
             };
             snapshot.inputs_by_key.insert(input.api_key, entry);
         }

@@ -5,9 +5,11 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::{check_name, reload};
 use crate::error::{ApiError, AppJson};
+use crate::model::settings::InputSettings;
 use crate::model::{Platform, new_id, now_ms};
 use crate::server::AppState;
 use crate::store::InputRow;
@@ -17,6 +19,16 @@ use crate::store::InputRow;
 pub(crate) struct InputIn {
     name: String,
     platform: String,
+    #[serde(default)]
+    settings: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct InputPatch {
+    name: Option<String>,
+    /// Replaces the input's settings.
+    settings: Option<Value>,
 }
 
 #[derive(Debug, Serialize)]
@@ -27,11 +39,16 @@ pub(crate) struct InputOut {
     api_key: String,
     api_secret: String,
     created_at: i64,
+    settings: Value,
 }
 
 impl From<InputRow> for InputOut {
     fn from(row: InputRow) -> Self {
         Self {
+            settings: serde_json::from_str::<InputSettings>(&row.settings)
+                .ok()
+                .and_then(|s| serde_json::to_value(s).ok())
+                .unwrap_or(Value::Null),
             id: row.id,
             name: row.name,
             platform: row.platform,
@@ -59,7 +76,9 @@ pub(crate) async fn create(
             "`platform` must be one of ios, android, web, custom_feed",
         )
     })?;
+    let settings = input_settings(input.settings)?;
     let row = InputRow {
+        settings,
         id: new_id("inp"),
         name,
         platform: platform.as_str().to_owned(),
@@ -74,6 +93,42 @@ pub(crate) async fn create(
         .map_err(|e| ApiError::from_store(e, "input_not_found", "input"))?;
     reload(&state).await?;
     Ok((StatusCode::CREATED, Json(row.into())))
+}
+
+/// Validates settings and returns them as stored JSON text.
+fn input_settings(settings: Option<Value>) -> Result<String, ApiError> {
+    let settings =
+        InputSettings::from_json(settings.unwrap_or_else(|| Value::Object(Default::default())))
+            .map_err(|e| ApiError::bad_request("invalid_settings", e.to_string()))?;
+    serde_json::to_string(&settings)
+        .map_err(|e| ApiError::bad_request("invalid_settings", e.to_string()))
+}
+
+/// `PATCH /api/v1/inputs/{id}`: rename, or replace the settings (allowed origins).
+pub(crate) async fn update(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    AppJson(patch): AppJson<InputPatch>,
+) -> Result<Json<InputOut>, ApiError> {
+    let not_found = |e| ApiError::from_store(e, "input_not_found", "input");
+    let current = state.store.get_input(&id).await.map_err(not_found)?;
+    let name = match patch.name {
+        Some(name) => check_name(&name)?,
+        None => current.name,
+    };
+    let settings = match patch.settings {
+        Some(settings) => input_settings(Some(settings))?,
+        None => current.settings,
+    };
+    state
+        .store
+        .update_input(&id, &name, &settings)
+        .await
+        .map_err(not_found)?;
+    reload(&state).await?;
+    Ok(Json(
+        state.store.get_input(&id).await.map_err(not_found)?.into(),
+    ))
 }
 
 pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<Vec<InputOut>>, ApiError> {

@@ -24,7 +24,9 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
         .route("/api/v1/inputs", post(inputs::create).get(inputs::list))
         .route(
             "/api/v1/inputs/{id}",
-            get(inputs::get).delete(inputs::delete),
+            get(inputs::get)
+                .patch(inputs::update)
+                .delete(inputs::delete),
         )
         .route(
             "/api/v1/inputs/{id}/rotate-secret",

@@ -221,10 +221,15 @@ fn input_of(state: &AppState, headers: &HeaderMap) -> Result<InputEntry, Identit
         .get(X_MP_KEY)
         .and_then(|v| v.to_str().ok())
         .ok_or_else(IdentityError::unauthorized)?;
-    state
+    let input = state
         .catalog
         .input_by_key(key)
-        .ok_or_else(IdentityError::unauthorized)
+        .ok_or_else(IdentityError::unauthorized)?;
+    cors::origin_allowed(&input, headers).map_err(|origin| IdentityError {
+        status: StatusCode::FORBIDDEN,
+        message: format!("Origin {origin} is not allowed for this input."),
+    })?;
+    Ok(input)
 }
 
 /// Android gzips identity bodies; the others send them plain.

@@ -4,14 +4,30 @@
 
 use std::time::Duration;
 
-use axum::http::{HeaderName, Method, header};
+use axum::http::{HeaderMap, HeaderName, Method, header};
 use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use crate::catalog::InputEntry;
 
 /// IDSync's API key header.
 pub(crate) const X_MP_KEY: HeaderName = HeaderName::from_static("x-mp-key");
 /// Identity cache lifetime the SDK reads when its `cacheIdentity` flag is on.
 const X_MP_MAX_AGE: HeaderName = HeaderName::from_static("x-mp-max-age");
 
+/// Whether a request may use `input`: requests without an `Origin` (not from a browser) always
+/// may; browser requests only from the input's allowed origins, when it has a list.
+pub(crate) fn origin_allowed(input: &InputEntry, headers: &HeaderMap) -> Result<(), String> {
+    match headers
+        .get(header::ORIGIN)
+        .map(|o| o.to_str().unwrap_or_default())
+    {
+        Some(origin) if !input.settings.allows(origin) => Err(origin.to_owned()),
+        _ => Ok(()),
+    }
+}
+
+/// Preflights are answered for any origin (they carry no API key to look the input up by);
+/// the requests themselves are then checked with [`origin_allowed`].
 /// Any origin, the methods and headers the SDKs use. (Credentials are never sent by the SDK.)
 pub(crate) fn layer() -> CorsLayer {
     CorsLayer::new()

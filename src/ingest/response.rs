@@ -58,6 +58,16 @@ impl IngestError {
         }
     }
 
+    /// A browser request from an origin the input does not allow.
+    pub(crate) fn origin_not_allowed(origin: &str) -> Self {
+        Self {
+            status: StatusCode::FORBIDDEN,
+            code: "FORBIDDEN",
+            message: format!("Origin {origin} is not allowed for this input."),
+            reason: "origin_not_allowed",
+        }
+    }
+
     /// A mobile upload without `Date` and `x-mp-signature`.
     pub(crate) fn unsigned() -> Self {
         Self {

@@ -19,7 +19,7 @@ use crate::server::AppState;
 use crate::store::identity_sql::NewAlias;
 
 /// The input a Web SDK request's key names; it must be a web input.
-fn web_input(state: &AppState, key: &str) -> Result<InputEntry, IngestError> {
+fn web_input(state: &AppState, key: &str, headers: &HeaderMap) -> Result<InputEntry, IngestError> {
     let input = state
         .catalog
         .input_by_key(key)
@@ -27,6 +27,8 @@ fn web_input(state: &AppState, key: &str) -> Result<InputEntry, IngestError> {
     if input.platform != Platform::Web {
         return Err(IngestError::wrong_platform(input.platform, Platform::Web));
     }
+    super::cors::origin_allowed(&input, headers)
+        .map_err(|origin| IngestError::origin_not_allowed(&origin))?;
     Ok(input)
 }
 
@@ -34,9 +36,10 @@ fn web_input(state: &AppState, key: &str) -> Result<InputEntry, IngestError> {
 pub(crate) async fn events(
     State(state): State<AppState>,
     Path(key): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let input = match web_input(&state, &key) {
+    let input = match web_input(&state, &key, &headers) {
         Ok(input) => input,
         Err(error) => return super::reject(&state, None, error),
     };
@@ -62,8 +65,12 @@ pub(crate) async fn events(
 }
 
 /// `GET /JS/v2/{key}/config`: what the SDK needs to finish init. No client kits.
-pub(crate) async fn config(State(state): State<AppState>, Path(key): Path<String>) -> Response {
-    match web_input(&state, &key) {
+pub(crate) async fn config(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match web_input(&state, &key, &headers) {
         Ok(input) => Json(json!({
             "appName": input.name,
             "workspaceToken": input.id,
@@ -100,6 +107,9 @@ pub(crate) async fn alias(
     let Some(input) = state.catalog.input_by_key(&key) else {
         return IngestError::forbidden().into_response();
     };
+    if let Err(origin) = super::cors::origin_allowed(&input, &headers) {
+        return IngestError::origin_not_allowed(&origin).into_response();
+    }
     let limit = state.config.ingest.max_body_bytes;
     let body = body
         .ok()

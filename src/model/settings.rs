@@ -206,6 +206,46 @@ fn is_metadata_path(path: &str) -> bool {
     }
 }
 
+/// Settings of an input.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct InputSettings {
+    /// Origins (`https://shop.example`) browsers may send this input's data from; empty: any.
+    pub(crate) allowed_origins: Vec<String>,
+}
+
+impl InputSettings {
+    pub(crate) fn from_json(value: serde_json::Value) -> Result<Self, SettingsError> {
+        let settings: Self =
+            serde_json::from_value(value).map_err(|e| SettingsError::Malformed(e.to_string()))?;
+        for origin in &settings.allowed_origins {
+            if !is_origin(origin) {
+                return Err(SettingsError::Malformed(format!(
+                    "allowed_origins: {origin:?} is not an origin like https://shop.example or http://localhost:3000"
+                )));
+            }
+        }
+        Ok(settings)
+    }
+
+    /// Whether a browser request from `origin` may use this input.
+    pub(crate) fn allows(&self, origin: &str) -> bool {
+        self.allowed_origins.is_empty()
+            || self
+                .allowed_origins
+                .iter()
+                .any(|o| o.eq_ignore_ascii_case(origin))
+    }
+}
+
+/// `scheme://host[:port]`, nothing more (what browsers send in `Origin`).
+fn is_origin(origin: &str) -> bool {
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    matches!(scheme, "http" | "https") && !rest.is_empty() && !rest.contains(['/', '?', '#', ' '])
+}
+
 /// Settings of a webhook output configuration (spec §3.1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

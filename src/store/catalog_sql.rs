@@ -14,6 +14,8 @@ pub(crate) struct InputRow {
     pub(crate) api_key: String,
     pub(crate) api_secret: String,
     pub(crate) created_at: i64,
+    /// JSON of the input's settings.
+    pub(crate) settings: String,
 }
 
 /// An output row; `settings` is the JSON of the output's kind-specific settings.
@@ -39,12 +41,12 @@ pub(crate) struct ConnectionRow {
     pub(crate) updated_at: i64,
 }
 
-const INSERT_INPUT: &str = "INSERT INTO inputs (id, name, platform, api_key, api_secret, created_at) \
-     VALUES ($1, $2, $3, $4, $5, $6)";
+const INSERT_INPUT: &str = "INSERT INTO inputs \
+     (id, name, platform, api_key, api_secret, created_at, settings) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 const SELECT_INPUTS: &str =
-    "SELECT id, name, platform, api_key, api_secret, created_at FROM inputs ORDER BY id";
-const SELECT_INPUT: &str =
-    "SELECT id, name, platform, api_key, api_secret, created_at FROM inputs WHERE id = $1";
+    "SELECT id, name, platform, api_key, api_secret, created_at, settings FROM inputs ORDER BY id";
+const SELECT_INPUT: &str = "SELECT id, name, platform, api_key, api_secret, created_at, settings FROM inputs WHERE id = $1";
+const UPDATE_INPUT: &str = "UPDATE inputs SET name = $2, settings = $3 WHERE id = $1";
 const UPDATE_INPUT_SECRET: &str = "UPDATE inputs SET api_secret = $2 WHERE id = $1";
 const DELETE_INPUT: &str = "DELETE FROM inputs WHERE id = $1";
 const COUNT_CONNECTIONS_OF_INPUT: &str = "SELECT COUNT(*) FROM connections WHERE input_id = $1";
@@ -93,7 +95,7 @@ impl Store {
         with_pool!(self, pool => {
             sqlx::query(INSERT_INPUT)
                 .bind(&row.id).bind(&row.name).bind(&row.platform)
-                .bind(&row.api_key).bind(&row.api_secret).bind(row.created_at)
+                .bind(&row.api_key).bind(&row.api_secret).bind(row.created_at).bind(&row.settings)
                 .execute(pool).await?;
         });
         Ok(())
@@ -106,6 +108,21 @@ impl Store {
     pub(crate) async fn get_input(&self, id: &str) -> StoreResult<InputRow> {
         let row = with_pool!(self, pool => sqlx::query_as(SELECT_INPUT).bind(id).fetch_optional(pool).await?);
         row.ok_or(StoreError::NotFound)
+    }
+
+    pub(crate) async fn update_input(
+        &self,
+        id: &str,
+        name: &str,
+        settings: &str,
+    ) -> StoreResult<()> {
+        let affected = with_pool!(self, pool =>
+            sqlx::query(UPDATE_INPUT).bind(id).bind(name).bind(settings).execute(pool).await?.rows_affected());
+        if affected == 0 {
+            Err(StoreError::NotFound)
+        } else {
+            Ok(())
+        }
     }
 
     pub(crate) async fn set_input_secret(&self, id: &str, secret: &str) -> StoreResult<()> {

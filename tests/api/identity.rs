@@ -382,3 +382,76 @@ async fn batches_keep_their_users_attributes_and_last_seen() {
     assert!(user["first_seen_at"].as_i64().unwrap() <= user["last_seen_at"].as_i64().unwrap());
     app.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_inputs_allowed_origins_limit_browser_requests() {
+    let app = spawn_app().await;
+    let input = app
+        .create(
+            "/api/v1/inputs",
+            json!({"name": "shop", "platform": "web",
+                                         "settings": {"allowed_origins": ["http://shop.example"]}}),
+        )
+        .await;
+    assert_eq!(
+        input["settings"]["allowed_origins"],
+        json!(["http://shop.example"])
+    );
+    let key = input["api_key"].as_str().unwrap();
+    let upload = |origin: Option<&'static str>| {
+        let mut request = app
+            .client
+            .post(format!("{}/v3/JS/{key}/events", app.base))
+            .header("content-type", "text/plain;charset=UTF-8")
+            .body(json!({"mpid": "5", "events": []}).to_string());
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        request.send()
+    };
+    assert_eq!(
+        upload(Some("http://evil.example")).await.unwrap().status(),
+        403
+    );
+    assert_eq!(
+        upload(Some("http://shop.example")).await.unwrap().status(),
+        202
+    );
+    assert_eq!(
+        upload(None).await.unwrap().status(),
+        202,
+        "servers send no Origin"
+    );
+    let identify = app
+        .client
+        .post(format!("{}/v1/identify", app.base))
+        .header("x-mp-key", key)
+        .header("origin", "http://evil.example")
+        .json(&json!({"known_identities": {"email": "x@example.com"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(identify.status(), 403);
+
+    let path = format!("/api/v1/inputs/{}", input["id"].as_str().unwrap());
+    let bad = app
+        .admin(Method::PATCH, &path)
+        .json(&json!({"settings": {"allowed_origins": ["shop.example"]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let opened = app
+        .admin(Method::PATCH, &path)
+        .json(&json!({"settings": {"allowed_origins": []}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opened.status(), 200);
+    assert_eq!(
+        upload(Some("http://evil.example")).await.unwrap().status(),
+        202,
+        "an empty list allows any origin"
+    );
+    app.stop().await.unwrap();
+}
