@@ -37,6 +37,12 @@ struct InputLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    input: String,
+    endpoint: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RejectLabels {
     input: String,
     reason: &'static str,
@@ -58,6 +64,7 @@ struct ConnectionLabels {
 pub(crate) struct Metrics {
     registry: Registry,
     events_accepted: Family<InputLabels, Counter>,
+    ingest_requests: Family<EndpointLabels, Counter>,
     events_rejected: Family<RejectLabels, Counter>,
     deliveries: Family<DeliveryLabels, Counter>,
     events_delivered: Family<ConnectionLabels, Counter>,
@@ -74,6 +81,12 @@ impl Metrics {
             "events_accepted",
             "Events accepted (committed) by input",
             events_accepted.clone(),
+        );
+        let ingest_requests = Family::<EndpointLabels, Counter>::default();
+        registry.register(
+            "ingest_requests",
+            "SDK upload requests by input and endpoint (web_v3, web_legacy)",
+            ingest_requests.clone(),
         );
         let events_rejected = Family::<RejectLabels, Counter>::default();
         registry.register(
@@ -112,6 +125,7 @@ impl Metrics {
         Self {
             registry,
             events_accepted,
+            ingest_requests,
             events_rejected,
             deliveries,
             events_delivered,
@@ -128,6 +142,14 @@ impl Metrics {
         self.events_accepted
             .get_or_create(&labels)
             .inc_by(events as u64);
+    }
+
+    pub(crate) fn ingest_request(&self, input: &str, endpoint: &'static str) {
+        let labels = EndpointLabels {
+            input: input.to_owned(),
+            endpoint,
+        };
+        self.ingest_requests.get_or_create(&labels).inc();
     }
 
     pub(crate) fn rejected(&self, input: Option<&str>, reason: &'static str) {

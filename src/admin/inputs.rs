@@ -180,3 +180,18 @@ pub(crate) async fn rotate_secret(
     let row = state.store.get_input(&id).await.map_err(not_found)?;
     Ok(Json(row.into()))
 }
+
+/// `GET /api/v1/inputs/{id}/forwarding-stats`: events each client-side kit reported forwarding.
+pub(crate) async fn forwarding_stats(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let not_found = |e| ApiError::from_store(e, "input_not_found", "input");
+    state.store.get_input(&id).await.map_err(not_found)?;
+    let rows = state.store.forwarding_stats(&id).await.map_err(not_found)?;
+    let items: Vec<Value> = rows
+        .into_iter()
+        .map(|(module_id, events, last_at)| serde_json::json!({"module_id": module_id, "events": events, "last_reported_at": last_at}))
+        .collect();
+    Ok(Json(serde_json::json!({ "items": items })))
+}

@@ -29,6 +29,10 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
                 .delete(inputs::delete),
         )
         .route(
+            "/api/v1/inputs/{id}/forwarding-stats",
+            get(inputs::forwarding_stats),
+        )
+        .route(
             "/api/v1/inputs/{id}/rotate-secret",
             post(inputs::rotate_secret),
         )

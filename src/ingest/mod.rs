@@ -34,6 +34,14 @@ pub(crate) fn router(max_body_bytes: usize) -> Router<AppState> {
         .route("/webevents/v3/JS/{key}/events", post(web::events))
         .route("/JS/v2/{key}/config", get(web::config))
         .route("/tags/JS/v2/{key}/config", get(web::config))
+        // Web SDK ≤ 2.21: one event per request, and kit forwarding statistics.
+        .route("/v2/JS/{key}/Events", post(web::legacy_events))
+        .route("/v2/JS/{key}/events", post(web::legacy_events))
+        .route("/webevents/v2/JS/{key}/Events", post(web::legacy_events))
+        .route("/v1/JS/{key}/Forwarding", post(web::forwarding))
+        .route("/v2/JS/{key}/Forwarding", post(web::forwarding))
+        .route("/webevents/v1/JS/{key}/Forwarding", post(web::forwarding))
+        .route("/webevents/v2/JS/{key}/Forwarding", post(web::forwarding))
         // The Web SDK says `Alias`, the mobile SDKs `alias`.
         .route("/v1/identity/{key}/Alias", post(web::alias))
         .route("/v1/identity/{key}/alias", post(web::alias))

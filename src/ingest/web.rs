@@ -14,6 +14,7 @@ use super::accept::store_documents;
 use super::response::IngestError;
 use crate::catalog::InputEntry;
 use crate::model::batch::Channel;
+use crate::model::legacy_web;
 use crate::model::{Platform, now_ms};
 use crate::server::AppState;
 use crate::store::identity_sql::NewAlias;
@@ -43,6 +44,7 @@ pub(crate) async fn events(
         Ok(input) => input,
         Err(error) => return super::reject(&state, None, error),
     };
+    state.metrics.ingest_request(&input.id, "web_v3");
     let result = async {
         let body = body.map_err(|r| {
             IngestError::from_body_rejection(&r, state.config.ingest.max_body_bytes)
@@ -71,15 +73,110 @@ pub(crate) async fn config(
     headers: HeaderMap,
 ) -> Response {
     match web_input(&state, &key, &headers) {
-        Ok(input) => Json(json!({
-            "appName": input.name,
-            "workspaceToken": input.id,
-            "kitConfigs": [],
-            "pixelConfigs": [],
-            "flags": {},
-        }))
-        .into_response(),
+        Ok(input) => Json(config_answer(&input)).into_response(),
         Err(error) => error.into_response(),
+    }
+}
+
+/// No kits; the input's flags, and its host overrides as top-level keys (the SDK merges the
+/// answer over its init options, so these steer deployed apps).
+fn config_answer(input: &InputEntry) -> Value {
+    let mut answer = json!({
+        "appName": input.name,
+        "workspaceToken": input.id,
+        "kitConfigs": [],
+        "pixelConfigs": [],
+        "flags": input.settings.web_flags,
+    });
+    for (key, host) in &input.settings.web_hosts {
+        answer[key] = Value::from(host.as_str());
+    }
+    answer
+}
+
+/// `POST /v2/JS/{key}/Events`: one event in the legacy per-event format (Web SDK ≤ 2.21).
+pub(crate) async fn legacy_events(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let input = match web_input(&state, &key, &headers) {
+        Ok(input) => input,
+        Err(error) => return super::reject(&state, None, error),
+    };
+    state.metrics.ingest_request(&input.id, "web_legacy");
+    let result = async {
+        let body = body.map_err(|r| {
+            IngestError::from_body_rejection(&r, state.config.ingest.max_body_bytes)
+        })?;
+        let dto = super::parse_json(&body)?;
+        let document = legacy_web::translate(&dto)
+            .map_err(|e| IngestError::bad_request("invalid_batch", e.message))?;
+        store_documents(
+            &state,
+            &input,
+            vec![(String::new(), document)],
+            Channel::Javascript,
+        )
+        .await
+    }
+    .await;
+    match result {
+        Ok(()) => (StatusCode::ACCEPTED, Json(json!({}))).into_response(),
+        Err(error) => super::reject(&state, Some(&input.id), error),
+    }
+}
+
+/// `POST /v1/JS/{key}/Forwarding` (one report) and `/v2/JS/{key}/Forwarding`
+/// (`{"uuid", "data": [reports]}`): kit forwarding statistics, counted per kit and never
+/// forwarded to outputs.
+pub(crate) async fn forwarding(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let input = match web_input(&state, &key, &headers) {
+        Ok(input) => input,
+        Err(error) => return super::reject(&state, None, error),
+    };
+    let result = async {
+        let body = body.map_err(|r| {
+            IngestError::from_body_rejection(&r, state.config.ingest.max_body_bytes)
+        })?;
+        let report = super::parse_json(&body)?;
+        let reports = match report.get("data") {
+            Some(Value::Array(reports)) => reports.clone(),
+            _ => vec![report],
+        };
+        let mut per_kit: std::collections::BTreeMap<i64, i64> = std::collections::BTreeMap::new();
+        for report in &reports {
+            let kit = report.get("mid").and_then(Value::as_i64).ok_or_else(|| {
+                IngestError::bad_request(
+                    "invalid_forwarding",
+                    "Each forwarding report needs a numeric \"mid\".",
+                )
+            })?;
+            *per_kit.entry(kit).or_default() += 1;
+        }
+        let now = now_ms();
+        for (kit, events) in per_kit {
+            state
+                .store
+                .record_forwarding(&input.id, kit, events, now)
+                .await
+                .map_err(|error| {
+                    tracing::error!(%error, "Storing forwarding statistics failed.");
+                    IngestError::unavailable()
+                })?;
+        }
+        Ok(())
+    }
+    .await;
+    match result {
+        Ok(()) => StatusCode::ACCEPTED.into_response(),
+        Err(error) => super::reject(&state, Some(&input.id), error),
     }
 }
 

@@ -212,12 +212,42 @@ fn is_metadata_path(path: &str) -> bool {
 pub(crate) struct InputSettings {
     /// Origins (`https://shop.example`) browsers may send this input's data from; empty: any.
     pub(crate) allowed_origins: Vec<String>,
+    /// Web SDK feature flags the config answer carries (`eventsV3`, `eventBatchingIntervalMillis`, …),
+    /// so an operator can steer deployed web apps without touching them.
+    pub(crate) web_flags: serde_json::Map<String, serde_json::Value>,
+    /// Web SDK host overrides the config answer carries (`v3SecureServiceUrl`, `identityUrl`, …):
+    /// `host[:port]/path/`, no scheme.
+    pub(crate) web_hosts: std::collections::BTreeMap<String, String>,
 }
+
+/// The Web SDK's host options a config answer may override.
+pub(crate) const WEB_HOST_KEYS: &[&str] = &[
+    "v1SecureServiceUrl",
+    "v2SecureServiceUrl",
+    "v3SecureServiceUrl",
+    "configUrl",
+    "identityUrl",
+    "aliasUrl",
+    "userAudienceUrl",
+];
 
 impl InputSettings {
     pub(crate) fn from_json(value: serde_json::Value) -> Result<Self, SettingsError> {
         let settings: Self =
             serde_json::from_value(value).map_err(|e| SettingsError::Malformed(e.to_string()))?;
+        for (key, host) in &settings.web_hosts {
+            if !WEB_HOST_KEYS.contains(&key.as_str()) {
+                return Err(SettingsError::Malformed(format!(
+                    "web_hosts: unknown key {key:?}; valid keys are {}",
+                    WEB_HOST_KEYS.join(", ")
+                )));
+            }
+            if host.contains("://") || !host.ends_with('/') {
+                return Err(SettingsError::Malformed(format!(
+                    "web_hosts.{key}: {host:?} must be host[:port]/path/ without a scheme and with a trailing slash"
+                )));
+            }
+        }
         for origin in &settings.allowed_origins {
             if !is_origin(origin) {
                 return Err(SettingsError::Malformed(format!(

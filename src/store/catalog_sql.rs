@@ -78,6 +78,11 @@ const DELETE_CONNECTION: &str = "DELETE FROM connections WHERE id = $1";
 const DELETE_CONNECTION_JOBS: &str = "DELETE FROM jobs WHERE connection_id = $1";
 const SELECT_REVISION: &str = "SELECT settings FROM connection_revisions WHERE id = $1";
 
+const RECORD_FORWARDING: &str = "INSERT INTO forwarding_stats (input_id, module_id, events, last_at) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (input_id, module_id) DO UPDATE SET \
+     events = forwarding_stats.events + excluded.events, last_at = excluded.last_at";
+const SELECT_FORWARDING: &str = "SELECT module_id, events, last_at FROM forwarding_stats WHERE input_id = $1 ORDER BY module_id";
+
 const SELECT_META: &str = "SELECT value FROM meta WHERE key = $1";
 const INSERT_META: &str =
     "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING";
@@ -276,6 +281,30 @@ impl Store {
     pub(crate) async fn get_revision(&self, id: i64) -> StoreResult<String> {
         let row: Option<(String,)> = with_pool!(self, pool => sqlx::query_as(SELECT_REVISION).bind(id).fetch_optional(pool).await?);
         row.map(|(settings,)| settings).ok_or(StoreError::NotFound)
+    }
+
+    /// Adds `events` forwarded by kit `module_id` to an input's statistics.
+    pub(crate) async fn record_forwarding(
+        &self,
+        input_id: &str,
+        module_id: i64,
+        events: i64,
+        now: i64,
+    ) -> StoreResult<()> {
+        with_pool!(self, pool => {
+            sqlx::query(RECORD_FORWARDING).bind(input_id).bind(module_id).bind(events).bind(now).execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    /// An input's kit forwarding statistics: (module id, events, last report).
+    pub(crate) async fn forwarding_stats(
+        &self,
+        input_id: &str,
+    ) -> StoreResult<Vec<(i64, i64, i64)>> {
+        Ok(
+            with_pool!(self, pool => sqlx::query_as(SELECT_FORWARDING).bind(input_id).fetch_all(pool).await?),
+        )
     }
 
     pub(crate) async fn get_meta(&self, key: &str) -> StoreResult<Option<String>> {

@@ -228,7 +228,12 @@ impl TestApp {
 
     /// An input connected to a webhook at `url` with `settings`.
     pub async fn pipeline(&self, url: &str, settings: Value) -> (Value, Value) {
-        let input = self.create_input("custom_feed").await;
+        self.pipeline_for("custom_feed", url, settings).await
+    }
+
+    /// An input of `platform` connected to a webhook at `url` with `settings`.
+    pub async fn pipeline_for(&self, platform: &str, url: &str, settings: Value) -> (Value, Value) {
+        let input = self.create_input(platform).await;
         let output = self.create_webhook(url).await;
         let connection = self.connect(&input, &output, settings).await;
         (input, connection)

@@ -8,6 +8,7 @@ mod delivery;
 mod helpers;
 mod identity;
 mod ingest;
+mod legacy_web;
 mod mobile;
 mod process;
 mod python_sdk;

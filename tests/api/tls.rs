@@ -6,7 +6,7 @@ use serde_json::json;
 use crate::helpers::{batch_of, http_client, spawn_app_with};
 
 /// A self-signed certificate for `localhost`, written as PEM files into `dir`.
-fn certificate(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+pub fn certificate(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let issued =
         rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("certificate");
     let cert = dir.join("cert.pem");

@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::http::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 
-use crate::helpers::{Received, Receiver, skip_or_fail, spawn_app};
+use crate::helpers::{Received, Receiver, TestApp, skip_or_fail, spawn_app, spawn_app_with};
 
 fn browser_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser")
@@ -16,7 +16,7 @@ fn browser_dir() -> PathBuf {
 
 /// Why the browser suite cannot run here, if it cannot.
 fn missing_prerequisite() -> Option<String> {
-    let sdk = browser_dir().join("node_modules/@mparticle/web-sdk/dist/mparticle.js");
+    let sdk = browser_dir().join(SDKS[1].1);
     let playwright = browser_dir().join("node_modules/playwright-core");
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     if std::process::Command::new("node")
@@ -35,30 +35,60 @@ fn missing_prerequisite() -> Option<String> {
     None
 }
 
-/// Serves the test page and the SDK bundle on loopback.
+/// The SDK bundles the page can load: `/sdk/2.68/…` and `/sdk/2.18/…`.
+const SDKS: &[(&str, &str)] = &[
+    ("2.68", "node_modules/@mparticle/web-sdk/dist/mparticle.js"),
+    (
+        "2.18",
+        "node_modules/mparticle-web-sdk-2-18/dist/mparticle.js",
+    ),
+];
+
+/// Serves the test page and the SDK bundles on loopback.
 async fn serve_page() -> std::net::SocketAddr {
     let page = std::fs::read_to_string(browser_dir().join("shop.html")).expect("shop.html");
-    let sdk = std::fs::read_to_string(
-        browser_dir().join("node_modules/@mparticle/web-sdk/dist/mparticle.js"),
-    )
-    .expect("mparticle.js");
-    let app = axum::Router::new()
-        .route(
-            "/shop.html",
-            axum::routing::get(move || async move { ([(CONTENT_TYPE, "text/html")], page) }),
-        )
-        .route(
-            "/mparticle.js",
+    let mut app = axum::Router::new().route(
+        "/shop.html",
+        axum::routing::get(move || async move { ([(CONTENT_TYPE, "text/html")], page) }),
+    );
+    for (version, path) in SDKS {
+        let sdk = std::fs::read_to_string(browser_dir().join(path)).expect("SDK bundle");
+        app = app.route(
+            &format!("/sdk/{version}/mparticle.js"),
             axum::routing::get(
                 move || async move { ([(CONTENT_TYPE, "application/javascript")], sdk) },
             ),
         );
+    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
     address
+}
+
+/// Runs the shopping session with SDK `version` against `app`; returns what the page recorded
+/// and every webhook request that arrived.
+async fn shopping_session(
+    app: &TestApp,
+    input: &Value,
+    receiver: &mut Receiver,
+    version: &str,
+) -> (Value, Vec<Received>) {
+    let page = serve_page().await;
+    let (scheme, boson) = app.base.split_once("://").unwrap();
+    let https = u8::from(scheme == "https");
+    let key = input["api_key"].as_str().unwrap();
+    let recorded = run_page(format!(
+        "http://{page}/shop.html?boson={boson}&key={key}&sdk={version}&https={https}"
+    ))
+    .await;
+    let mut requests = Vec::new();
+    while let Some(request) = receiver.next_within(Duration::from_secs(2)).await {
+        requests.push(request);
+    }
+    (recorded, requests)
 }
 
 /// Runs the page in Chromium; returns what it recorded (MPIDs of identify, login, logout).
@@ -132,14 +162,7 @@ async fn web_sdk_shopping_session_reaches_two_connections() {
     )
     .await;
 
-    let page = serve_page().await;
-    let boson = app.base.trim_start_matches("http://");
-    let key = input["api_key"].as_str().unwrap();
-    let recorded = run_page(format!("http://{page}/shop.html?boson={boson}&key={key}")).await;
-    let mut requests = Vec::new();
-    while let Some(request) = receiver.next_within(Duration::from_secs(2)).await {
-        requests.push(request);
-    }
+    let (recorded, requests) = shopping_session(&app, &input, &mut receiver, "2.68").await;
 
     let login_mpid: i64 = recorded["loginMpid"]
         .as_str()
@@ -240,5 +263,137 @@ async fn web_sdk_shopping_session_reaches_two_connections() {
         .unwrap();
     assert_eq!(user["mpid"], login_mpid.to_string());
     assert_eq!(user["user_identities"]["email"], "ada@example.com");
+    app.stop().await.unwrap();
+}
+
+/// What a shopper did, as the webhook saw it: page views, custom events and commerce events with
+/// their names, attributes, products and transaction fields, in order.
+fn shopping_summary(requests: &[Received]) -> Vec<Value> {
+    requests
+        .iter()
+        .flat_map(|r| r.events().iter())
+        .filter(|e| matches!(e["event_type"].as_str(), Some("screen_view" | "custom_event" | "commerce_event")))
+        .map(|e| {
+            let d = &e["data"];
+            let action = &d["product_action"];
+            let products: Vec<Value> = action["products"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| json!({"id": p["id"], "name": p["name"], "price": p["price"], "quantity": p["quantity"]}))
+                .collect();
+            json!({
+                "type": e["event_type"],
+                "name": d.get("event_name").or(d.get("screen_name")),
+                "custom_event_type": d["custom_event_type"],
+                "attributes": d["custom_attributes"],
+                "action": action["action"],
+                "transaction_id": action["transaction_id"],
+                "total_amount": action["total_amount"],
+                "tax_amount": action["tax_amount"],
+                "products": products,
+            })
+        })
+        .collect()
+}
+
+/// Counts of SDK uploads by endpoint, from /metrics.
+async fn uploads(app: &TestApp, input: &Value, endpoint: &str) -> u64 {
+    let metrics = app.metrics().await;
+    let id = input["id"].as_str().unwrap();
+    let line = format!("boson_ingest_requests_total{{input=\"{id}\",endpoint=\"{endpoint}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .map_or(0, |n| n.trim().parse().unwrap_or(0))
+}
+
+#[tokio::test]
+async fn a_legacy_web_sdk_delivers_the_same_events_as_the_current_one() {
+    if let Some(why) = missing_prerequisite() {
+        skip_or_fail("web_sdk_legacy", &why);
+        return;
+    }
+    let mut summaries = Vec::new();
+    for version in ["2.68", "2.18"] {
+        let app = spawn_app().await;
+        let mut receiver = Receiver::start().await;
+        let (input, _) = app
+            .pipeline_for("web", &receiver.url("/hook"), json!({}))
+            .await;
+        let (_, requests) = shopping_session(&app, &input, &mut receiver, version).await;
+        let (v3, legacy) = (
+            uploads(&app, &input, "web_v3").await,
+            uploads(&app, &input, "web_legacy").await,
+        );
+        if version == "2.18" {
+            assert!(
+                legacy > 0 && v3 == 0,
+                "2.18.1 uploads per event on the legacy path (v3 {v3}, legacy {legacy})"
+            );
+        } else {
+            assert!(
+                v3 > 0 && legacy == 0,
+                "2.68 uploads v3 batches (v3 {v3}, legacy {legacy})"
+            );
+        }
+        let channels: Vec<&Value> = requests
+            .iter()
+            .map(|r| &r.body["source_info"]["channel"])
+            .collect();
+        assert!(channels.iter().all(|c| *c == "javascript"), "{channels:?}");
+        summaries.push(shopping_summary(&requests));
+        app.stop().await.unwrap();
+    }
+    assert_eq!(
+        summaries[0].len(),
+        6,
+        "page view, banner, add to cart, purchase, after login, after logout: {:#?}",
+        summaries[0]
+    );
+    assert_eq!(
+        summaries[0], summaries[1],
+        "2.68 (left) and 2.18.1 (right) must look alike at the webhook"
+    );
+}
+
+#[tokio::test]
+async fn a_legacy_web_sdk_switches_to_batches_when_boson_s_config_answer_says_so() {
+    if let Some(why) = missing_prerequisite() {
+        skip_or_fail("web_sdk_legacy_v3", &why);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = crate::tls::certificate(dir.path());
+    let app = spawn_app_with(|c| {
+        c.tls_cert = Some(cert);
+        c.tls_key = Some(key);
+    })
+    .await;
+    let mut receiver = Receiver::start().await;
+    let input = app
+        .create(
+            "/api/v1/inputs",
+            json!({"name": "old shop", "platform": "web",
+                                         "settings": {"web_flags": {"eventsV3": "100"}}}),
+        )
+        .await;
+    let output = app.create_webhook(&receiver.url("/hook")).await;
+    app.connect(&input, &output, json!({})).await;
+    let (recorded, requests) = shopping_session(&app, &input, &mut receiver, "2.18").await;
+    assert!(recorded["loginMpid"].is_string(), "{recorded}");
+    let (v3, legacy) = (
+        uploads(&app, &input, "web_v3").await,
+        uploads(&app, &input, "web_legacy").await,
+    );
+    assert!(
+        v3 > 0 && legacy == 0,
+        "the config answer's eventsV3 flag moves 2.18.1 to v3 batches (v3 {v3}, legacy {legacy})"
+    );
+    let summary = shopping_summary(&requests);
+    assert!(
+        summary.iter().any(|e| e["transaction_id"] == "T-1001"),
+        "{summary:#?}"
+    );
     app.stop().await.unwrap();
 }
