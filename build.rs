@@ -1,4 +1,5 @@
-//! Rebuild when migrations change, since they are embedded with `sqlx::migrate!`.
+//! Rebuild when migrations or dashboard assets change: both are embedded in the binary.
 fn main() {
     println!("cargo:rerun-if-changed=migrations");
+    println!("cargo:rerun-if-changed=dashboard");
 }

@@ -7,6 +7,7 @@
 mod admin;
 mod catalog;
 pub mod config;
+mod dashboard;
 mod delivery;
 mod error;
 mod identity;

@@ -22,6 +22,7 @@ use tower_http::trace::TraceLayer;
 use crate::admin::{self, hash_token};
 use crate::catalog::Catalog;
 use crate::config::{Config, RetentionConfig};
+use crate::dashboard::Sessions;
 use crate::delivery::webhook::WebhookClient;
 use crate::delivery::{self, DeliveryContext};
 use crate::ingest;
@@ -44,6 +45,9 @@ pub(crate) struct AppState {
     pub(crate) writer: Writer,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) admin_token_hash: [u8; 32],
+    pub(crate) sessions: Arc<Sessions>,
+    /// For replays requested from the admin API.
+    pub(crate) webhooks: WebhookClient,
 }
 
 /// The whole HTTP surface.
@@ -51,6 +55,7 @@ pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .merge(ingest::router(state.config.ingest.max_body_bytes))
         .merge(crate::identity::router())
+        .merge(crate::dashboard::router())
         .merge(admin::router(state.clone()))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -117,6 +122,7 @@ pub async fn run(
         Duration::from_secs(config.delivery.request_timeout_secs),
     )
     .context("failed to build the webhook client")?;
+    let webhooks = client.clone();
     let ctx = Arc::new(DeliveryContext::new(
         Arc::clone(&catalog),
         store.clone(),
@@ -148,6 +154,8 @@ pub async fn run(
         writer,
         metrics,
         admin_token_hash,
+        sessions: Arc::default(),
+        webhooks,
     };
     let tls = match (&state.config.tls_cert, &state.config.tls_key) {
         (Some(cert), Some(key)) => Some(

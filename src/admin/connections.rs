@@ -271,3 +271,54 @@ pub(crate) async fn metadata_fields() -> Json<Value> {
         .collect();
     Json(json!({ "items": fields }))
 }
+
+/// Per connection: events forwarded (within the retention), and the last attempt's outcome.
+pub(crate) async fn stats(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let rows = state.store.connection_stats().await.map_err(not_found)?;
+    let items: Vec<Value> = rows
+        .into_iter()
+        .map(|(connection_id, events, outcome, error, at)| {
+            json!({"connection_id": connection_id, "events_forwarded": events, "last_outcome": outcome,
+                   "last_error": error, "last_attempt_at": at})
+        })
+        .collect();
+    Ok(Json(json!({ "items": items })))
+}
+
+/// Sends a dead letter again, now, to the connection's current output; it leaves the dead
+/// letters only when the receiver accepts it.
+pub(crate) async fn replay(
+    State(state): State<AppState>,
+    Path((id, letter)): Path<(String, i64)>,
+) -> Result<Json<Value>, ApiError> {
+    let letter_not_found = |e| ApiError::from_store(e, "dead_letter_not_found", "dead letter");
+    let connection = state.store.get_connection(&id).await.map_err(not_found)?;
+    let body = state
+        .store
+        .dead_letter_body(letter, &id)
+        .await
+        .map_err(letter_not_found)?;
+    let output = state
+        .store
+        .get_output(&connection.output_id)
+        .await
+        .map_err(not_found)?;
+    let settings: crate::model::settings::WebhookSettings = serde_json::from_str(&output.settings)
+        .map_err(|e| ApiError::bad_request("invalid_output", e.to_string()))?;
+    let delivery_id = format!("replay-{letter}");
+    match crate::delivery::replay(&state.webhooks, &settings, &delivery_id, body).await {
+        Ok(status) => {
+            state
+                .store
+                .delete_dead_letter(letter)
+                .await
+                .map_err(letter_not_found)?;
+            Ok(Json(json!({"replayed": true, "status": status})))
+        }
+        Err(message) => Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "replay_failed",
+            message,
+        )),
+    }
+}

@@ -9,6 +9,7 @@ mod users;
 
 use axum::Router;
 use axum::extract::{Request, State};
+use axum::http::Method;
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -61,6 +62,11 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
             "/api/v1/connections/{id}/dead-letters",
             get(connections::dead_letters),
         )
+        .route("/api/v1/connection-stats", get(connections::stats))
+        .route(
+            "/api/v1/connections/{id}/dead-letters/{letter}/replay",
+            post(connections::replay),
+        )
         .route("/api/v1/metadata-fields", get(connections::metadata_fields))
         .route("/api/v1/users", get(users::find))
         .route("/api/v1/users/{mpid}", get(users::get))
@@ -80,7 +86,10 @@ async fn require_admin(State(state): State<AppState>, request: Request, next: Ne
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(|token| hash_token(token.trim()));
     // Comparing hashes: equal-length values, so a timing difference reveals nothing useful.
-    if presented == Some(state.admin_token_hash) {
+    let by_token = presented == Some(state.admin_token_hash);
+    // The dashboard's session cookie, with its CSRF token on anything that changes state.
+    let changes_state = !matches!(*request.method(), Method::GET | Method::HEAD);
+    if by_token || state.sessions.authorizes(request.headers(), changes_state) {
         next.run(request).await
     } else {
         ApiError::unauthorized().into_response()

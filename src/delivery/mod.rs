@@ -223,6 +223,21 @@ impl Lanes {
     }
 }
 
+/// Sends one stored request body again (a dead letter replayed from the admin API); the
+/// receiver's status if it accepted it, else why not.
+pub(crate) async fn replay(
+    client: &WebhookClient,
+    output: &crate::model::settings::WebhookSettings,
+    delivery_id: &str,
+    body: Vec<u8>,
+) -> Result<u16, String> {
+    match client.post(output, delivery_id, body).await {
+        Ok(answer) if (200..300).contains(&answer.status) => Ok(answer.status),
+        Ok(answer) => Err(format!("the receiver answered {}", answer.status)),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
 /// Claims due jobs (retries, and anything unleased) for lanes with room and offers them.
 async fn poll(lanes: Arc<Lanes>, interval: Duration) {
     loop {

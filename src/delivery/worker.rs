@@ -82,6 +82,7 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
                     Classification::Delivered => {
                         ctx.metrics
                             .delivered(&job.connection_id, *event_count, job.created_at);
+                        attempt.events += i64::try_from(*event_count).unwrap_or(0);
                         continue;
                     }
                     Classification::DeadLetter => {
@@ -126,6 +127,8 @@ struct Attempt<'a> {
     dead: Vec<DeadLetter>,
     last_status: Option<i64>,
     requests: i64,
+    /// Events delivered so far.
+    events: i64,
 }
 
 impl<'a> Attempt<'a> {
@@ -137,6 +140,7 @@ impl<'a> Attempt<'a> {
             dead: Vec::new(),
             last_status: None,
             requests: 0,
+            events: 0,
         }
     }
 
@@ -155,6 +159,7 @@ impl<'a> Attempt<'a> {
             status: self.last_status,
             error,
             requests: self.requests,
+            events: self.events,
             latency_ms: i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX),
         }
     }

@@ -41,10 +41,10 @@ const SQLITE: Dialect = Dialect {
         user_attributes = json_patch(users.user_attributes, excluded.user_attributes)",
     delete_jobs: "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each($1))",
     insert_attempts: "INSERT INTO attempts \
-        (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms) \
+        (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events) \
         SELECT value ->> 'job_id', value ->> 'connection_id', value ->> 'attempted_at', \
         value ->> 'outcome', value ->> 'status', value ->> 'error', value ->> 'requests', \
-        value ->> 'latency_ms' FROM json_each($1)",
+        value ->> 'latency_ms', value ->> 'events' FROM json_each($1)",
     insert_jobs: "INSERT INTO jobs \
         (batch_id, connection_id, revision_id, created_at, next_attempt_at, lease_until) \
         SELECT value ->> 'batch_id', value ->> 'connection_id', value ->> 'revision_id', \
@@ -61,11 +61,11 @@ const POSTGRES: Dialect = Dialect {
     delete_jobs: "DELETE FROM jobs WHERE id IN \
         (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
     insert_attempts: "INSERT INTO attempts \
-        (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms) \
-        SELECT job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms \
+        (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events) \
+        SELECT job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events \
         FROM jsonb_to_recordset($1::jsonb) AS x(job_id bigint, connection_id text, \
         attempted_at bigint, outcome text, status bigint, error text, requests bigint, \
-        latency_ms bigint)",
+        latency_ms bigint, events bigint)",
     insert_jobs: "INSERT INTO jobs \
         (batch_id, connection_id, revision_id, created_at, next_attempt_at, lease_until) \
         SELECT batch_id, connection_id, revision_id, created_at, created_at, $2 \
@@ -84,6 +84,7 @@ struct AttemptRow<'a> {
     error: Option<&'a str>,
     requests: i64,
     latency_ms: i64,
+    events: i64,
 }
 
 impl<'a> AttemptRow<'a> {
@@ -97,6 +98,7 @@ impl<'a> AttemptRow<'a> {
             error: attempt.error.as_deref(),
             requests: attempt.requests,
             latency_ms: attempt.latency_ms,
+            events: attempt.events,
         }
     }
 }

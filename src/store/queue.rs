@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use sqlx::FromRow;
 
-use super::{Store, StoreResult, with_pool};
+use super::{Store, StoreError, StoreResult, with_pool};
 
 /// A batch to store, with the connections it must be delivered to.
 #[derive(Debug, Clone)]
@@ -69,6 +69,8 @@ pub(crate) struct AttemptRecord {
     pub(crate) error: Option<String>,
     pub(crate) requests: i64,
     pub(crate) latency_ms: i64,
+    /// Events delivered by this attempt.
+    pub(crate) events: i64,
 }
 
 /// A request given up on, kept for inspection and replay.
@@ -122,6 +124,9 @@ pub(crate) struct DeadLetterRow {
     pub(crate) error: String,
     pub(crate) created_at: i64,
 }
+
+/// A connection's delivery summary.
+pub(crate) type ConnectionStats = (String, i64, String, Option<String>, i64);
 
 /// An attempt as listed by the admin API.
 #[derive(Debug, Clone, FromRow)]
@@ -185,6 +190,7 @@ impl AttemptRecord {
             error: Some(reason.to_owned()),
             requests: 0,
             latency_ms: 0,
+            events: 0,
         }
     }
 }
@@ -225,6 +231,13 @@ const PRUNE_DEAD_LETTERS: &str = "DELETE FROM dead_letters WHERE id IN \
 /// Rows deleted by one prune statement.
 const PRUNE_CHUNK: i64 = 5000;
 
+const CONNECTION_STATS: &str = "SELECT a.connection_id, CAST(COALESCE(SUM(a.events), 0) AS BIGINT), \
+     l.outcome, l.error, l.attempted_at FROM attempts a \
+     JOIN attempts l ON l.id = (SELECT MAX(id) FROM attempts m WHERE m.connection_id = a.connection_id) \
+     GROUP BY a.connection_id, l.outcome, l.error, l.attempted_at";
+const DEAD_LETTER_BODY: &str = "SELECT body FROM dead_letters WHERE id = $1 AND connection_id = $2";
+const DELETE_DEAD_LETTER: &str = "DELETE FROM dead_letters WHERE id = $1";
+
 const RELEASE_ALL_LEASES: &str = "UPDATE jobs SET lease_until = 0 WHERE lease_until > 0";
 const QUEUE_STATS: &str = "SELECT COUNT(*), MIN(created_at) FROM jobs";
 const SELECT_DEAD_LETTERS: &str = "SELECT id, job_id, batch_id, payload_index, body, \
@@ -263,6 +276,28 @@ impl Store {
             }
         }
         Ok(deleted)
+    }
+
+    /// Per connection: events forwarded (within the retention), and the last attempt's outcome,
+    /// error and time.
+    pub(crate) async fn connection_stats(&self) -> StoreResult<Vec<ConnectionStats>> {
+        Ok(with_pool!(self, pool => sqlx::query_as(CONNECTION_STATS).fetch_all(pool).await?))
+    }
+
+    /// A dead letter's body, if it belongs to the connection.
+    pub(crate) async fn dead_letter_body(
+        &self,
+        id: i64,
+        connection_id: &str,
+    ) -> StoreResult<Vec<u8>> {
+        let row: Option<(Vec<u8>,)> = with_pool!(self, pool =>
+            sqlx::query_as(DEAD_LETTER_BODY).bind(id).bind(connection_id).fetch_optional(pool).await?);
+        row.map(|(body,)| body).ok_or(StoreError::NotFound)
+    }
+
+    pub(crate) async fn delete_dead_letter(&self, id: i64) -> StoreResult<()> {
+        with_pool!(self, pool => { sqlx::query(DELETE_DEAD_LETTER).bind(id).execute(pool).await?; });
+        Ok(())
     }
 
     /// Pending jobs and the creation time of the oldest.

@@ -15,7 +15,7 @@ fn browser_dir() -> PathBuf {
 }
 
 /// Why the browser suite cannot run here, if it cannot.
-fn missing_prerequisite() -> Option<String> {
+pub fn missing_prerequisite() -> Option<String> {
     let sdk = browser_dir().join(SDKS[1].1);
     let playwright = browser_dir().join("node_modules/playwright-core");
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());

@@ -1,0 +1,2 @@
+-- Events a delivery attempt delivered, for per-connection counts.
+ALTER TABLE attempts ADD COLUMN events BIGINT NOT NULL DEFAULT 0;

@@ -1,0 +1,95 @@
+// Walks the dashboard in Debian's headless Chromium like a user following the quickstart, and
+// saves a screenshot of each page under the given directory.
+//
+// Usage: node dashboard.mjs setup <boson_url> <admin_token> <webhook_url> <screenshot_dir>
+//          signs in, creates a custom-feed input and a webhook output, connects them; prints
+//          {"api_key", "api_secret", "connection_id"} as one JSON line
+//        node dashboard.mjs deactivate <boson_url> <admin_token> <connection_id> <screenshot_dir>
+//          signs in and switches the connection to inactive on its detail page
+import { chromium } from 'playwright-core';
+
+const [phase, base, token, target, shots] = process.argv.slice(2);
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+         '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+const page = await (await browser.newContext({ viewport: { width: 1280, height: 860 } })).newPage();
+page.on('pageerror', (error) => console.error(`[page error] ${error}`));
+page.on('dialog', (dialog) => dialog.accept());
+const shot = (name) => page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
+
+async function signIn() {
+  await page.goto(base);
+  await page.getByLabel('Admin token').fill(token);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('heading', { name: 'Connections' }).waitFor();
+}
+
+let status = 0;
+try {
+  if (phase === 'setup') {
+    await page.goto(base);
+    await page.getByLabel('Admin token').waitFor();
+    await shot('01-sign-in');
+    await signIn();
+    await shot('02-connections-empty');
+
+    await page.getByRole('link', { name: 'Inputs' }).click();
+    await page.getByRole('button', { name: 'Custom feed' }).click();
+    await page.getByLabel('Name', { exact: true }).fill('Backend');
+    await page.getByRole('button', { name: 'Create input' }).click();
+    await page.locator('code.api-key').first().waitFor();
+    await shot('03-inputs');
+    const apiKey = await page.locator('code.api-key').first().textContent();
+    const apiSecret = await page.locator('code.api-secret').first().textContent();
+
+    await page.getByRole('link', { name: 'Outputs' }).click();
+    await page.getByRole('button', { name: 'webhooks' }).click();
+    await page.getByLabel('Configuration name').fill('My webhook');
+    await page.getByLabel('POST URL').fill(target);
+    await page.getByLabel('Authorization Header').fill('Bearer dashboard-test');
+    await shot('04-output-form');
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.getByRole('cell', { name: 'My webhook' }).waitFor();
+    await shot('05-outputs');
+
+    await page.getByRole('link', { name: 'Connections', exact: true }).click();
+    await page.getByRole('link', { name: 'Connect', exact: true }).click();
+    await page.getByLabel('Input', { exact: true }).selectOption({ label: 'Backend (Custom feed)' });
+    await page.getByRole('button', { name: 'Connect Output', exact: true }).click();
+    await page.getByLabel('Configuration').selectOption({ label: 'My webhook' });
+    await shot('06-connect-output-modal');
+    await page.getByRole('button', { name: 'Configure' }).click();
+    await page.getByRole('button', { name: '+ Add' }).click();
+    await page.getByLabel('Metadata field').selectOption('ip');
+    await shot('07-connection-settings');
+    await page.getByRole('button', { name: 'Add Connection' }).click();
+    await page.locator('#diagram path.edge.active').waitFor({ state: 'attached' });
+    await shot('08-connections-diagram');
+    const connectionId = await page.locator('tr[data-connection]').first().getAttribute('data-connection');
+    console.log(JSON.stringify({ api_key: apiKey, api_secret: apiSecret, connection_id: connectionId }));
+  } else if (phase === 'deactivate') {
+    await signIn();
+    await page.goto(`${base}/#/connections/${target}`);
+    await page.getByRole('heading', { name: 'Recent delivery attempts' }).waitFor();
+    await shot('09-connection-detail');
+    await page.getByLabel('Connection Status: Active').uncheck();
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.locator('#connection-state', { hasText: 'inactive' }).waitFor();
+    await shot('10-connection-inactive');
+    await page.getByRole('link', { name: 'Connections', exact: true }).click();
+    await page.locator('#diagram path.edge.inactive').waitFor({ state: 'attached' });
+    await shot('11-connections-inactive');
+    console.log(JSON.stringify({ ok: true }));
+  } else {
+    throw new Error(`unknown phase ${phase}`);
+  }
+} catch (error) {
+  console.error(`dashboard.mjs: ${error}`);
+  await shot('zz-failure').catch(() => {});
+  status = 1;
+} finally {
+  await browser.close();
+}
+process.exit(status);
