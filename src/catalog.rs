@@ -29,6 +29,7 @@ pub(crate) struct InputEntry {
 /// A connection as delivery needs it.
 #[derive(Debug, Clone)]
 pub(crate) struct ConnectionEntry {
+    pub(crate) input_id: String,
     pub(crate) output_id: String,
 }
 
@@ -36,6 +37,7 @@ pub(crate) struct ConnectionEntry {
 struct Snapshot {
     inputs_by_key: HashMap<String, InputEntry>,
     routes_by_input: HashMap<String, Vec<Route>>,
+    inactive_by_input: HashMap<String, Vec<String>>,
     connections: HashMap<String, ConnectionEntry>,
     outputs: HashMap<String, Arc<WebhookSettings>>,
 }
@@ -119,9 +121,16 @@ impl Catalog {
                     .entry(row.input_id.clone())
                     .or_default()
                     .push(route);
+            } else {
+                snapshot
+                    .inactive_by_input
+                    .entry(row.input_id.clone())
+                    .or_default()
+                    .push(row.id.clone());
             }
             revisions.push((row.revision_id, settings));
             let entry = ConnectionEntry {
+                input_id: row.input_id.clone(),
                 output_id: row.output_id,
             };
             snapshot.connections.insert(row.id, entry);
@@ -160,6 +169,15 @@ impl Catalog {
     pub(crate) fn routes(&self, input_id: &str) -> Vec<Route> {
         self.current()
             .routes_by_input
+            .get(input_id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The inactive connections of an input (for the Live Stream's "filtered: status").
+    pub(crate) fn inactive_connections(&self, input_id: &str) -> Vec<String> {
+        self.current()
+            .inactive_by_input
             .get(input_id)
             .cloned()
             .unwrap_or_default()

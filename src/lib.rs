@@ -12,6 +12,7 @@ mod delivery;
 mod error;
 mod identity;
 mod ingest;
+mod live;
 mod model;
 mod pipeline;
 mod server;

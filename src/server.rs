@@ -26,6 +26,7 @@ use crate::dashboard::Sessions;
 use crate::delivery::webhook::WebhookClient;
 use crate::delivery::{self, DeliveryContext};
 use crate::ingest;
+use crate::live::LiveStream;
 use crate::store::Store;
 use crate::store::writer::Writer;
 use crate::telemetry::Metrics;
@@ -46,6 +47,10 @@ pub(crate) struct AppState {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) admin_token_hash: [u8; 32],
     pub(crate) sessions: Arc<Sessions>,
+    pub(crate) live: Arc<LiveStream>,
+    /// Cancelled when shutdown begins, so long-lived responses (the Live Stream) end and the
+    /// server can drain.
+    pub(crate) stopping: CancellationToken,
     /// For replays requested from the admin API.
     pub(crate) webhooks: WebhookClient,
 }
@@ -123,12 +128,14 @@ pub async fn run(
     )
     .context("failed to build the webhook client")?;
     let webhooks = client.clone();
+    let live = Arc::new(LiveStream::default());
     let ctx = Arc::new(DeliveryContext::new(
         Arc::clone(&catalog),
         store.clone(),
         client,
         writer.clone(),
         Arc::clone(&metrics),
+        Arc::clone(&live),
         &config.delivery,
     ));
     let cancel = CancellationToken::new();
@@ -147,6 +154,14 @@ pub async fn run(
         cancel.clone(),
     ));
 
+    let stopping = CancellationToken::new();
+    let shutdown = {
+        let stopping = stopping.clone();
+        async move {
+            shutdown.await;
+            stopping.cancel();
+        }
+    };
     let state = AppState {
         config: Arc::new(config),
         store: store.clone(),
@@ -155,6 +170,8 @@ pub async fn run(
         metrics,
         admin_token_hash,
         sessions: Arc::default(),
+        live: Arc::clone(&live),
+        stopping: stopping.clone(),
         webhooks,
     };
     let tls = match (&state.config.tls_cert, &state.config.tls_key) {

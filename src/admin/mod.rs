@@ -4,6 +4,7 @@
 
 mod connections;
 mod inputs;
+mod live;
 mod outputs;
 mod users;
 
@@ -67,6 +68,7 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
             "/api/v1/connections/{id}/dead-letters/{letter}/replay",
             post(connections::replay),
         )
+        .route("/api/v1/live-stream", get(live::stream))
         .route("/api/v1/metadata-fields", get(connections::metadata_fields))
         .route("/api/v1/users", get(users::find))
         .route("/api/v1/users/{mpid}", get(users::get))

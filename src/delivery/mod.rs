@@ -23,6 +23,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::catalog::Catalog;
 use crate::config::DeliveryConfig;
+use crate::live::LiveStream;
 use crate::store::queue::{AttemptRecord, Job, JobUpdate};
 use crate::store::writer::Writer;
 use crate::store::{Store, StoreError};
@@ -43,6 +44,7 @@ pub(crate) struct DeliveryContext {
     pub(crate) writer: Writer,
     pub(crate) store: Store,
     pub(crate) metrics: Arc<Metrics>,
+    pub(crate) live: Arc<LiveStream>,
     pub(crate) backoff: Backoff,
     pub(crate) retry_window_ms: i64,
 }
@@ -54,6 +56,7 @@ impl DeliveryContext {
         client: WebhookClient,
         writer: Writer,
         metrics: Arc<Metrics>,
+        live: Arc<LiveStream>,
         config: &DeliveryConfig,
     ) -> Self {
         Self {
@@ -62,6 +65,7 @@ impl DeliveryContext {
             writer,
             store,
             metrics,
+            live,
             backoff: Backoff {
                 initial: Duration::from_millis(config.initial_backoff_ms),
                 max: Duration::from_secs(config.max_backoff_secs),

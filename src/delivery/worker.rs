@@ -12,6 +12,7 @@ use rand::Rng;
 use super::DeliveryContext;
 use super::retry::{Classification, classify};
 use super::webhook::SendError;
+use crate::live::{LiveItem, event_type_of};
 use crate::model::now_ms;
 use crate::pipeline::filter;
 use crate::store::queue::{AttemptRecord, DeadLetter, Job, JobKey, JobUpdate};
@@ -19,7 +20,7 @@ use crate::store::queue::{AttemptRecord, DeadLetter, Job, JobKey, JobUpdate};
 /// Delivers what is left of `job` and returns the update to record.
 pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
     let mut attempt = Attempt::new(ctx, &job);
-    let Some((_, output)) = ctx.catalog.connection(&job.connection_id) else {
+    let Some((connection, output)) = ctx.catalog.connection(&job.connection_id) else {
         // A miss may only mean another node created the connection after our last reload: drop
         // the job only when the store confirms the connection is gone.
         let whole_batch = vec![(job.progress, job.body.to_vec())];
@@ -64,18 +65,37 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
         }
     };
     let plan = filter::plan(&settings, &output, job.batch_id, &document);
-    let bodies: Vec<(i64, usize, Vec<u8>)> = plan
+    let live = Live {
+        ctx,
+        job: &job,
+        input_id: &connection.input_id,
+        document: &document,
+    };
+    if job.progress == 0 {
+        live.filtered(&plan.verdicts);
+    }
+    let bodies: Vec<(i64, usize, Vec<u8>, Vec<usize>)> = plan
         .payloads
         .into_iter()
         .enumerate()
         .skip(usize::try_from(job.progress).unwrap_or(0))
-        .map(|(i, p)| (i64::try_from(i).unwrap_or(i64::MAX), p.event_count, p.body))
+        .map(|(i, p)| {
+            (
+                i64::try_from(i).unwrap_or(i64::MAX),
+                p.event_count,
+                p.body,
+                p.event_indexes,
+            )
+        })
         .collect();
 
-    for (position, (index, event_count, body)) in bodies.iter().enumerate() {
+    for (position, (index, event_count, body, events)) in bodies.iter().enumerate() {
         attempt.requests += 1;
         let delivery_id = format!("{}-{index}", job.id);
-        let (error, after) = match ctx.client.post(&output, &delivery_id, body.clone()).await {
+        let sent = Instant::now();
+        let result = ctx.client.post(&output, &delivery_id, body.clone()).await;
+        live.report(events, &result, sent);
+        let (error, after) = match result {
             Ok(answer) => {
                 attempt.last_status = Some(i64::from(answer.status));
                 match classify(answer.status, answer.retry_after) {
@@ -107,7 +127,7 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
         };
         let remaining = bodies[position..]
             .iter()
-            .map(|(i, _, b)| (*i, b.clone()))
+            .map(|(i, _, b, _)| (*i, b.clone()))
             .collect();
         return attempt.retry(*index, error, after, remaining);
     }
@@ -117,6 +137,84 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
         "dead_letter"
     };
     attempt.finish(outcome, None)
+}
+
+/// Reports what a connection did with each event to the Live Stream (only while watched).
+struct Live<'a> {
+    ctx: &'a DeliveryContext,
+    job: &'a Job,
+    input_id: &'a str,
+    document: &'a serde_json::Value,
+}
+
+impl Live<'_> {
+    fn item(&self, index: usize, outcome: &'static str) -> LiveItem {
+        let event = &self.document["events"][index];
+        LiveItem {
+            direction: "outbound",
+            at: now_ms(),
+            input_id: self.input_id.to_owned(),
+            connection_id: Some(self.job.connection_id.clone()),
+            batch_id: self.job.batch_id,
+            index,
+            event_type: event_type_of(event),
+            mpid: self
+                .document
+                .get("mpid")
+                .and_then(serde_json::Value::as_i64),
+            event: None,
+            outcome: Some(outcome),
+            setting: None,
+            status: None,
+            latency_ms: None,
+            error: None,
+        }
+    }
+
+    /// Events the connection's settings dropped, naming the setting.
+    fn filtered(&self, verdicts: &[filter::Verdict]) {
+        if !self.ctx.live.watched() {
+            return;
+        }
+        for (index, verdict) in verdicts.iter().enumerate() {
+            if let filter::Verdict::Filtered(setting) = verdict {
+                self.ctx.live.publish(LiveItem {
+                    setting: Some(setting),
+                    ..self.item(index, "filtered")
+                });
+            }
+        }
+    }
+
+    /// How the request carrying `events` ended.
+    fn report(
+        &self,
+        events: &[usize],
+        result: &Result<super::webhook::Answer, SendError>,
+        sent: Instant,
+    ) {
+        if !self.ctx.live.watched() {
+            return;
+        }
+        let latency = i64::try_from(sent.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let (outcome, status, error) = match result {
+            Ok(answer) => match classify(answer.status, answer.retry_after) {
+                Classification::Delivered => ("forwarded", Some(answer.status), None),
+                Classification::DeadLetter => ("failed", Some(answer.status), None),
+                Classification::Retry { .. } => ("retrying", Some(answer.status), None),
+            },
+            Err(SendError::Refused(e)) => ("failed", None, Some(e.clone())),
+            Err(SendError::Transport(e)) => ("retrying", None, Some(e.clone())),
+        };
+        for &index in events {
+            self.ctx.live.publish(LiveItem {
+                status,
+                latency_ms: Some(latency),
+                error: error.clone(),
+                ..self.item(index, outcome)
+            });
+        }
+    }
 }
 
 /// What one pass over a job has done so far.

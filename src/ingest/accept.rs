@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::response::IngestError;
 use crate::catalog::InputEntry;
 use crate::identity::resolve::Call;
+use crate::live::{LiveItem, event_type_of};
 use crate::model::batch::{Channel, NormalizedBatch, normalize};
 use crate::model::now_ms;
 use crate::server::AppState;
@@ -35,6 +36,12 @@ pub(crate) async fn store_documents(
     }
 
     let routes = state.catalog.routes(&input.id);
+    // Kept only while someone watches the Live Stream.
+    let watched: Vec<Value> = if state.live.watched() {
+        normalized.iter().map(|b| b.document.clone()).collect()
+    } else {
+        Vec::new()
+    };
     let mut batches = Vec::with_capacity(normalized.len());
     let mut events = Vec::with_capacity(normalized.len());
     for batch in normalized {
@@ -61,7 +68,55 @@ pub(crate) async fn store_documents(
         .map(|(_, n)| n)
         .sum();
     state.metrics.accepted(&input.id, stored);
+    for (document, outcome) in watched.iter().zip(&outcomes) {
+        if let IngestOutcome::Stored { batch_id } = *outcome {
+            publish_inbound(state, &input.id, batch_id, document);
+        }
+    }
     Ok(())
+}
+
+/// Puts a stored batch's events on the Live Stream, with "filtered: status" for every inactive
+/// connection of the input (those get no delivery job, so nothing else would report them).
+fn publish_inbound(state: &AppState, input_id: &str, batch_id: i64, document: &Value) {
+    let mpid = document.get("mpid").and_then(Value::as_i64);
+    let inactive = state.catalog.inactive_connections(input_id);
+    let now = now_ms();
+    for (index, event) in document
+        .get("events")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let item = LiveItem {
+            direction: "inbound",
+            at: now,
+            input_id: input_id.to_owned(),
+            connection_id: None,
+            batch_id,
+            index,
+            event_type: event_type_of(event),
+            mpid,
+            event: Some(event.clone()),
+            outcome: None,
+            setting: None,
+            status: None,
+            latency_ms: None,
+            error: None,
+        };
+        for connection in &inactive {
+            state.live.publish(LiveItem {
+                direction: "outbound",
+                connection_id: Some(connection.clone()),
+                event: None,
+                outcome: Some("filtered"),
+                setting: Some("status"),
+                ..item.clone()
+            });
+        }
+        state.live.publish(item);
+    }
 }
 
 /// The batch's user attributes as a merge patch on its user's profile (deletions as `null`).

@@ -21,6 +21,8 @@ pub(crate) struct Payload {
     /// The JSON body, serialised.
     pub(crate) body: Vec<u8>,
     pub(crate) event_count: usize,
+    /// Positions in the inbound batch of the events this body carries.
+    pub(crate) event_indexes: Vec<usize>,
 }
 
 /// The filter's answer for one batch on one connection.
@@ -113,11 +115,12 @@ pub(crate) fn plan(
     let base = serialize(&Value::Object(outbound_base(
         settings, webhook, batch_id, document,
     )));
-    let forwarded: Vec<Cow<'_, Value>> = events
+    let forwarded: Vec<(usize, Cow<'_, Value>)> = events
         .iter()
         .zip(&verdicts)
-        .filter(|(_, v)| **v == Verdict::Forwarded)
-        .map(|(event, _)| outbound_event(settings, event))
+        .enumerate()
+        .filter(|(_, (_, v))| **v == Verdict::Forwarded)
+        .map(|(i, (event, _))| (i, outbound_event(settings, event)))
         .collect();
 
     let payloads = if events.is_empty() {
@@ -200,8 +203,10 @@ fn serialize(value: &impl serde::Serialize) -> Vec<u8> {
 }
 
 /// `{"events":[…],<base fields>}` from the serialised base object and the events.
-fn with_events(base: &[u8], events: &[Cow<'_, Value>]) -> Payload {
+fn with_events(base: &[u8], events: &[(usize, Cow<'_, Value>)]) -> Payload {
     let event_count = events.len();
+    let event_indexes = events.iter().map(|(i, _)| *i).collect();
+    let events: Vec<&Cow<'_, Value>> = events.iter().map(|(_, e)| e).collect();
     let events = serialize(&events);
     let mut body = Vec::with_capacity(base.len() + events.len() + 12);
     body.extend_from_slice(b"{\"events\":");
@@ -213,7 +218,11 @@ fn with_events(base: &[u8], events: &[Cow<'_, Value>]) -> Payload {
     } else {
         body.push(b'}');
     }
-    Payload { body, event_count }
+    Payload {
+        body,
+        event_count,
+        event_indexes,
+    }
 }
 
 /// Removes a dotted path (`ip`, `device_info.device`) if present.

@@ -55,6 +55,21 @@ async fn the_quickstart_works_in_the_dashboard() {
     let mut receiver = Receiver::start().await;
     let created = walk("setup", &app.base, &receiver.url("/hook")).await;
     let input = json!({"api_key": created["api_key"], "api_secret": created["api_secret"]});
+    let credentials = format!(
+        "{}:{}",
+        input["api_key"].as_str().unwrap(),
+        input["api_secret"].as_str().unwrap()
+    );
+
+    // The page sends an event while watching the Live Stream, which shows it forwarded.
+    let live = walk("live", &app.base, &format!("{credentials}:forwarded")).await;
+    assert!(
+        live["detail"].as_str().unwrap().contains("Live Test"),
+        "{live}"
+    );
+    let got = receiver.next().await;
+    assert_eq!(got.headers["authorization"], "Bearer dashboard-test");
+    assert_eq!(got.events()[0]["data"]["event_name"], "Live Test");
 
     assert_eq!(
         app.post_events(&input, batch_of(&["custom_event"]))
@@ -63,8 +78,6 @@ async fn the_quickstart_works_in_the_dashboard() {
         202
     );
     let got = receiver.next().await;
-    assert_eq!(got.headers["authorization"], "Bearer dashboard-test");
-    assert_eq!(got.event_types(), vec!["custom_event"]);
     assert!(
         got.body.get("ip").is_none(),
         "the IP Address exclusion chosen in the form applies"
@@ -76,11 +89,10 @@ async fn the_quickstart_works_in_the_dashboard() {
         created["connection_id"].as_str().unwrap(),
     )
     .await;
-    assert_eq!(
-        app.post_events(&input, batch_of(&["custom_event"]))
-            .await
-            .status(),
-        202
+    let live = walk("live", &app.base, &format!("{credentials}:filtered")).await;
+    assert!(
+        live["detail"].as_str().unwrap().contains("status"),
+        "filtered by the status setting: {live}"
     );
     assert!(
         receiver

@@ -6,6 +6,9 @@
 //          {"api_key", "api_secret", "connection_id"} as one JSON line
 //        node dashboard.mjs deactivate <boson_url> <admin_token> <connection_id> <screenshot_dir>
 //          signs in and switches the connection to inactive on its detail page
+//        node dashboard.mjs live <boson_url> <admin_token> <key:secret:expected> <screenshot_dir>
+//          opens the Live Stream, sends one event to the Events API, and waits until the event
+//          shows and its connection reports the expected outcome (forwarded or filtered)
 import { chromium } from 'playwright-core';
 
 const [phase, base, token, target, shots] = process.argv.slice(2);
@@ -82,6 +85,27 @@ try {
     await page.locator('#diagram path.edge.inactive').waitFor({ state: 'attached' });
     await shot('11-connections-inactive');
     console.log(JSON.stringify({ ok: true }));
+  } else if (phase === 'live') {
+    const [key, secret, expected] = target.split(':');
+    await signIn();
+    await page.getByRole('link', { name: 'Live Stream' }).click();
+    await page.locator('#live-status', { hasText: 'Live' }).waitFor();
+    const event = { environment: 'development', mpid: 7, events: [{ event_type: 'custom_event',
+      data: { event_name: 'Live Test', custom_event_type: 'other', custom_attributes: { from: 'dashboard' } } }] };
+    const response = await fetch(`${base}/v2/events`, { method: 'POST', body: JSON.stringify(event),
+      headers: { authorization: `Basic ${btoa(`${key}:${secret}`)}`, 'content-type': 'application/json' } });
+    if (response.status !== 202) throw new Error(`the Events API answered ${response.status}`);
+    const inbound = page.locator('#live-table tr.inbound', { hasText: 'custom_event' }).first();
+    await inbound.waitFor();
+    // The connection's report can arrive just after the event: look again until it is there.
+    const deadline = Date.now() + 10000;
+    while (!(await page.locator('#live-outcomes', { hasText: expected }).count())) {
+      if (Date.now() > deadline) throw new Error(`no "${expected}" outcome shown`);
+      await inbound.click();
+      await page.waitForTimeout(200);
+    }
+    await shot(`live-${expected}`);
+    console.log(JSON.stringify({ ok: true, detail: await page.locator('#live-detail').textContent() }));
   } else {
     throw new Error(`unknown phase ${phase}`);
   }

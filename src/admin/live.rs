@@ -1,0 +1,125 @@
+//! `GET /api/v1/live-stream`: the Live Stream as server-sent events, filtered by input,
+//! connection, direction, event type and MPID. Above a rate a browser can show, items are
+//! sampled and the stream says how many it skipped.
+
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Query, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::Stream;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::live::LiveItem;
+use crate::server::AppState;
+
+/// Items sent per second per watcher; more are skipped and counted.
+const MAX_PER_SECOND: u32 = 200;
+
+/// The Live Stream's filters; all optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct LiveFilter {
+    input_id: Option<String>,
+    connection_id: Option<String>,
+    /// `inbound`, `outbound` or `both` (the default).
+    direction: Option<String>,
+    event_type: Option<String>,
+    mpid: Option<i64>,
+}
+
+impl LiveFilter {
+    fn admits(&self, item: &LiveItem, connection_input: Option<&str>) -> bool {
+        let direction = match self.direction.as_deref() {
+            Some("inbound") => item.direction == "inbound",
+            Some("outbound") => item.direction == "outbound",
+            _ => true,
+        };
+        let connection = match (&self.connection_id, item.direction) {
+            (None, _) => true,
+            (Some(wanted), "outbound") => item.connection_id.as_deref() == Some(wanted.as_str()),
+            // Inbound events of the connection's input are what the connection acts on.
+            (Some(_), _) => connection_input == Some(item.input_id.as_str()),
+        };
+        direction
+            && connection
+            && self.input_id.as_ref().is_none_or(|i| *i == item.input_id)
+            && self
+                .event_type
+                .as_ref()
+                .is_none_or(|t| *t == item.event_type)
+            && self.mpid.is_none_or(|m| Some(m) == item.mpid)
+    }
+}
+
+struct Watch {
+    stopping: tokio_util::sync::CancellationToken,
+    receiver: tokio::sync::broadcast::Receiver<LiveItem>,
+    filter: LiveFilter,
+    connection_input: Option<String>,
+    window: Instant,
+    sent: u32,
+    skipped: u64,
+}
+
+pub(crate) async fn stream(
+    State(state): State<AppState>,
+    Query(filter): Query<LiveFilter>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let connection_input = filter
+        .connection_id
+        .as_deref()
+        .and_then(|id| state.catalog.connection(id))
+        .map(|(connection, _)| connection.input_id);
+    let watch = Watch {
+        stopping: state.stopping.clone(),
+        receiver: state.live.subscribe(),
+        filter,
+        connection_input,
+        window: Instant::now(),
+        sent: 0,
+        skipped: 0,
+    };
+    let events = futures_util::stream::unfold(watch, |mut watch| async move {
+        loop {
+            let received = tokio::select! {
+                () = watch.stopping.cancelled() => return None,
+                received = watch.receiver.recv() => received,
+            };
+            let item = match received {
+                Ok(item) => item,
+                Err(RecvError::Lagged(n)) => {
+                    watch.skipped += n;
+                    continue;
+                }
+                Err(RecvError::Closed) => return None,
+            };
+            if !watch
+                .filter
+                .admits(&item, watch.connection_input.as_deref())
+            {
+                continue;
+            }
+            if watch.window.elapsed() >= Duration::from_secs(1) {
+                let skipped = std::mem::take(&mut watch.skipped);
+                watch.window = Instant::now();
+                watch.sent = 0;
+                if skipped > 0 {
+                    let notice = Event::default()
+                        .event("sampled")
+                        .data(json!({"skipped": skipped}).to_string());
+                    return Some((Ok(notice), watch));
+                }
+            }
+            if watch.sent >= MAX_PER_SECOND {
+                watch.skipped += 1;
+                continue;
+            }
+            watch.sent += 1;
+            let data = serde_json::to_string(&item).unwrap_or_default();
+            return Some((Ok(Event::default().event("item").data(data)), watch));
+        }
+    });
+    Sse::new(events).keep_alive(KeepAlive::default())
+}

@@ -1,0 +1,80 @@
+//! The Live Stream: events as they arrive per input, and what each connection did with each of
+//! them (forwarded with status and latency, filtered naming the setting, failed, retrying).
+//! An in-memory broadcast with no history: when nobody watches, nothing is built or sent.
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+/// Items buffered per watcher; a watcher that falls further behind skips ahead (and is told).
+const CAPACITY: usize = 4096;
+
+/// One Live Stream entry.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct LiveItem {
+    pub(crate) direction: &'static str,
+    pub(crate) at: i64,
+    pub(crate) input_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) connection_id: Option<String>,
+    pub(crate) batch_id: i64,
+    /// Position of the event in its batch.
+    pub(crate) index: usize,
+    pub(crate) event_type: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) mpid: Option<i64>,
+    /// The event itself (inbound only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) event: Option<Value>,
+    /// `forwarded`, `filtered`, `failed` or `retrying` (outbound only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) outcome: Option<&'static str>,
+    /// The setting that filtered the event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) setting: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) latency_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
+}
+
+/// The broadcast every ingest and delivery path publishes to.
+#[derive(Debug)]
+pub(crate) struct LiveStream {
+    sender: broadcast::Sender<LiveItem>,
+}
+
+impl Default for LiveStream {
+    fn default() -> Self {
+        Self {
+            sender: broadcast::channel(CAPACITY).0,
+        }
+    }
+}
+
+impl LiveStream {
+    /// Whether anyone watches; publishers check this before building items.
+    pub(crate) fn watched(&self) -> bool {
+        self.sender.receiver_count() > 0
+    }
+
+    pub(crate) fn publish(&self, item: LiveItem) {
+        // No watcher is not an error: the item simply goes nowhere.
+        let _ = self.sender.send(item);
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<LiveItem> {
+        self.sender.subscribe()
+    }
+}
+
+/// The event type of an event document.
+pub(crate) fn event_type_of(event: &Value) -> String {
+    event
+        .get("event_type")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_owned()
+}
