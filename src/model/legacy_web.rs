@@ -6,6 +6,7 @@
 use serde_json::{Map, Value, json};
 
 use super::batch::BatchError;
+use super::mobile::{copy, identity_type, products};
 
 /// Web `MessageType` numbers and the `event_type`s the v3 converter gives them.
 fn event_type(dt: i64) -> Option<&'static str> {
@@ -118,48 +119,18 @@ fn error(field: &str, problem: &str) -> BatchError {
     }
 }
 
-fn copy(from: &Map<String, Value>, key: &str, to: &mut Map<String, Value>, as_key: &str) {
-    if let Some(value) = from.get(key).filter(|v| !v.is_null()) {
-        to.insert(as_key.to_owned(), value.clone());
-    }
-}
-
 /// `[{Identity, Type}]` with web `IdentityType` numbers (the same numbering as mobile).
 fn user_identities(ui: Option<&Value>) -> Option<Value> {
-    const TYPES: [&str; 22] = [
-        "other",
-        "customer_id",
-        "facebook",
-        "twitter",
-        "google",
-        "microsoft",
-        "yahoo",
-        "email",
-        "alias",
-        "facebook_custom_audience_id",
-        "other_id_2",
-        "other_id_3",
-        "other_id_4",
-        "other_id_5",
-        "other_id_6",
-        "other_id_7",
-        "other_id_8",
-        "other_id_9",
-        "other_id_10",
-        "mobile_number",
-        "phone_number_2",
-        "phone_number_3",
-    ];
     let records = ui?.as_array()?;
     let mut identities = Map::new();
     for record in records {
         let kind = record
             .get("Type")
-            .and_then(Value::as_u64)
-            .and_then(|n| TYPES.get(usize::try_from(n).ok()?));
+            .and_then(Value::as_i64)
+            .and_then(identity_type);
         if let (Some(kind), Some(value)) = (kind, record.get("Identity").filter(|v| v.is_string()))
         {
-            identities.insert((*kind).to_owned(), value.clone());
+            identities.insert(kind.to_owned(), value.clone());
         }
     }
     Some(Value::Object(identities))
@@ -237,37 +208,6 @@ fn event_data(dt: i64, d: &Map<String, Value>) -> Map<String, Value> {
         _ => {}
     }
     data
-}
-
-fn product(p: &Value) -> Value {
-    let Value::Object(p) = p else {
-        return p.clone();
-    };
-    let mut out = Map::new();
-    for (short, long) in [
-        ("id", "id"),
-        ("nm", "name"),
-        ("pr", "price"),
-        ("qt", "quantity"),
-        ("br", "brand"),
-        ("va", "variant"),
-        ("ca", "category"),
-        ("ps", "position"),
-        ("cc", "coupon_code"),
-        ("tpa", "total_product_amount"),
-        ("attrs", "custom_attributes"),
-    ] {
-        copy(p, short, &mut out, long);
-    }
-    Value::Object(out)
-}
-
-fn products(list: Option<&Value>) -> Value {
-    Value::Array(
-        list.and_then(Value::as_array)
-            .map(|l| l.iter().map(product).collect())
-            .unwrap_or_default(),
-    )
 }
 
 fn commerce(d: &Map<String, Value>) -> Map<String, Value> {

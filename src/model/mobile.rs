@@ -75,7 +75,13 @@ fn error(field: &str, problem: &str) -> BatchError {
     }
 }
 
-fn copy(from: &Map<String, Value>, key: &str, to: &mut Map<String, Value>, as_key: &str) {
+/// Copies `key` as `as_key` when present and not null.
+pub(super) fn copy(
+    from: &Map<String, Value>,
+    key: &str,
+    to: &mut Map<String, Value>,
+    as_key: &str,
+) {
     if let Some(value) = from.get(key).filter(|v| !v.is_null()) {
         to.insert(as_key.to_owned(), value.clone());
     }
@@ -164,7 +170,7 @@ fn device_info(di: Option<&Value>, os: MobileOs) -> Value {
 }
 
 /// Identity type numbers of the mobile SDKs (`MParticle.IdentityType`).
-fn identity_type(n: i64) -> Option<&'static str> {
+pub(super) fn identity_type(n: i64) -> Option<&'static str> {
     const TYPES: [&str; 22] = [
         "other",
         "customer_id",
@@ -457,7 +463,9 @@ fn product(p: &Value) -> Value {
     ))
 }
 
-fn products(list: Option<&Value>) -> Value {
+/// A short-keyed product list (`id`, `nm`, `pr`, …) as Events API products; the mobile SDKs and
+/// the legacy Web upload share this vocabulary.
+pub(super) fn products(list: Option<&Value>) -> Value {
     Value::Array(
         list.and_then(Value::as_array)
             .map(|l| l.iter().map(product).collect())
