@@ -87,6 +87,7 @@ modal.addEventListener('keydown', (e) => { if (e.key === 'Escape') closeModal();
 // ---- sign in ----------------------------------------------------------------------------------
 
 function signIn() {
+  stopLive();
   document.getElementById('nav').hidden = true;
   const token = h('input', { type: 'password', id: 'token', autocomplete: 'current-password', required: true });
   const error = h('div');
@@ -452,6 +453,7 @@ async function route() {
 }
 
 document.getElementById('signout').addEventListener('click', async () => {
+  stopLive();
   await api('POST', '/dashboard/logout').catch(() => {});
   csrf = null; location.hash = '#/signin';
 });

@@ -69,6 +69,11 @@ impl Sessions {
         (id, csrf)
     }
 
+    /// Whether a session is still signed in (not ended, not expired).
+    pub(crate) fn is_live(&self, id: &str) -> bool {
+        self.csrf_of(id).is_some()
+    }
+
     fn csrf_of(&self, id: &str) -> Option<String> {
         let sessions = self
             .by_id
@@ -106,7 +111,8 @@ fn random_token() -> String {
     hex::encode(bytes)
 }
 
-fn session_id(headers: &HeaderMap) -> Option<String> {
+/// The session cookie's id, if the request carries one.
+pub(crate) fn session_id(headers: &HeaderMap) -> Option<String> {
     headers
         .get_all(COOKIE)
         .iter()
@@ -176,8 +182,14 @@ async fn login(State(state): State<AppState>, AppJson(login): AppJson<LoginIn>) 
         .into_response();
     }
     let (id, csrf) = state.sessions.create();
+    // Over HTTPS the cookie must never travel in clear text.
+    let secure = if state.config.tls_cert.is_some() {
+        "; Secure"
+    } else {
+        ""
+    };
     let cookie = format!(
-        "{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        "{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{secure}",
         SESSION_LIFETIME.as_secs()
     );
     ([(SET_COOKIE, cookie)], Json(json!({"csrf": csrf}))).into_response()

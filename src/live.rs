@@ -21,7 +21,8 @@ pub(crate) struct LiveItem {
     /// Position of the event in its batch.
     pub(crate) index: usize,
     pub(crate) event_type: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// As a string: MPIDs exceed JavaScript's exact integer range.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "as_string")]
     pub(crate) mpid: Option<i64>,
     /// The event itself (inbound only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -67,6 +68,13 @@ impl LiveStream {
 
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<LiveItem> {
         self.sender.subscribe()
+    }
+}
+
+fn as_string<S: serde::Serializer>(mpid: &Option<i64>, serializer: S) -> Result<S::Ok, S::Error> {
+    match mpid {
+        Some(mpid) => serializer.serialize_str(&mpid.to_string()),
+        None => serializer.serialize_none(),
     }
 }
 

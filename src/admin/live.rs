@@ -54,6 +54,8 @@ impl LiveFilter {
 }
 
 struct Watch {
+    /// The dashboard session the stream was opened with: the stream ends when it does.
+    session: Option<(String, std::sync::Arc<crate::dashboard::Sessions>)>,
     stopping: tokio_util::sync::CancellationToken,
     receiver: tokio::sync::broadcast::Receiver<LiveItem>,
     filter: LiveFilter,
@@ -65,6 +67,7 @@ struct Watch {
 
 pub(crate) async fn stream(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     Query(filter): Query<LiveFilter>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let connection_input = filter
@@ -72,7 +75,11 @@ pub(crate) async fn stream(
         .as_deref()
         .and_then(|id| state.catalog.connection(id))
         .map(|(connection, _)| connection.input_id);
+    let session = crate::dashboard::session_id(&headers)
+        .filter(|id| state.sessions.is_live(id))
+        .map(|id| (id, std::sync::Arc::clone(&state.sessions)));
     let watch = Watch {
+        session,
         stopping: state.stopping.clone(),
         receiver: state.live.subscribe(),
         filter,
@@ -95,6 +102,13 @@ pub(crate) async fn stream(
                 }
                 Err(RecvError::Closed) => return None,
             };
+            if watch
+                .session
+                .as_ref()
+                .is_some_and(|(id, sessions)| !sessions.is_live(id))
+            {
+                return None;
+            }
             if !watch
                 .filter
                 .admits(&item, watch.connection_input.as_deref())

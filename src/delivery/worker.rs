@@ -71,7 +71,8 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
         input_id: &connection.input_id,
         document: &document,
     };
-    if job.progress == 0 {
+    // Once per job: a retry's verdicts are the ones already reported.
+    if job.attempts == 0 {
         live.filtered(&plan.verdicts);
     }
     let bodies: Vec<(i64, usize, Vec<u8>, Vec<usize>)> = plan

@@ -121,7 +121,7 @@ fn publish_inbound(state: &AppState, input_id: &str, batch_id: i64, document: &V
 
 /// The batch's user attributes as a merge patch on its user's profile (deletions as `null`).
 fn profile_update(document: &Value) -> Option<ProfileUpdate> {
-    let mpid = document.get("mpid")?.as_i64()?;
+    let mpid = document.get("mpid")?.as_i64().filter(|m| *m != 0)?;
     let mut patch = document
         .get("user_attributes")
         .and_then(Value::as_object)
@@ -150,7 +150,12 @@ async fn resolve_mpid(
     let Value::Object(document) = &mut batch.document else {
         return Ok(());
     };
-    if document.get("mpid").is_some_and(|m| !m.is_null()) {
+    // 0 is what SDKs send before they have an MPID: as good as none.
+    if document
+        .get("mpid")
+        .and_then(Value::as_i64)
+        .is_some_and(|m| m != 0)
+    {
         return Ok(());
     }
     let identities: Vec<(String, String)> = document

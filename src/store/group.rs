@@ -244,7 +244,9 @@ struct ProfileRow {
 /// One profile update per user of the group's stored batches, later batches' attributes over
 /// earlier ones. (One row per user: PostgreSQL cannot update a row twice in one statement.)
 fn profile_rows(commands: &[Command], outcomes: &[Vec<IngestOutcome>]) -> Vec<ProfileRow> {
-    let mut by_user: HashMap<i64, serde_json::Map<String, serde_json::Value>> = HashMap::new();
+    // Sorted by MPID so concurrent group commits (several nodes) lock users in one order.
+    let mut by_user: std::collections::BTreeMap<i64, serde_json::Map<String, serde_json::Value>> =
+        std::collections::BTreeMap::new();
     for (command, outcomes) in commands.iter().zip(outcomes) {
         let Command::Ingest { batches, .. } = command else {
             continue;

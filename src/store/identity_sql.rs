@@ -55,6 +55,10 @@ pub(crate) struct NewAlias {
     pub(crate) end_ms: Option<i64>,
 }
 
+/// PostgreSQL: serialises resolutions that touch the same identity or device, so two concurrent
+/// first sightings cannot create two users (SQLite's BEGIN IMMEDIATE serialises everything).
+const LOCK_KEY: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
+
 const OWNER: &str = "SELECT mpid FROM user_identities WHERE identity_type = $1 AND identity = $2";
 const DEVICE_USER: &str = "SELECT mpid FROM device_users WHERE device = $1";
 const USER_EXISTS: &str = "SELECT mpid FROM users WHERE mpid = $1";
@@ -78,6 +82,13 @@ const HISTORY_OF: &str = "SELECT identity_type, old_value, new_value, changed_at
      WHERE mpid = $1 ORDER BY id";
 const INSERT_ALIAS: &str = "INSERT INTO aliases \
      (input_id, source_mpid, destination_mpid, start_ms, end_ms, created_at) VALUES ($1, $2, $3, $4, $5, $6)";
+
+/// Lock keys in one order, so two transactions never wait on each other crosswise.
+fn sorted(mut keys: Vec<String>) -> Vec<String> {
+    keys.sort();
+    keys.dedup();
+    keys
+}
 
 /// A fresh MPID: a random positive 63-bit number (what mParticle's look like).
 fn new_mpid() -> i64 {
@@ -105,8 +116,18 @@ impl Store {
         now: i64,
     ) -> StoreResult<Resolution> {
         let begin = self.begin_sql();
+        let mut keys: Vec<String> = identities.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+        keys.extend(device.map(|d| format!("device:{d}")));
+        let locks = if self.is_embedded() {
+            Vec::new()
+        } else {
+            sorted(keys)
+        };
         with_pool!(self, pool => {
             let mut tx = pool.begin_with(begin).await?;
+            for key in &locks {
+                sqlx::query(LOCK_KEY).bind(key).execute(&mut *tx).await?;
+            }
             let mut owners = Vec::with_capacity(identities.len());
             for (kind, value) in identities {
                 let owner: Option<(i64,)> = sqlx::query_as(OWNER).bind(kind).bind(value).fetch_optional(&mut *tx).await?;
@@ -167,8 +188,24 @@ impl Store {
         now: i64,
     ) -> StoreResult<Resolution> {
         let begin = self.begin_sql();
+        let keys = changes
+            .iter()
+            .filter_map(|c| {
+                c.new_value
+                    .as_ref()
+                    .map(|v| format!("{}:{v}", c.identity_type))
+            })
+            .collect();
+        let locks = if self.is_embedded() {
+            Vec::new()
+        } else {
+            sorted(keys)
+        };
         with_pool!(self, pool => {
             let mut tx = pool.begin_with(begin).await?;
+            for key in &locks {
+                sqlx::query(LOCK_KEY).bind(key).execute(&mut *tx).await?;
+            }
             let exists: Option<(i64,)> = sqlx::query_as(USER_EXISTS).bind(mpid).fetch_optional(&mut *tx).await?;
             if exists.is_none() {
                 return Err(StoreError::NotFound);
