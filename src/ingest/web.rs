@@ -40,18 +40,44 @@ pub(crate) async fn events(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let input = match web_input(&state, &key, &headers) {
-        Ok(input) => input,
-        Err(error) => return super::reject(&state, None, error),
+    upload(&state, &key, &headers, body, "web_v3", Ok).await
+}
+
+/// `POST /v2/JS/{key}/Events`: one event in the legacy per-event format (Web SDK ≤ 2.21).
+pub(crate) async fn legacy_events(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let translate = |dto: Value| {
+        legacy_web::translate(&dto)
+            .map_err(|e| IngestError::bad_request("invalid_batch", e.message))
     };
-    state.metrics.ingest_request(&input.id, "web_v3");
+    upload(&state, &key, &headers, body, "web_legacy", translate).await
+}
+
+/// Accepts one Web SDK upload: `to_batch` turns the parsed body into an Events API batch.
+async fn upload(
+    state: &AppState,
+    key: &str,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    endpoint: &'static str,
+    to_batch: impl FnOnce(Value) -> Result<Value, IngestError>,
+) -> Response {
+    let input = match web_input(state, key, headers) {
+        Ok(input) => input,
+        Err(error) => return super::reject(state, None, error),
+    };
+    state.metrics.ingest_request(&input.id, endpoint);
     let result = async {
         let body = body.map_err(|r| {
             IngestError::from_body_rejection(&r, state.config.ingest.max_body_bytes)
         })?;
-        let document = super::parse_json(&body)?;
+        let document = to_batch(super::parse_json(&body)?)?;
         store_documents(
-            &state,
+            state,
             &input,
             vec![(String::new(), document)],
             Channel::Javascript,
@@ -62,7 +88,7 @@ pub(crate) async fn events(
     match result {
         // The SDK ignores the body; `{}` is what mParticle sends.
         Ok(()) => (StatusCode::ACCEPTED, Json(json!({}))).into_response(),
-        Err(error) => super::reject(&state, Some(&input.id), error),
+        Err(error) => super::reject(state, Some(&input.id), error),
     }
 }
 
@@ -92,40 +118,6 @@ fn config_answer(input: &InputEntry) -> Value {
         answer[key] = Value::from(host.as_str());
     }
     answer
-}
-
-/// `POST /v2/JS/{key}/Events`: one event in the legacy per-event format (Web SDK ≤ 2.21).
-pub(crate) async fn legacy_events(
-    State(state): State<AppState>,
-    Path(key): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let input = match web_input(&state, &key, &headers) {
-        Ok(input) => input,
-        Err(error) => return super::reject(&state, None, error),
-    };
-    state.metrics.ingest_request(&input.id, "web_legacy");
-    let result = async {
-        let body = body.map_err(|r| {
-            IngestError::from_body_rejection(&r, state.config.ingest.max_body_bytes)
-        })?;
-        let dto = super::parse_json(&body)?;
-        let document = legacy_web::translate(&dto)
-            .map_err(|e| IngestError::bad_request("invalid_batch", e.message))?;
-        store_documents(
-            &state,
-            &input,
-            vec![(String::new(), document)],
-            Channel::Javascript,
-        )
-        .await
-    }
-    .await;
-    match result {
-        Ok(()) => (StatusCode::ACCEPTED, Json(json!({}))).into_response(),
-        Err(error) => super::reject(&state, Some(&input.id), error),
-    }
 }
 
 /// `POST /v1/JS/{key}/Forwarding` (one report) and `/v2/JS/{key}/Forwarding`

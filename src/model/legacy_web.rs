@@ -6,7 +6,7 @@
 use serde_json::{Map, Value, json};
 
 use super::batch::BatchError;
-use super::mobile::{copy, identity_type, products};
+use super::mobile::{copy, identity_type, impressions_and_cart, products};
 
 /// Web `MessageType` numbers and the `event_type`s the v3 converter gives them.
 fn event_type(dt: i64) -> Option<&'static str> {
@@ -258,19 +258,7 @@ fn commerce(d: &Map<String, Value>) -> Map<String, Value> {
             json!({"action": action, "promotions": promotions}),
         );
     }
-    if let Some(Value::Array(impressions)) = d.get("pi") {
-        let impressions: Vec<Value> = impressions
-            .iter()
-            .map(|i| json!({"product_impression_list": i.get("pil"), "products": products(i.get("pl"))}))
-            .collect();
-        data.insert("product_impressions".into(), Value::Array(impressions));
-    }
-    if let Some(cart) = d.get("sc").filter(|c| c.is_object()) {
-        data.insert(
-            "shopping_cart".into(),
-            json!({"products": products(cart.get("pl"))}),
-        );
-    }
+    impressions_and_cart(d, &mut data);
     data
 }
 

@@ -463,6 +463,24 @@ fn product(p: &Value) -> Value {
     ))
 }
 
+/// Product impressions (`pi`) and the shopping cart (`sc`), keyed the same by the mobile SDKs
+/// and the legacy Web upload.
+pub(super) fn impressions_and_cart(from: &Map<String, Value>, data: &mut Map<String, Value>) {
+    if let Some(Value::Array(impressions)) = from.get("pi") {
+        let impressions: Vec<Value> = impressions
+            .iter()
+            .map(|i| json!({"product_impression_list": i.get("pil"), "products": products(i.get("pl"))}))
+            .collect();
+        data.insert("product_impressions".into(), Value::Array(impressions));
+    }
+    if let Some(cart) = from.get("sc").filter(|c| c.is_object()) {
+        data.insert(
+            "shopping_cart".into(),
+            json!({"products": products(cart.get("pl"))}),
+        );
+    }
+}
+
 /// A short-keyed product list (`id`, `nm`, `pr`, …) as Events API products; the mobile SDKs and
 /// the legacy Web upload share this vocabulary.
 pub(super) fn products(list: Option<&Value>) -> Value {
@@ -533,19 +551,7 @@ fn commerce(m: &Map<String, Value>) -> Map<String, Value> {
             json!({"action": pm.get("an"), "promotions": promotions}),
         );
     }
-    if let Some(Value::Array(impressions)) = m.get("pi") {
-        let impressions: Vec<Value> = impressions
-            .iter()
-            .map(|i| json!({"product_impression_list": i.get("pil"), "products": products(i.get("pl"))}))
-            .collect();
-        data.insert("product_impressions".into(), Value::Array(impressions));
-    }
-    if let Some(cart) = m.get("sc").filter(|c| c.is_object()) {
-        data.insert(
-            "shopping_cart".into(),
-            json!({"products": products(cart.get("pl"))}),
-        );
-    }
+    impressions_and_cart(m, &mut data);
     data
 }
 
