@@ -97,6 +97,9 @@ pub struct DeliveryConfig {
     pub request_timeout_secs: u64,
     /// Requests in flight per connection.
     pub max_in_flight_per_connection: usize,
+    /// Jobs queued in memory per connection beyond those in flight; the rest wait in the
+    /// database until there is room.
+    pub lane_capacity: usize,
     /// Lease of a claimed job.
     pub lease_secs: u64,
     /// Interval of the retry poller.
@@ -190,6 +193,9 @@ impl Config {
         }
         if self.delivery.max_in_flight_per_connection == 0 {
             bail!("delivery.max_in_flight_per_connection must be at least 1");
+        }
+        if self.delivery.lane_capacity < 4 {
+            bail!("delivery.lane_capacity must be at least 4");
         }
         if self.ingest.max_bulk_batches == 0 || self.ingest.max_body_bytes == 0 {
             bail!("ingest.max_bulk_batches and ingest.max_body_bytes must be positive");

@@ -28,7 +28,7 @@ use crate::delivery::{self, DeliveryContext};
 use crate::ingest;
 use crate::live::LiveStream;
 use crate::store::Store;
-use crate::store::writer::Writer;
+use crate::store::writer::{Crowded, Writer};
 use crate::telemetry::Metrics;
 
 const ADMIN_TOKEN_HASH_KEY: &str = "admin_token_sha256";
@@ -121,7 +121,9 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new());
     let lease = Duration::from_secs(config.delivery.lease_secs);
     let (committed, committed_jobs) = mpsc::unbounded_channel();
-    let (writer, writer_task) = Writer::spawn(store.clone(), lease, committed);
+    let crowded = Arc::new(Crowded::default());
+    let (writer, writer_task) =
+        Writer::spawn(store.clone(), lease, committed, Arc::clone(&crowded));
     let client = WebhookClient::new(
         config.allow_private_destinations,
         Duration::from_secs(config.delivery.request_timeout_secs),
@@ -143,6 +145,7 @@ pub async fn run(
         ctx,
         config.delivery.clone(),
         committed_jobs,
+        crowded,
         cancel.clone(),
     ));
     if !store.is_embedded() {

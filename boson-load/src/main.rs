@@ -36,6 +36,8 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    // reqwest is built without a default TLS provider (see Cargo.toml); a second install is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::builder()
         .no_proxy()
         .tcp_nodelay(true)
@@ -70,6 +72,7 @@ async fn main() -> Result<()> {
         errors,
         send_secs,
         started,
+        cpu_secs,
     } = sent;
     log_receiver_anomalies(&summary);
     let delivered_secs = summary
@@ -85,6 +88,9 @@ async fn main() -> Result<()> {
         delivered: summary.delivered,
         latency_ms: summary.latency_ms.into(),
         peak_rss_mb,
+        cpu_us_per_event: cpu_secs
+            .filter(|_| accepted_events > 0)
+            .map(|secs| secs * 1e6 / accepted_events as f64),
         send_as_batch: args.send_as_batch,
     }
     .rounded();
@@ -101,6 +107,8 @@ struct Measured {
     send_secs: f64,
     /// Start of the sending phase; delivery throughput is measured from here.
     started: Instant,
+    /// Boson's CPU time from the first send until the deliveries drained.
+    cpu_secs: Option<f64>,
 }
 
 /// Sets up the pipeline, sends everything, and waits for deliveries to drain.
@@ -137,6 +145,7 @@ async fn measure(
         concurrency: args.concurrency,
         rate: args.rate,
     };
+    let cpu_before = boson.cpu_secs().ok();
     let outcome = sender::run(http, plan).await?;
     let send_secs = outcome
         .finished
@@ -154,11 +163,20 @@ async fn measure(
     }
 
     wait_for_deliveries(receiver, outcome.accepted_events, args.drain_timeout()).await;
+    let cpu_secs = match (cpu_before, boson.cpu_secs()) {
+        (Some(before), Ok(after)) => Some(after - before),
+        (_, Err(e)) => {
+            eprintln!("boson-load: CPU time unavailable: {e:#}");
+            None
+        }
+        (None, Ok(_)) => None,
+    };
     Ok(Measured {
         accepted_events: outcome.accepted_events,
         errors: outcome.errors,
         send_secs,
         started: outcome.started,
+        cpu_secs,
     })
 }
 

@@ -22,6 +22,9 @@ pub(crate) struct Report {
     pub(crate) delivered: u64,
     pub(crate) latency_ms: LatencyReport,
     pub(crate) peak_rss_mb: Option<f64>,
+    /// Boson's CPU time (user + system) from the first send until every event was delivered,
+    /// per event: ingest, storage and delivery together.
+    pub(crate) cpu_us_per_event: Option<f64>,
     pub(crate) send_as_batch: bool,
 }
 
@@ -51,6 +54,7 @@ impl Report {
         self.accepted_events_per_s = round(self.accepted_events_per_s, 1);
         self.delivered_events_per_s = round(self.delivered_events_per_s, 1);
         self.peak_rss_mb = self.peak_rss_mb.map(|mb| round(mb, 1));
+        self.cpu_us_per_event = self.cpu_us_per_event.map(|us| round(us, 2));
         self
     }
 

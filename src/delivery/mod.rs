@@ -25,16 +25,15 @@ use crate::catalog::Catalog;
 use crate::config::DeliveryConfig;
 use crate::live::LiveStream;
 use crate::store::queue::{AttemptRecord, Job, JobUpdate};
-use crate::store::writer::Writer;
+use crate::store::writer::{Crowded, Writer};
 use crate::store::{Store, StoreError};
 use crate::telemetry::Metrics;
 use retry::Backoff;
 use webhook::WebhookClient;
 
-/// Jobs a lane holds beyond those in flight before new ones are sent back to the table.
-const LANE_CAPACITY: usize = 4096;
-/// Most jobs claimed by one poll.
-const CLAIM_LIMIT: i64 = 512;
+/// Most jobs claimed by one poll (and at most half a lane, which a lane that is not crowded
+/// always has free).
+const CLAIM_LIMIT: usize = 512;
 
 /// What workers need, shared by all lanes.
 #[derive(Debug)]
@@ -82,6 +81,12 @@ struct Lanes {
     ctx: Arc<DeliveryContext>,
     lanes: Mutex<HashMap<String, mpsc::Sender<Job>>>,
     max_in_flight: usize,
+    /// Jobs a lane holds beyond those in flight; a job offered to a full lane is released.
+    capacity: usize,
+    /// Connections whose lanes have fewer than a quarter of their places free: the writer
+    /// leaves their new jobs in the table and the poller skips them, until half the places are
+    /// free again (the gap keeps a lane at the boundary from flapping). Shared with the writer.
+    crowded: Arc<Crowded>,
     /// Jobs this node holds, queued or in flight.
     held: Mutex<HashSet<i64>>,
     tracker: TaskTracker,
@@ -93,12 +98,15 @@ pub(crate) async fn run(
     ctx: Arc<DeliveryContext>,
     config: DeliveryConfig,
     mut committed: mpsc::UnboundedReceiver<Vec<Job>>,
+    crowded: Arc<Crowded>,
     cancel: CancellationToken,
 ) {
     let lanes = Arc::new(Lanes {
         ctx,
         lanes: Mutex::new(HashMap::new()),
         max_in_flight: config.max_in_flight_per_connection,
+        capacity: config.lane_capacity,
+        crowded,
         held: Mutex::new(HashSet::new()),
         tracker: TaskTracker::new(),
         cancel: cancel.clone(),
@@ -138,8 +146,13 @@ impl Lanes {
         if !self.hold(job.id) {
             return;
         }
-        let lane = self.lane(&job.connection_id);
-        if let Err(error) = lane.try_send(job) {
+        let connection_id = job.connection_id.clone();
+        let lane = self.lane(&connection_id);
+        let sent = lane.try_send(job);
+        if lane.capacity() < self.capacity / 4 {
+            self.crowded.set(&connection_id, true);
+        }
+        if let Err(error) = sent {
             let (mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job)) =
                 error;
             self.release(job.id).await;
@@ -173,17 +186,8 @@ impl Lanes {
         self.record(job_id, JobUpdate::Release { job_id }).await;
     }
 
-    /// Connections whose lanes have no room: the poller leaves their jobs in the table.
-    fn full_lanes(&self) -> Vec<String> {
-        let lanes = self
-            .lanes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        lanes
-            .iter()
-            .filter(|(_, lane)| lane.capacity() == 0)
-            .map(|(id, _)| id.clone())
-            .collect()
+    fn claim_limit(&self) -> usize {
+        CLAIM_LIMIT.min(self.capacity / 2)
     }
 
     fn lane(self: &Arc<Self>, connection_id: &str) -> mpsc::Sender<Job> {
@@ -194,20 +198,24 @@ impl Lanes {
         if let Some(lane) = lanes.get(connection_id) {
             return lane.clone();
         }
-        let (sender, receiver) = mpsc::channel(LANE_CAPACITY);
+        let (sender, receiver) = mpsc::channel(self.capacity);
         lanes.insert(connection_id.to_owned(), sender.clone());
-        self.tracker.spawn(Arc::clone(self).drive_lane(receiver));
+        self.tracker
+            .spawn(Arc::clone(self).drive_lane(connection_id.to_owned(), receiver));
         sender
     }
 
     /// Takes jobs off one connection's queue, at most `max_in_flight` at a time.
-    async fn drive_lane(self: Arc<Self>, mut jobs: mpsc::Receiver<Job>) {
+    async fn drive_lane(self: Arc<Self>, connection_id: String, mut jobs: mpsc::Receiver<Job>) {
         let budget = Arc::new(Semaphore::new(self.max_in_flight));
         loop {
             let job = tokio::select! {
                 () = self.cancel.cancelled() => break,
                 job = jobs.recv() => match job { Some(job) => job, None => break },
             };
+            if jobs.capacity() >= self.capacity / 2 && self.crowded.contains(&connection_id) {
+                self.crowded.set(&connection_id, false);
+            }
             let permit = tokio::select! {
                 () = self.cancel.cancelled() => { self.release(job.id).await; break }
                 permit = Arc::clone(&budget).acquire_owned() => match permit { Ok(p) => p, Err(_) => break },
@@ -253,7 +261,7 @@ async fn poll(lanes: Arc<Lanes>, interval: Duration) {
             }
         };
         // A full claim means more is due: go again soon, but not in a tight loop.
-        let more = i64::try_from(claimed.len()).unwrap_or(i64::MAX) >= CLAIM_LIMIT;
+        let more = claimed.len() >= lanes.claim_limit();
         for job in claimed {
             lanes.offer(job).await;
         }
@@ -274,12 +282,17 @@ async fn claim(lanes: &Lanes) -> Result<Vec<Job>, StoreError> {
     let claimed = lanes
         .ctx
         .writer
-        .claim(CLAIM_LIMIT, lanes.full_lanes())
+        .claim(
+            i64::try_from(lanes.claim_limit()).unwrap_or(i64::MAX),
+            lanes.crowded.snapshot().into_iter().collect(),
+        )
         .await?;
+    let batch_ids: Vec<i64> = claimed.iter().map(|c| c.batch_id()).collect();
+    let bodies = lanes.ctx.store.batch_bodies(&batch_ids).await?;
     let mut jobs = Vec::with_capacity(claimed.len());
     for claim in claimed {
-        match lanes.ctx.store.batch_body(claim.batch_id()).await? {
-            Some(body) => jobs.push(claim.into_job(body.into())),
+        match bodies.get(&claim.batch_id()) {
+            Some(body) => jobs.push(claim.into_job(Arc::clone(body))),
             None => {
                 // The batch is gone (pruned): nothing is left to deliver.
                 let key = claim.key();

@@ -1,45 +1,63 @@
 //! The SQL of one group commit.
 //!
-//! Statements are batched across the group where the row count is large and the outcome needs
-//! no per-row answer: finished jobs are deleted, their attempts logged, and new jobs inserted
-//! with one statement each per group, the rows passed as one JSON array. Each statement is a
-//! round trip to the database (on SQLite, to its worker thread), so per-row statements were the
-//! writer's main cost. Batches are still inserted one by one, because each needs its own answer
-//! (stored, or a duplicate `source_request_id`).
+//! Statements are batched across the group: finished and released jobs, their attempts, the
+//! group's batches, user profiles and new jobs each take one statement (batches a few), the rows
+//! passed as one JSON array or one multi-row `VALUES`. Each statement is a round trip to the
+//! database (on SQLite, to its worker thread), so per-row statements were the writer's main cost.
+//! A batch needs its own answer (stored, or a duplicate `source_request_id`), and `RETURNING`
+//! promises no order, so batch ids are allocated first and inserted explicitly: the ids that come
+//! back are the batches stored.
 //!
 //! Within a group, job updates run before claims, so a job finished in this group can never be
 //! claimed in it again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
+use sqlx::QueryBuilder;
 
 use super::queue::{
-    AttemptRecord, ClaimedJob, DeadLetter, INSERT_BATCH, INSERT_DEAD_LETTER, IngestOutcome, Job,
-    JobKey, JobUpdate, NewBatch, RELEASE_JOB, RETRY_JOB,
+    AttemptRecord, ClaimedJob, DeadLetter, INSERT_DEAD_LETTER, IngestOutcome, Job, JobKey,
+    JobUpdate, NewBatch, RETRY_JOB,
 };
 use super::writer::{Command, Done};
 use super::{Store, StoreResult, with_pool};
 use crate::model::now_ms;
 
-/// The statements whose SQL differs between the backends (JSON functions, row locking).
+/// The statements whose SQL differs between the backends (JSON functions, row locking, ids).
 struct Dialect {
+    begin: &'static str,
     claim: &'static str,
+    /// `$1` fresh batch ids, one per row.
+    allocate_batch_ids: &'static str,
+    /// The head of a multi-row insert with explicit ids; `VALUES` follow.
+    insert_batches: &'static str,
     upsert_profiles: &'static str,
     delete_jobs: &'static str,
+    release_jobs: &'static str,
     insert_attempts: &'static str,
     insert_jobs: &'static str,
 }
 
 const SQLITE: Dialect = Dialect {
+    // IMMEDIATE: the writer always writes, and `allocate_batch_ids` reads before it does; taking
+    // the write lock first means no other connection can commit between that read and the insert.
+    begin: "BEGIN IMMEDIATE",
     claim: super::queue::CLAIM_SQLITE,
+    // The next ids after the largest ever used (AUTOINCREMENT keeps it in sqlite_sequence, also
+    // for explicit ids).
+    allocate_batch_ids: "WITH RECURSIVE ids(id) AS ( \
+        SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'batches'), 0) + 1 \
+        UNION ALL SELECT id + 1 FROM ids LIMIT $1) SELECT id FROM ids",
+    insert_batches: INSERT_BATCHES,
     // `WHERE true` keeps SQLite from reading ON CONFLICT as a join constraint.
     upsert_profiles: "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes) \
         SELECT value ->> 'mpid', $2, $2, value ->> 'patch' FROM json_each($1) WHERE true \
         ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
         user_attributes = json_patch(users.user_attributes, excluded.user_attributes)",
     delete_jobs: "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each($1))",
+    release_jobs: "UPDATE jobs SET lease_until = 0 WHERE id IN (SELECT value FROM json_each($1))",
     insert_attempts: "INSERT INTO attempts \
         (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events) \
         SELECT value ->> 'job_id', value ->> 'connection_id', value ->> 'attempted_at', \
@@ -48,17 +66,26 @@ const SQLITE: Dialect = Dialect {
     insert_jobs: "INSERT INTO jobs \
         (batch_id, connection_id, revision_id, created_at, next_attempt_at, lease_until) \
         SELECT value ->> 'batch_id', value ->> 'connection_id', value ->> 'revision_id', \
-        value ->> 'created_at', value ->> 'created_at', $2 FROM json_each($1) \
+        value ->> 'created_at', value ->> 'created_at', value ->> 'lease_until' FROM json_each($1) \
         RETURNING id, batch_id, connection_id",
 };
 
 const POSTGRES: Dialect = Dialect {
+    begin: "BEGIN",
     claim: super::queue::CLAIM_POSTGRES,
+    allocate_batch_ids: "SELECT nextval(pg_get_serial_sequence('batches', 'id')) \
+        FROM generate_series(1, $1)",
+    insert_batches: concat!(
+        "INSERT INTO batches (id, input_id, source_request_id, received_at, event_count, body) ",
+        "OVERRIDING SYSTEM VALUE "
+    ),
     upsert_profiles: "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes) \
         SELECT mpid, $2, $2, patch::text FROM jsonb_to_recordset($1::jsonb) AS x(mpid bigint, patch jsonb) \
         ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
         user_attributes = jsonb_strip_nulls(users.user_attributes::jsonb || excluded.user_attributes::jsonb)::text",
     delete_jobs: "DELETE FROM jobs WHERE id IN \
+        (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
+    release_jobs: "UPDATE jobs SET lease_until = 0 WHERE id IN \
         (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
     insert_attempts: "INSERT INTO attempts \
         (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events) \
@@ -68,11 +95,20 @@ const POSTGRES: Dialect = Dialect {
         latency_ms bigint, events bigint)",
     insert_jobs: "INSERT INTO jobs \
         (batch_id, connection_id, revision_id, created_at, next_attempt_at, lease_until) \
-        SELECT batch_id, connection_id, revision_id, created_at, created_at, $2 \
+        SELECT batch_id, connection_id, revision_id, created_at, created_at, lease_until \
         FROM jsonb_to_recordset($1::jsonb) AS x(batch_id bigint, connection_id text, \
-        revision_id bigint, created_at bigint) \
+        revision_id bigint, created_at bigint, lease_until bigint) \
         RETURNING id, batch_id, connection_id",
 };
+
+const INSERT_BATCHES: &str =
+    "INSERT INTO batches (id, input_id, source_request_id, received_at, event_count, body) ";
+/// A duplicate `source_request_id` inserts nothing, so its id is missing from the answer.
+const ON_CONFLICT_RETURNING_ID: &str =
+    " ON CONFLICT (input_id, source_request_id) DO NOTHING RETURNING id";
+/// The largest multi-row insert. Chunks are powers of two, so a handful of distinct statements
+/// (each prepared once per connection) cover every group size.
+const MAX_INSERT_ROWS: usize = 64;
 
 #[derive(Serialize)]
 struct AttemptRow<'a> {
@@ -109,6 +145,8 @@ struct JobRow<'a> {
     connection_id: &'a str,
     revision_id: i64,
     created_at: i64,
+    /// 0 for a job left in the table for the poller.
+    lease_until: i64,
 }
 
 /// Serialises rows for a JSON-array parameter (plain data: this cannot fail).
@@ -121,6 +159,7 @@ pub(super) async fn commit(
     store: &Store,
     commands: &[Command],
     lease_ms: i64,
+    crowded: &HashSet<String>,
 ) -> StoreResult<Vec<Done>> {
     let dialect = if store.is_embedded() {
         &SQLITE
@@ -130,10 +169,12 @@ pub(super) async fn commit(
     let now = now_ms();
     let mut done: Vec<Option<Done>> = commands.iter().map(|_| None).collect();
     with_pool!(store, pool => {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_with(dialect.begin).await?;
 
-        // 1. Job updates: finished jobs and their attempts in bulk, the rarer kinds row by row.
+        // 1. Job updates: finished and released jobs and all attempts in bulk; retries and dead
+        //    letters (rare) row by row.
         let mut finished = Vec::new();
+        let mut released = Vec::new();
         let mut attempts = Vec::new();
         let mut letters: Vec<(&JobKey, &DeadLetter)> = Vec::new();
         for (slot, command) in done.iter_mut().zip(commands) {
@@ -152,14 +193,15 @@ pub(super) async fn commit(
                     attempts.push(AttemptRow::new(job, attempt));
                     letters.extend(dead.iter().map(|d| (job, d)));
                 }
-                JobUpdate::Release { job_id } => {
-                    sqlx::query(RELEASE_JOB).bind(*job_id).execute(&mut *tx).await?;
-                }
+                JobUpdate::Release { job_id } => released.push(*job_id),
             }
             *slot = Some(Done::Update);
         }
         if !finished.is_empty() {
             sqlx::query(dialect.delete_jobs).bind(json(&finished)).execute(&mut *tx).await?;
+        }
+        if !released.is_empty() {
+            sqlx::query(dialect.release_jobs).bind(json(&released)).execute(&mut *tx).await?;
         }
         if !attempts.is_empty() {
             sqlx::query(dialect.insert_attempts).bind(json(&attempts)).execute(&mut *tx).await?;
@@ -172,58 +214,68 @@ pub(super) async fn commit(
                 .execute(&mut *tx).await?;
         }
 
-        // 2. Batches row by row, then all their jobs in one statement; and claims.
-        let mut outcomes: Vec<Vec<IngestOutcome>> = commands.iter().map(|_| Vec::new()).collect();
-        let mut new_jobs = Vec::new();
-        for ((slot, command), outcomes) in done.iter_mut().zip(commands).zip(&mut outcomes) {
-            match command {
-                Command::Ingest { batches, .. } => {
-                    for batch in batches {
-                        let id: Option<(i64,)> = sqlx::query_as(INSERT_BATCH)
-                            .bind(&batch.input_id)
-                            .bind(&batch.source_request_id)
-                            .bind(batch.received_at)
-                            .bind(batch.event_count)
-                            .bind(&*batch.body)
-                            .fetch_optional(&mut *tx)
-                            .await?;
-                        let Some((batch_id,)) = id else {
-                            outcomes.push(IngestOutcome::Duplicate);
-                            continue;
-                        };
-                        new_jobs.extend(batch.routes.iter().map(|route| JobRow {
-                            batch_id,
-                            connection_id: &route.connection_id,
-                            revision_id: route.revision_id,
-                            created_at: batch.received_at,
-                        }));
-                        outcomes.push(IngestOutcome::Stored { batch_id });
-                    }
-                }
-                Command::Claim { limit, skip, .. } => {
-                    let jobs: Vec<ClaimedJob> = sqlx::query_as(dialect.claim)
-                        .bind(now + lease_ms).bind(now).bind(*limit).bind(skip)
-                        .fetch_all(&mut *tx).await?;
-                    *slot = Some(Done::Claim(jobs));
-                }
-                Command::Update(_) => {}
+        // 2. Claims, then every batch of the group in a few statements, then all their jobs.
+        for (slot, command) in done.iter_mut().zip(commands) {
+            if let Command::Claim { limit, skip, .. } = command {
+                let jobs: Vec<ClaimedJob> = sqlx::query_as(dialect.claim)
+                    .bind(now + lease_ms).bind(now).bind(*limit).bind(skip)
+                    .fetch_all(&mut *tx).await?;
+                *slot = Some(Done::Claim(jobs));
             }
         }
+        let batches: Vec<&NewBatch> = commands
+            .iter()
+            .filter_map(|c| match c { Command::Ingest { batches, .. } => Some(batches), _ => None })
+            .flatten()
+            .collect();
+        let mut stored = HashSet::with_capacity(batches.len());
+        let ids: Vec<i64> = if batches.is_empty() {
+            Vec::new()
+        } else {
+            sqlx::query_scalar(dialect.allocate_batch_ids)
+                .bind(i64::try_from(batches.len()).unwrap_or(i64::MAX))
+                .fetch_all(&mut *tx).await?
+        };
+        if ids.len() != batches.len() {
+            return Err(sqlx::Error::Protocol(format!(
+                "asked for {} batch ids, got {}", batches.len(), ids.len()
+            )).into());
+        }
+        let mut rows = ids.iter().copied().zip(batches.iter().copied());
+        for size in chunk_sizes(batches.len()) {
+            let mut insert = QueryBuilder::new(dialect.insert_batches);
+            insert.push_values(rows.by_ref().take(size), |mut row, (id, batch)| {
+                row.push_bind(id)
+                    .push_bind(&batch.input_id)
+                    .push_bind(&batch.source_request_id)
+                    .push_bind(batch.received_at)
+                    .push_bind(batch.event_count)
+                    .push_bind(&*batch.body);
+            });
+            insert.push(ON_CONFLICT_RETURNING_ID);
+            let ids: Vec<i64> = insert.build_query_scalar().fetch_all(&mut *tx).await?;
+            stored.extend(ids);
+        }
+        let lease_until = now + lease_ms;
+        let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, |connection| {
+            if crowded.contains(connection) { 0 } else { lease_until }
+        });
         let profiles = profile_rows(commands, &outcomes);
         if !profiles.is_empty() {
             sqlx::query(dialect.upsert_profiles).bind(json(&profiles)).bind(now).execute(&mut *tx).await?;
         }
         let mut job_ids: HashMap<(i64, String), i64> = HashMap::with_capacity(new_jobs.len());
         if !new_jobs.is_empty() {
-            // New jobs are leased to this node: delivery gets them straight from the writer.
+            // New jobs are leased to this node (delivery gets them straight from the writer),
+            // except those of crowded connections.
             let rows: Vec<(i64, i64, String)> = sqlx::query_as(dialect.insert_jobs)
-                .bind(json(&new_jobs)).bind(now + lease_ms)
+                .bind(json(&new_jobs))
                 .fetch_all(&mut *tx).await?;
             job_ids.extend(rows.into_iter().map(|(id, batch_id, connection)| ((batch_id, connection), id)));
         }
         for ((slot, command), outcomes) in done.iter_mut().zip(commands).zip(outcomes) {
             if let Command::Ingest { batches, .. } = command {
-                let jobs = jobs_of(batches, &outcomes, &job_ids);
+                let jobs = jobs_of(batches, &outcomes, &job_ids, crowded);
                 *slot = Some(Done::Ingest(outcomes, jobs));
             }
         }
@@ -233,6 +285,56 @@ pub(super) async fn commit(
         .into_iter()
         .map(|d| d.unwrap_or(Done::Update))
         .collect())
+}
+
+/// Each ingest command's outcomes, given the ids allocated to the group's batches in order and
+/// the ids the insert returned, and the jobs of the stored batches.
+fn settle_batches<'a>(
+    commands: &'a [Command],
+    ids: &[i64],
+    stored: &HashSet<i64>,
+    lease_until: impl Fn(&str) -> i64,
+) -> (Vec<Vec<IngestOutcome>>, Vec<JobRow<'a>>) {
+    let mut ids = ids.iter();
+    let mut jobs = Vec::new();
+    let outcomes = commands
+        .iter()
+        .map(|command| {
+            let Command::Ingest { batches, .. } = command else {
+                return Vec::new();
+            };
+            batches
+                .iter()
+                .zip(ids.by_ref())
+                .map(|(batch, &batch_id)| {
+                    if !stored.contains(&batch_id) {
+                        return IngestOutcome::Duplicate;
+                    }
+                    jobs.extend(batch.routes.iter().map(|route| JobRow {
+                        batch_id,
+                        connection_id: &route.connection_id,
+                        revision_id: route.revision_id,
+                        created_at: batch.received_at,
+                        lease_until: lease_until(&route.connection_id),
+                    }));
+                    IngestOutcome::Stored { batch_id }
+                })
+                .collect()
+        })
+        .collect();
+    (outcomes, jobs)
+}
+
+/// Splits `rows` into insert chunks: as many of the largest as fit, then the remainder's binary
+/// digits (45 rows: 32, 8, 4, 1).
+fn chunk_sizes(rows: usize) -> impl Iterator<Item = usize> {
+    let full = std::iter::repeat_n(MAX_INSERT_ROWS, rows / MAX_INSERT_ROWS);
+    let rest = rows % MAX_INSERT_ROWS;
+    let digits = (0..MAX_INSERT_ROWS.trailing_zeros())
+        .rev()
+        .map(|bit| 1 << bit)
+        .filter(move |size| rest & size != 0);
+    full.chain(digits)
 }
 
 #[derive(Serialize)]
@@ -266,11 +368,13 @@ fn profile_rows(commands: &[Command], outcomes: &[Vec<IngestOutcome>]) -> Vec<Pr
         .collect()
 }
 
-/// The jobs created for an ingest command's stored batches.
+/// The jobs created for an ingest command's stored batches, except those left in the table for
+/// `crowded` connections.
 fn jobs_of(
     batches: &[NewBatch],
     outcomes: &[IngestOutcome],
     ids: &HashMap<(i64, String), i64>,
+    crowded: &HashSet<String>,
 ) -> Vec<Job> {
     let mut jobs = Vec::new();
     for (batch, outcome) in batches.iter().zip(outcomes) {
@@ -278,6 +382,9 @@ fn jobs_of(
             continue;
         };
         for route in &batch.routes {
+            if crowded.contains(&route.connection_id) {
+                continue;
+            }
             let Some(&id) = ids.get(&(batch_id, route.connection_id.clone())) else {
                 continue;
             };
@@ -294,4 +401,25 @@ fn jobs_of(
         }
     }
     jobs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_every_row_with_few_distinct_sizes() {
+        assert_eq!(chunk_sizes(0).count(), 0);
+        assert_eq!(chunk_sizes(45).collect::<Vec<_>>(), [32, 8, 4, 1]);
+        assert_eq!(chunk_sizes(200).collect::<Vec<_>>(), [64, 64, 64, 8]);
+        for rows in 0..1000 {
+            let sizes: Vec<usize> = chunk_sizes(rows).collect();
+            assert_eq!(sizes.iter().sum::<usize>(), rows);
+            assert!(
+                sizes
+                    .iter()
+                    .all(|s| s.is_power_of_two() && *s <= MAX_INSERT_ROWS)
+            );
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! the attempt and dead-letter logs. The statements that change them run inside the writer's
 //! group-commit transaction; the reads here run on the pool.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use sqlx::FromRow;
@@ -195,12 +196,8 @@ impl AttemptRecord {
     }
 }
 
-pub(super) const INSERT_BATCH: &str = "INSERT INTO batches \
-     (input_id, source_request_id, received_at, event_count, body) VALUES ($1, $2, $3, $4, $5) \
-     ON CONFLICT (input_id, source_request_id) DO NOTHING RETURNING id";
 pub(super) const RETRY_JOB: &str = "UPDATE jobs SET progress = $2, attempts = $3, \
      next_attempt_at = $4, lease_until = 0, last_error = $5 WHERE id = $1";
-pub(super) const RELEASE_JOB: &str = "UPDATE jobs SET lease_until = 0 WHERE id = $1";
 pub(super) const INSERT_DEAD_LETTER: &str = "INSERT INTO dead_letters \
      (job_id, batch_id, connection_id, payload_index, body, status, error, created_at) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
@@ -216,7 +213,10 @@ pub(super) const CLAIM_POSTGRES: &str = "UPDATE jobs SET lease_until = $1 WHERE 
       AND connection_id NOT IN (SELECT jsonb_array_elements_text($4::jsonb)) \
       ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
      RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at";
-const SELECT_BODY: &str = "SELECT body FROM batches WHERE id = $1";
+const SELECT_BODIES_SQLITE: &str =
+    "SELECT id, body FROM batches WHERE id IN (SELECT value FROM json_each($1))";
+const SELECT_BODIES_POSTGRES: &str = "SELECT id, body FROM batches \
+     WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint)";
 
 /// Old rows go oldest first (ids grow with time), in chunks so no delete holds the database
 /// long. A batch some job still needs is never pruned: every batch id at or above the smallest
@@ -254,11 +254,26 @@ impl Store {
         )
     }
 
-    /// A stored batch's body, if it is still kept.
-    pub(crate) async fn batch_body(&self, batch_id: i64) -> StoreResult<Option<Vec<u8>>> {
-        let row: Option<(Vec<u8>,)> = with_pool!(self, pool =>
-            sqlx::query_as(SELECT_BODY).bind(batch_id).fetch_optional(pool).await?);
-        Ok(row.map(|(body,)| body))
+    /// The bodies of those of `batch_ids` still kept, by id, in one query.
+    pub(crate) async fn batch_bodies(
+        &self,
+        batch_ids: &[i64],
+    ) -> StoreResult<HashMap<i64, Arc<[u8]>>> {
+        if batch_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let sql = if self.is_embedded() {
+            SELECT_BODIES_SQLITE
+        } else {
+            SELECT_BODIES_POSTGRES
+        };
+        let ids = serde_json::to_string(batch_ids).unwrap_or_else(|_| "[]".to_owned());
+        let rows: Vec<(i64, Vec<u8>)> = with_pool!(self, pool =>
+            sqlx::query_as(sql).bind(ids).fetch_all(pool).await?);
+        Ok(rows
+            .into_iter()
+            .map(|(id, body)| (id, body.into()))
+            .collect())
     }
 
     /// Deletes batches, attempts and dead letters older than `cutoff` (Unix ms); returns how

@@ -7,6 +7,9 @@
 //! If a group's transaction fails, each command is retried in a transaction of its own, so one
 //! bad command cannot fail the requests it happened to share a group with.
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -56,16 +59,62 @@ impl std::fmt::Debug for Command {
     }
 }
 
+/// Connections whose delivery queues on this node are crowded. Their new jobs are stored
+/// unleased, for the poller to claim once there is room, instead of being handed over only to be
+/// released again (a write per job, competing with ingest for the writer). Delivery keeps the
+/// set current.
+#[derive(Debug, Default)]
+pub(crate) struct Crowded {
+    connections: RwLock<HashSet<String>>,
+    /// The set's size, so the common case (nothing crowded) takes no lock.
+    len: AtomicUsize,
+}
+
+impl Crowded {
+    pub(crate) fn contains(&self, connection_id: &str) -> bool {
+        self.len.load(Ordering::Acquire) > 0 && self.read().contains(connection_id)
+    }
+
+    /// Marks or unmarks a connection as crowded.
+    pub(crate) fn set(&self, connection_id: &str, crowded: bool) {
+        let mut connections = self
+            .connections
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if crowded {
+            connections.insert(connection_id.to_owned());
+        } else {
+            connections.remove(connection_id);
+        }
+        self.len.store(connections.len(), Ordering::Release);
+    }
+
+    pub(crate) fn snapshot(&self) -> HashSet<String> {
+        if self.len.load(Ordering::Acquire) == 0 {
+            return HashSet::new();
+        }
+        self.read().clone()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashSet<String>> {
+        self.connections
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 impl Writer {
     /// Starts the writer. Jobs created by committed batches are sent on `committed`, already leased
-    /// to this node for `lease`, so they can be delivered at once without a claim round trip.
+    /// to this node for `lease`, so they can be delivered at once without a claim round trip;
+    /// except jobs of `crowded` connections, which stay unleased in the table.
     pub(crate) fn spawn(
         store: Store,
         lease: Duration,
         committed: mpsc::UnboundedSender<Vec<Job>>,
+        crowded: Arc<Crowded>,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let (commands, rx) = mpsc::channel(QUEUE_CAPACITY);
-        let task = tokio::spawn(run(store, lease, rx, committed));
+        let task = tokio::spawn(run(store, lease, rx, committed, crowded));
         (Self { commands }, task)
     }
 
@@ -113,16 +162,19 @@ async fn run(
     lease: Duration,
     mut rx: mpsc::Receiver<Command>,
     committed: mpsc::UnboundedSender<Vec<Job>>,
+    crowded: Arc<Crowded>,
 ) {
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
     let mut group = Vec::with_capacity(MAX_GROUP);
     while rx.recv_many(&mut group, MAX_GROUP).await > 0 {
-        match commit(&store, &group, lease_ms).await {
+        let crowded = crowded.snapshot();
+        match commit(&store, &group, lease_ms, &crowded).await {
             Ok(done) => answer(std::mem::take(&mut group), done, &committed),
             Err(error) if group.len() > 1 => {
                 tracing::warn!(%error, commands = group.len(), "Group commit failed; retrying its commands one by one.");
                 for command in std::mem::take(&mut group) {
-                    let result = commit(&store, std::slice::from_ref(&command), lease_ms).await;
+                    let one = std::slice::from_ref(&command);
+                    let result = commit(&store, one, lease_ms, &crowded).await;
                     settle(command, result, &committed);
                 }
             }

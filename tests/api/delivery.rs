@@ -263,6 +263,53 @@ where
 }
 
 #[tokio::test]
+async fn jobs_beyond_a_full_queue_wait_in_the_database_and_are_all_delivered_once() {
+    // A queue of 8 jobs and one request at a time: most jobs of these 150 batches wait in the
+    // table (left unleased by the writer, or released), and the poller feeds them in later.
+    let app = spawn_app_with(|config| {
+        config.delivery.lane_capacity = 8;
+        config.delivery.max_in_flight_per_connection = 1;
+    })
+    .await;
+    let mut receiver = Receiver::start().await;
+    let (input, _) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    for request in 0..3 {
+        let bulk: Vec<Value> = (0..50)
+            .map(|n| {
+                let mut batch = batch_of(&["custom_event"]);
+                batch["events"][0]["data"]["custom_attributes"]["n"] = json!(request * 50 + n);
+                batch
+            })
+            .collect();
+        let response = app
+            .post_raw(&input, "/v2/bulkevents", Value::Array(bulk).to_string())
+            .await;
+        assert_eq!(response.status(), 202);
+    }
+    assert!(
+        app.count("jobs WHERE lease_until = 0").await > 0,
+        "some jobs wait unleased in the table"
+    );
+
+    let mut seen = std::collections::HashSet::new();
+    let mut delivery_ids = std::collections::HashSet::new();
+    for received in receiver.take(150).await {
+        let n = received.events()[0]["data"]["custom_attributes"]["n"]
+            .as_u64()
+            .unwrap();
+        assert!(seen.insert(n), "event {n} was delivered twice");
+        let id = received.headers["x-boson-delivery-id"].to_str().unwrap();
+        assert!(
+            delivery_ids.insert(id.to_owned()),
+            "delivery id {id} reused"
+        );
+    }
+    assert_eq!(seen, (0..150).collect());
+    wait_for(|| async { app.count("jobs").await == 0 }).await;
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn delivery_ids_are_never_reused() {
     // Ids come from the job table, which empties whenever delivery catches up; a reused id would
     // make receivers that de-duplicate drop new events.

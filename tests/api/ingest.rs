@@ -186,6 +186,58 @@ async fn a_retried_request_with_the_same_source_request_id_is_stored_once() {
 }
 
 #[tokio::test]
+async fn duplicates_inside_and_across_bulk_requests_are_stored_once() {
+    // One bulk request is stored in a few multi-row inserts (70 batches: 64, 4 and 2 rows); each
+    // batch must still learn whether it was stored or a duplicate, and only stored ones delivered.
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let (input, _) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    let numbered = |n: usize, request: Option<&str>| {
+        let mut batch = batch_of(&["custom_event"]);
+        batch["events"][0]["data"]["custom_attributes"]["n"] = json!(n);
+        if let Some(request) = request {
+            batch["source_request_id"] = json!(request);
+        }
+        batch
+    };
+    assert_eq!(
+        app.post_events(&input, numbered(1000, Some("earlier")))
+            .await
+            .status(),
+        202
+    );
+    receiver.take(1).await;
+
+    let bulk: Vec<Value> = (0..70)
+        .map(|n| match n {
+            0 => numbered(n, Some("earlier")),
+            1 | 2 => numbered(n, Some("twice")),
+            _ => numbered(n, None),
+        })
+        .collect();
+    let response = app
+        .post_raw(&input, "/v2/bulkevents", Value::Array(bulk).to_string())
+        .await;
+    assert_eq!(response.status(), 202);
+
+    let mut delivered: Vec<u64> = receiver
+        .take(68)
+        .await
+        .iter()
+        .map(|r| {
+            r.events()[0]["data"]["custom_attributes"]["n"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    delivered.sort_unstable();
+    let expected: Vec<u64> = std::iter::once(1).chain(3..70).collect();
+    assert_eq!(delivered, expected);
+    assert_eq!(app.count("batches").await, 69);
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn credentials_are_checked_like_mparticle() {
     let app = spawn_app().await;
     let mut receiver = Receiver::start().await;
