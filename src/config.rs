@@ -113,7 +113,7 @@ pub struct DatabaseUrl(pub String);
 
 impl std::fmt::Debug for DatabaseUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match reqwest::Url::parse(&self.0) {
+        match url::Url::parse(&self.0) {
             Ok(mut url) if url.password().is_some() => {
                 let _ = url.set_password(Some("***"));
                 write!(f, "{url}")

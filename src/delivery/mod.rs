@@ -243,7 +243,7 @@ pub(crate) async fn replay(
     delivery_id: &str,
     body: Vec<u8>,
 ) -> Result<u16, String> {
-    match client.post(output, delivery_id, body).await {
+    match client.post(output, delivery_id, body.into()).await {
         Ok(answer) if (200..300).contains(&answer.status) => Ok(answer.status),
         Ok(answer) => Err(format!("the receiver answered {}", answer.status)),
         Err(error) => Err(error.to_string()),

@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use rand::Rng;
 
 use super::DeliveryContext;
@@ -75,7 +76,7 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
     if job.attempts == 0 {
         live.filtered(&plan.verdicts);
     }
-    let bodies: Vec<(i64, usize, Vec<u8>, Vec<usize>)> = plan
+    let bodies: Vec<(i64, usize, Bytes, Vec<usize>)> = plan
         .payloads
         .into_iter()
         .enumerate()
@@ -84,7 +85,7 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
             (
                 i64::try_from(i).unwrap_or(i64::MAX),
                 p.event_count,
-                p.body,
+                Bytes::from(p.body),
                 p.event_indexes,
             )
         })
@@ -108,7 +109,7 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
                     }
                     Classification::DeadLetter => {
                         let error = format!("receiver answered {}", answer.status);
-                        attempt.dead_letter(*index, body.clone(), attempt.last_status, error);
+                        attempt.dead_letter(*index, body.to_vec(), attempt.last_status, error);
                         continue;
                     }
                     Classification::Retry { after } => {
@@ -117,7 +118,7 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
                 }
             }
             Err(SendError::Refused(error)) => {
-                attempt.dead_letter(*index, body.clone(), None, error);
+                attempt.dead_letter(*index, body.to_vec(), None, error);
                 continue;
             }
             Err(SendError::Transport(error)) => {
@@ -128,7 +129,7 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
         };
         let remaining = bodies[position..]
             .iter()
-            .map(|(i, _, b, _)| (*i, b.clone()))
+            .map(|(i, _, b, _)| (*i, b.to_vec()))
             .collect();
         return attempt.retry(*index, error, after, remaining);
     }

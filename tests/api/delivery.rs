@@ -247,6 +247,67 @@ async fn private_destinations_are_refused_when_saved_and_when_sent() {
     app.stop().await.unwrap();
 }
 
+#[tokio::test]
+async fn an_https_webhook_must_present_a_trusted_certificate() {
+    // A receiver with a self-signed certificate: the TLS handshake fails, nothing is delivered,
+    // and the attempt log says why (a transport error, so the job is retried, not dropped).
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = crate::tls::certificate(dir.path());
+    let tls = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
+        .await
+        .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let reached = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&reached);
+    let receiver = axum::Router::new().fallback(move || async move {
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        "ok"
+    });
+    let server = axum_server::from_tcp_rustls(listener, tls)
+        .unwrap()
+        .serve(receiver.into_make_service());
+    let _server = tokio::spawn(server);
+
+    let app = spawn_app().await;
+    let (input, connection) = app
+        .pipeline(&format!("https://localhost:{port}/hook"), json!({}))
+        .await;
+    app.post_events(&input, batch_of(&["custom_event"])).await;
+    let path = format!(
+        "/api/v1/connections/{}/attempts",
+        connection["id"].as_str().unwrap()
+    );
+    let mut log = Value::Null;
+    for _ in 0..200 {
+        log = app
+            .admin(Method::GET, &path)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if !log["items"].as_array().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let attempt = &log["items"][0];
+    assert_eq!(attempt["outcome"], "retry", "{log}");
+    assert!(
+        attempt["error"]
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains("certificate"),
+        "{log}"
+    );
+    assert!(!reached.load(std::sync::atomic::Ordering::SeqCst));
+    app.stop().await.unwrap();
+}
+
 /// Polls `condition` for up to 10 s.
 async fn wait_for<F, Fut>(condition: F)
 where
