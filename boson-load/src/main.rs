@@ -29,7 +29,7 @@ use crate::report::{Report, per_second};
 
 /// Upper bound on a single HTTP request, so a wedged server fails the run
 /// instead of hanging it.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often to report drain progress on stderr.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
@@ -146,7 +146,7 @@ async fn measure(
         rate: args.rate,
     };
     let cpu_before = boson.cpu_secs().ok();
-    let outcome = sender::run(http, plan).await?;
+    let outcome = sender::run(plan).await?;
     let send_secs = outcome
         .finished
         .duration_since(outcome.started)
