@@ -186,6 +186,34 @@ impl Lanes {
         self.record(job_id, JobUpdate::Release { job_id }).await;
     }
 
+    /// Unmarks crowded lanes that have room again. A lane normally does this itself as it takes
+    /// jobs, but an offer can mark a lane crowded just after it took its last one (the offer
+    /// read the lane's free places before the lane emptied); nothing would ever unmark it then,
+    /// because its jobs would all wait in the table, so the poller checks before each claim.
+    fn uncrowd_roomy_lanes(&self) {
+        let crowded = self.crowded.snapshot();
+        if crowded.is_empty() {
+            return;
+        }
+        let roomy: Vec<String> = {
+            let lanes = self
+                .lanes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            crowded
+                .into_iter()
+                .filter(|id| {
+                    lanes
+                        .get(id)
+                        .is_none_or(|lane| lane.capacity() >= self.capacity / 2)
+                })
+                .collect()
+        };
+        for id in roomy {
+            self.crowded.set(&id, false);
+        }
+    }
+
     fn claim_limit(&self) -> usize {
         CLAIM_LIMIT.min(self.capacity / 2)
     }
@@ -253,6 +281,7 @@ pub(crate) async fn replay(
 /// Claims due jobs (retries, and anything unleased) for lanes with room and offers them.
 async fn poll(lanes: Arc<Lanes>, interval: Duration) {
     loop {
+        lanes.uncrowd_roomy_lanes();
         let claimed = match claim(&lanes).await {
             Ok(jobs) => jobs,
             Err(error) => {
