@@ -31,8 +31,8 @@ use crate::telemetry::Metrics;
 use retry::Backoff;
 use webhook::WebhookClient;
 
-/// Most jobs claimed by one poll (and at most half a lane, which a lane that is not crowded
-/// always has free).
+/// Most jobs claimed by one poll (and at most a quarter of a lane, which a lane that is not
+/// crowded always has free).
 const CLAIM_LIMIT: usize = 512;
 
 /// What workers need, shared by all lanes.
@@ -215,7 +215,7 @@ impl Lanes {
     }
 
     fn claim_limit(&self) -> usize {
-        CLAIM_LIMIT.min(self.capacity / 2)
+        CLAIM_LIMIT.min(self.capacity / 4)
     }
 
     fn lane(self: &Arc<Self>, connection_id: &str) -> mpsc::Sender<Job> {

@@ -16,8 +16,11 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use base64::Engine as _;
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT};
+use http::header::{
+    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT,
+};
 use http::{Request, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_rustls::HttpsConnector;
@@ -34,6 +37,7 @@ use crate::model::settings::WebhookSettings;
 /// de-duplicate a request that is delivered twice after a crash or a lost acknowledgement.
 pub(crate) const DELIVERY_ID_HEADER: HeaderName = HeaderName::from_static("x-boson-delivery-id");
 const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+const ANY: HeaderValue = HeaderValue::from_static("*/*");
 const BOSON_USER_AGENT: HeaderValue =
     HeaderValue::from_static(concat!("Boson/", env!("CARGO_PKG_VERSION")));
 /// Idle connections kept per destination; real-time delivery keeps up to
@@ -77,7 +81,11 @@ pub(crate) struct WebhookClient {
 /// A webhook URL as requests need it.
 #[derive(Debug)]
 struct Target {
+    /// Without credentials: HTTP sends only the host and path.
     uri: Uri,
+    /// `user:password@` of the URL as a Basic `Authorization` header (used unless the output
+    /// sets one).
+    credentials: Option<HeaderValue>,
     /// The host when it is an IP literal (those bypass the resolver, so are checked here).
     literal: Option<IpAddr>,
 }
@@ -92,6 +100,8 @@ impl WebhookClient {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(timeout.min(Duration::from_secs(5))));
+        // Finds pooled connections whose peer vanished without a FIN.
+        http.set_keepalive(Some(Duration::from_secs(15)));
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
@@ -128,52 +138,44 @@ impl WebhookClient {
         }
         let mut request = Request::post(target.uri.clone())
             .header(CONTENT_TYPE, APPLICATION_JSON)
+            .header(ACCEPT, ANY)
             .header(USER_AGENT, BOSON_USER_AGENT)
             .header(DELIVERY_ID_HEADER, delivery_id);
-        if let Some(auth) = output
+        let configured = output
             .authorization_header
             .as_deref()
-            .filter(|a| !a.is_empty())
-        {
+            .filter(|a| !a.is_empty());
+        if let Some(auth) = configured {
             request = request.header(AUTHORIZATION, auth);
+        } else if let Some(credentials) = &target.credentials {
+            request = request.header(AUTHORIZATION, credentials.clone());
         }
         let request = request
             .body(Full::new(body))
             .map_err(|e| SendError::Refused(format!("invalid request: {e}")))?;
-        tokio::time::timeout(self.timeout, self.exchange(request))
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let response = tokio::time::timeout_at(deadline, self.client.request(request))
             .await
-            .unwrap_or_else(|_| {
-                Err(SendError::Transport(format!(
-                    "no answer within {} s",
-                    self.timeout.as_secs_f64()
-                )))
-            })
-    }
-
-    /// Sends the request and reads the answer's status, `Retry-After` and (a bounded part of)
-    /// its body, so the connection can go back to the pool.
-    async fn exchange(&self, request: Request<Full<Bytes>>) -> Result<Answer, SendError> {
-        let response = self.client.request(request).await.map_err(|e| {
-            if refused_by_resolver(&e) {
-                SendError::Refused(error_chain(&e))
-            } else {
-                SendError::Transport(error_chain(&e))
-            }
-        })?;
+            .map_err(|_| {
+                SendError::Transport(format!("no answer within {} s", self.timeout.as_secs_f64()))
+            })?
+            .map_err(|e| {
+                if refused_by_resolver(&e) {
+                    SendError::Refused(error_chain(&e))
+                } else {
+                    SendError::Transport(error_chain(&e))
+                }
+            })?;
         let retry_after = response
             .headers()
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_retry_after);
         let status = response.status().as_u16();
-        let mut body = response.into_body();
-        let mut drained = 0;
-        while drained < MAX_DRAINED_BYTES {
-            match body.frame().await {
-                Some(Ok(frame)) => drained += frame.data_ref().map_or(0, Bytes::len),
-                _ => break,
-            }
-        }
+        // The status is the answer; the body is only read (within the same deadline) so the
+        // connection can go back to the pool. A body that does not end in time costs the
+        // connection, never the answer: a 2xx must not be retried and delivered twice.
+        let _ = tokio::time::timeout_at(deadline, drain(response.into_body())).await;
         Ok(Answer {
             status,
             retry_after,
@@ -194,10 +196,16 @@ impl WebhookClient {
         // `Url` normalises (IDNA host names, percent-encoding) what `Uri` would refuse.
         let parsed =
             Url::parse(url).map_err(|e| SendError::Refused(format!("invalid URL: {e}")))?;
-        let uri = Uri::try_from(parsed.as_str())
+        let credentials = basic_credentials(&parsed)?;
+        let mut bare = parsed.clone();
+        // Only fails for URLs that cannot have credentials, which then have none to drop.
+        let _ = bare.set_username("");
+        let _ = bare.set_password(None);
+        let uri = Uri::try_from(bare.as_str())
             .map_err(|e| SendError::Refused(format!("invalid URL: {e}")))?;
         let target = Arc::new(Target {
             uri,
+            credentials,
             literal: literal_ip(&parsed),
         });
         let mut targets = self.targets.write().unwrap_or_else(PoisonError::into_inner);
@@ -207,6 +215,42 @@ impl WebhookClient {
         targets.insert(url.to_owned(), Arc::clone(&target));
         Ok(target)
     }
+}
+
+/// Reads (a bounded part of) an answer's body.
+async fn drain(mut body: hyper::body::Incoming) {
+    let mut drained = 0;
+    while drained < MAX_DRAINED_BYTES {
+        match body.frame().await {
+            Some(Ok(frame)) => drained += frame.data_ref().map_or(0, Bytes::len),
+            _ => break,
+        }
+    }
+}
+
+/// The `user:password@` part of a URL as a Basic `Authorization` header, as HTTP clients
+/// conventionally send it (percent-decoded, as the URL encodes it).
+fn basic_credentials(url: &Url) -> Result<Option<HeaderValue>, SendError> {
+    if url.username().is_empty() && url.password().is_none() {
+        return Ok(None);
+    }
+    let decode = |part: &str| {
+        percent_encoding::percent_decode_str(part)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let pair = format!(
+        "{}:{}",
+        decode(url.username()),
+        decode(url.password().unwrap_or(""))
+    );
+    let value = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    );
+    HeaderValue::try_from(value)
+        .map(Some)
+        .map_err(|e| SendError::Refused(format!("invalid credentials in URL: {e}")))
 }
 
 /// Most of a webhook's answer body read before the connection is given up instead of reused.
@@ -424,6 +468,31 @@ mod tests {
             .await;
         assert!(
             matches!(&result, Err(SendError::Transport(e)) if e.contains("no answer within")),
+            "{result:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_whose_body_never_ends_still_counts() {
+        // The status line and headers arrive, the chunked body never finishes: the 200 must be
+        // reported (a timeout here would retry, and deliver twice, a request already accepted).
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let _server = tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let head = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n";
+            socket.write_all(head.as_bytes()).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        });
+        let client = WebhookClient::new(true, Duration::from_millis(300)).unwrap();
+        let result = client
+            .post(&output(&url), "d1", Bytes::from_static(b"{}"))
+            .await;
+        assert!(
+            matches!(result, Ok(Answer { status: 200, .. })),
             "{result:?}"
         );
     }

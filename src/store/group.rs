@@ -73,8 +73,9 @@ const SQLITE: Dialect = Dialect {
 const POSTGRES: Dialect = Dialect {
     begin: "BEGIN",
     claim: super::queue::CLAIM_POSTGRES,
-    allocate_batch_ids: "SELECT nextval(pg_get_serial_sequence('batches', 'id')) \
-        FROM generate_series(1, $1)",
+    allocate_batch_ids: "SELECT nextval(sequence) \
+        FROM (SELECT pg_get_serial_sequence('batches', 'id') AS sequence) AS s, \
+        generate_series(1, $1)",
     insert_batches: concat!(
         "INSERT INTO batches (id, input_id, source_request_id, received_at, event_count, body) ",
         "OVERRIDING SYSTEM VALUE "
@@ -253,8 +254,8 @@ pub(super) async fn commit(
                     .push_bind(&*batch.body);
             });
             insert.push(ON_CONFLICT_RETURNING_ID);
-            let ids: Vec<i64> = insert.build_query_scalar().fetch_all(&mut *tx).await?;
-            stored.extend(ids);
+            let inserted: Vec<i64> = insert.build_query_scalar().fetch_all(&mut *tx).await?;
+            stored.extend(inserted);
         }
         let lease_until = now + lease_ms;
         let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, |connection| {

@@ -308,6 +308,21 @@ async fn an_https_webhook_must_present_a_trusted_certificate() {
     app.stop().await.unwrap();
 }
 
+#[tokio::test]
+async fn credentials_in_the_webhook_url_are_sent_as_basic_authorization() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let url = format!("http://hook-user:p%40ss@{}/hook?x=1", receiver.address);
+    let (input, _) = app.pipeline(&url, json!({})).await;
+    app.post_events(&input, batch_of(&["custom_event"])).await;
+    let got = receiver.next().await;
+    // base64("hook-user:p@ss")
+    assert_eq!(got.headers["authorization"], "Basic aG9vay11c2VyOnBAc3M=");
+    assert_eq!(got.path, "/hook");
+    assert_eq!(got.headers["host"], receiver.address.to_string());
+    app.stop().await.unwrap();
+}
+
 /// Polls `condition` for up to 10 s.
 async fn wait_for<F, Fut>(condition: F)
 where
