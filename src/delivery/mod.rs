@@ -115,6 +115,11 @@ pub(crate) async fn run(
         Arc::clone(&lanes),
         Duration::from_millis(config.poll_interval_ms),
     ));
+    // Three renewals per lease: one lost or late renewal does not let a lease run out.
+    let renewer = tokio::spawn(renew_leases(
+        Arc::clone(&lanes),
+        Duration::from_secs(config.lease_secs) / 3,
+    ));
     loop {
         tokio::select! {
             () = cancel.cancelled() => break,
@@ -132,6 +137,7 @@ pub(crate) async fn run(
         }
     }
     let _ = poller.await;
+    let _ = renewer.await;
     lanes.tracker.close();
     lanes.tracker.wait().await;
     tracing::info!("Delivery stopped.");
@@ -302,6 +308,30 @@ async fn poll(lanes: Arc<Lanes>, interval: Duration) {
         tokio::select! {
             () = lanes.cancel.cancelled() => return,
             () = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+/// Keeps the leases of every job this node holds from running out while it waits in a lane or
+/// is in flight (a slow endpoint can keep jobs queued for longer than a lease), so another node
+/// never claims a job this one is still going to deliver.
+async fn renew_leases(lanes: Arc<Lanes>, every: Duration) {
+    loop {
+        tokio::select! {
+            () = lanes.cancel.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let held: Vec<i64> = lanes
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .copied()
+            .collect();
+        if !held.is_empty()
+            && let Err(error) = lanes.ctx.writer.renew(held).await
+        {
+            tracing::warn!(%error, "Could not renew leases.");
         }
     }
 }

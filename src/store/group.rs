@@ -36,6 +36,8 @@ struct Dialect {
     upsert_profiles: &'static str,
     delete_jobs: &'static str,
     release_jobs: &'static str,
+    /// `$1` job ids, `$2` the new lease end; released jobs (lease 0) stay released.
+    renew_jobs: &'static str,
     insert_attempts: &'static str,
     insert_jobs: &'static str,
 }
@@ -58,6 +60,8 @@ const SQLITE: Dialect = Dialect {
         user_attributes = json_patch(users.user_attributes, excluded.user_attributes)",
     delete_jobs: "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each($1))",
     release_jobs: "UPDATE jobs SET lease_until = 0 WHERE id IN (SELECT value FROM json_each($1))",
+    renew_jobs: "UPDATE jobs SET lease_until = $2 \
+        WHERE id IN (SELECT value FROM json_each($1)) AND lease_until > 0",
     insert_attempts: "INSERT INTO attempts \
         (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events) \
         SELECT value ->> 'job_id', value ->> 'connection_id', value ->> 'attempted_at', \
@@ -88,6 +92,8 @@ const POSTGRES: Dialect = Dialect {
         (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
     release_jobs: "UPDATE jobs SET lease_until = 0 WHERE id IN \
         (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
+    renew_jobs: "UPDATE jobs SET lease_until = $2 WHERE id IN \
+        (SELECT jsonb_array_elements_text($1::jsonb)::bigint) AND lease_until > 0",
     insert_attempts: "INSERT INTO attempts \
         (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events) \
         SELECT job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events \
@@ -172,8 +178,19 @@ pub(super) async fn commit(
     with_pool!(store, pool => {
         let mut tx = pool.begin_with(dialect.begin).await?;
 
-        // 1. Job updates: finished and released jobs and all attempts in bulk; retries and dead
-        //    letters (rare) row by row.
+        // 1. Lease renewals first, so a release in the same group wins. Then job updates:
+        //    finished and released jobs and all attempts in bulk; retries and dead letters
+        //    (rare) row by row.
+        let renewed: Vec<i64> = commands
+            .iter()
+            .filter_map(|c| match c { Command::Renew(ids) => Some(ids), _ => None })
+            .flatten()
+            .copied()
+            .collect();
+        if !renewed.is_empty() {
+            sqlx::query(dialect.renew_jobs).bind(json(&renewed)).bind(now + lease_ms)
+                .execute(&mut *tx).await?;
+        }
         let mut finished = Vec::new();
         let mut released = Vec::new();
         let mut attempts = Vec::new();

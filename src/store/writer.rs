@@ -29,6 +29,8 @@ pub(super) enum Command {
         reply: oneshot::Sender<StoreResult<Vec<IngestOutcome>>>,
     },
     Update(JobUpdate),
+    /// Extends the leases of jobs this node still holds (queued or in flight).
+    Renew(Vec<i64>),
     Claim {
         limit: i64,
         /// JSON array of connection ids to skip.
@@ -54,6 +56,7 @@ impl std::fmt::Debug for Command {
         f.write_str(match self {
             Command::Ingest { .. } => "Ingest",
             Command::Update(_) => "Update",
+            Command::Renew(_) => "Renew",
             Command::Claim { .. } => "Claim",
         })
     }
@@ -129,6 +132,12 @@ impl Writer {
     /// job is delivered again after its lease, which receivers de-duplicate by delivery id.
     pub(crate) async fn update(&self, update: JobUpdate) -> StoreResult<()> {
         self.send(Command::Update(update)).await
+    }
+
+    /// Extends the leases of `job_ids` by the lease time from now, unless they were released.
+    /// Not awaited to commit: a lost renewal only risks what renewing prevents.
+    pub(crate) async fn renew(&self, job_ids: Vec<i64>) -> StoreResult<()> {
+        self.send(Command::Renew(job_ids)).await
     }
 
     /// Leases up to `limit` due, unleased jobs to this node, except jobs of the `skip` connections.
@@ -219,6 +228,9 @@ fn settle(
         }
         (Command::Claim { reply, .. }, Err(e)) => {
             let _ = reply.send(Err(e));
+        }
+        (Command::Renew(ids), Err(error)) => {
+            tracing::warn!(%error, jobs = ids.len(), "Renewing leases failed; they are renewed again soon.");
         }
         (Command::Update(update), Err(error)) => {
             tracing::warn!(%error, ?update, "Job update failed; the job will be retried after its lease.");

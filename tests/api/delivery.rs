@@ -323,6 +323,62 @@ async fn credentials_in_the_webhook_url_are_sent_as_basic_authorization() {
     app.stop().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_job_waiting_longer_than_its_lease_is_not_taken_by_another_node() {
+    // Node A holds a queue of jobs for a receiver that takes 400 ms per request, one at a time:
+    // the last waits ~5 s, far past the 2 s lease. Node B, on the same database, claims every job
+    // whose lease ran out. A must keep renewing the leases of what it holds, or B delivers those
+    // jobs too. (A polls rarely, so its own claims cannot renew them by accident.)
+    let tuned = |c: &mut boson::Config| {
+        c.delivery.lease_secs = 2;
+        c.delivery.request_timeout_secs = 1;
+        c.delivery.max_in_flight_per_connection = 1;
+    };
+    let node_a = spawn_app_with(|c| {
+        tuned(c);
+        c.delivery.poll_interval_ms = 60_000;
+    })
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (sent, mut received) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let receiver = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+        let sent = sent.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let id = headers["x-boson-delivery-id"].to_str().unwrap().to_owned();
+            let _ = sent.send(id);
+            "ok"
+        }
+    });
+    let _receiver = tokio::spawn(async move { axum::serve(listener, receiver).await });
+    let (input, _) = node_a
+        .pipeline(&format!("http://{address}/hook"), json!({}))
+        .await;
+    let node_b = node_a.second_node(tuned).await;
+
+    let bulk: Vec<Value> = (0..12).map(|_| batch_of(&["custom_event"])).collect();
+    let response = node_a
+        .post_raw(&input, "/v2/bulkevents", Value::Array(bulk).to_string())
+        .await;
+    assert_eq!(response.status(), 202);
+
+    let mut ids = std::collections::HashSet::new();
+    for _ in 0..12 {
+        let id = tokio::time::timeout(Duration::from_secs(15), received.recv())
+            .await
+            .expect("12 deliveries within 15 s")
+            .unwrap();
+        assert!(ids.insert(id.clone()), "job {id} was delivered twice");
+    }
+    // Nothing more arrives: no job was taken by both nodes.
+    if let Ok(Some(extra)) = tokio::time::timeout(Duration::from_secs(1), received.recv()).await {
+        panic!("delivery {extra} arrived a second time");
+    }
+    node_b.stop().await.unwrap();
+    node_a.stop().await.unwrap();
+}
+
 /// Polls `condition` for up to 10 s.
 async fn wait_for<F, Fut>(condition: F)
 where

@@ -89,6 +89,8 @@ pub struct TestApp {
     pub client: reqwest::Client,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// Whether `stop` drops the database (a second node on it leaves that to the first).
+    owns_database: bool,
     _dir: tempfile::TempDir,
 }
 
@@ -101,6 +103,15 @@ pub async fn spawn_app() -> TestApp {
 pub async fn spawn_app_with(adjust: impl FnOnce(&mut boson::Config)) -> TestApp {
     let dir = tempfile::tempdir().expect("temp dir");
     let database_url = fresh_database_url(dir.path()).await;
+    start(database_url, dir, true, adjust).await
+}
+
+async fn start(
+    database_url: String,
+    dir: tempfile::TempDir,
+    owns_database: bool,
+    adjust: impl FnOnce(&mut boson::Config),
+) -> TestApp {
     let mut config = boson::Config::defaults().expect("default config");
     config.database_url = boson::config::DatabaseUrl(database_url.clone());
     config.admin_token = Some(ADMIN_TOKEN.to_owned().into());
@@ -144,6 +155,7 @@ pub async fn spawn_app_with(adjust: impl FnOnce(&mut boson::Config)) -> TestApp 
         client,
         shutdown: Some(shutdown),
         task: Some(task),
+        owns_database,
         _dir: dir,
     };
     app.wait_ready().await;
@@ -151,6 +163,12 @@ pub async fn spawn_app_with(adjust: impl FnOnce(&mut boson::Config)) -> TestApp 
 }
 
 impl TestApp {
+    /// Starts another server on this one's database: a second node. Stop it first.
+    pub async fn second_node(&self, adjust: impl FnOnce(&mut boson::Config)) -> TestApp {
+        let dir = tempfile::tempdir().expect("temp dir");
+        start(self.database_url.clone(), dir, false, adjust).await
+    }
+
     async fn wait_ready(&self) {
         for _ in 0..200 {
             if let Ok(r) = self
@@ -178,7 +196,9 @@ impl TestApp {
             .expect("running")
             .await
             .expect("server task panicked");
-        drop_database(&self.database_url).await;
+        if self.owns_database {
+            drop_database(&self.database_url).await;
+        }
         result
     }
 
