@@ -6,7 +6,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{Receiver, batch_of, spawn_app, spawn_app_with};
+use crate::helpers::{Receiver, TestApp, batch_of, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn a_saved_setting_applies_to_the_next_event() {
@@ -72,20 +72,7 @@ async fn server_errors_are_retried_until_delivered() {
     );
 
     wait_for(|| async { app.count("jobs").await == 0 }).await;
-    let log: Value = app
-        .admin(
-            Method::GET,
-            &format!(
-                "/api/v1/connections/{}/attempts",
-                connection["id"].as_str().unwrap()
-            ),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let log = attempts_log(&app, &connection).await;
     let outcomes: Vec<&str> = log["items"]
         .as_array()
         .unwrap()
@@ -275,20 +262,9 @@ async fn an_https_webhook_must_present_a_trusted_certificate() {
         .pipeline(&format!("https://localhost:{port}/hook"), json!({}))
         .await;
     app.post_events(&input, batch_of(&["custom_event"])).await;
-    let path = format!(
-        "/api/v1/connections/{}/attempts",
-        connection["id"].as_str().unwrap()
-    );
     let mut log = Value::Null;
     for _ in 0..200 {
-        log = app
-            .admin(Method::GET, &path)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        log = attempts_log(&app, &connection).await;
         if !log["items"].as_array().unwrap().is_empty() {
             break;
         }
@@ -377,6 +353,21 @@ async fn a_job_waiting_longer_than_its_lease_is_not_taken_by_another_node() {
     }
     node_b.stop().await.unwrap();
     node_a.stop().await.unwrap();
+}
+
+/// A connection's attempt log, newest first.
+async fn attempts_log(app: &TestApp, connection: &Value) -> Value {
+    let path = format!(
+        "/api/v1/connections/{}/attempts",
+        connection["id"].as_str().unwrap()
+    );
+    app.admin(Method::GET, &path)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 /// Polls `condition` for up to 10 s.
