@@ -14,9 +14,11 @@ pub(crate) mod webhook;
 mod worker;
 
 use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -115,10 +117,13 @@ pub(crate) async fn run(
         Arc::clone(&lanes),
         Duration::from_millis(config.poll_interval_ms),
     ));
-    // Three renewals per lease: one lost or late renewal does not let a lease run out.
+    // Three renewals per lease: one lost or late renewal does not let a lease run out. It runs
+    // until the last request in flight has ended, also during shutdown.
+    let renewing = CancellationToken::new();
     let renewer = tokio::spawn(renew_leases(
         Arc::clone(&lanes),
         Duration::from_secs(config.lease_secs) / 3,
+        renewing.clone(),
     ));
     loop {
         tokio::select! {
@@ -137,9 +142,10 @@ pub(crate) async fn run(
         }
     }
     let _ = poller.await;
-    let _ = renewer.await;
     lanes.tracker.close();
     lanes.tracker.wait().await;
+    renewing.cancel();
+    let _ = renewer.await;
     tracing::info!("Delivery stopped.");
 }
 
@@ -257,7 +263,17 @@ impl Lanes {
             let lanes = Arc::clone(&self);
             self.tracker.spawn(async move {
                 let job_id = job.id;
-                let update = worker::work(&lanes.ctx, job).await;
+                // A panic (a bug) must not leave the job held, and so renewed, for ever.
+                let update = AssertUnwindSafe(worker::work(&lanes.ctx, job))
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|_| {
+                        tracing::error!(
+                            job_id,
+                            "Delivering a job panicked; it is released to be tried again."
+                        );
+                        JobUpdate::Release { job_id }
+                    });
                 lanes.record(job_id, update).await;
                 drop(permit);
             });
@@ -315,19 +331,22 @@ async fn poll(lanes: Arc<Lanes>, interval: Duration) {
 /// Keeps the leases of every job this node holds from running out while it waits in a lane or
 /// is in flight (a slow endpoint can keep jobs queued for longer than a lease), so another node
 /// never claims a job this one is still going to deliver.
-async fn renew_leases(lanes: Arc<Lanes>, every: Duration) {
+async fn renew_leases(lanes: Arc<Lanes>, every: Duration, stop: CancellationToken) {
     loop {
         tokio::select! {
-            () = lanes.cancel.cancelled() => return,
+            () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
-        let held: Vec<i64> = lanes
+        let mut held: Vec<i64> = lanes
             .held
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .iter()
             .copied()
             .collect();
+        // In id order: rows are then locked in a consistent order on PostgreSQL, which keeps
+        // deadlocks with other multi-row updates of the same jobs rare.
+        held.sort_unstable();
         if !held.is_empty()
             && let Err(error) = lanes.ctx.writer.renew(held).await
         {

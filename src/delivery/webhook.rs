@@ -69,7 +69,7 @@ pub(crate) struct Answer {
 type Connector = HttpsConnector<HttpConnector<GuardedResolver>>;
 
 /// The webhook client, cheap to clone (the connection pool is shared).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct WebhookClient {
     client: Client<Connector, Full<Bytes>>,
     allow_private: bool,
@@ -78,8 +78,7 @@ pub(crate) struct WebhookClient {
     targets: Arc<RwLock<HashMap<String, Arc<Target>>>>,
 }
 
-/// A webhook URL as requests need it.
-#[derive(Debug)]
+/// A webhook URL as requests need it. (No `Debug`: it holds credentials.)
 struct Target {
     /// Without credentials: HTTP sends only the host and path.
     uri: Uri,
@@ -88,6 +87,16 @@ struct Target {
     credentials: Option<HeaderValue>,
     /// The host when it is an IP literal (those bypass the resolver, so are checked here).
     literal: Option<IpAddr>,
+}
+
+impl std::fmt::Debug for WebhookClient {
+    // The remembered targets are left out: their URLs may carry credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookClient")
+            .field("allow_private", &self.allow_private)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl WebhookClient {
@@ -196,7 +205,7 @@ impl WebhookClient {
         // `Url` normalises (IDNA host names, percent-encoding) what `Uri` would refuse.
         let parsed =
             Url::parse(url).map_err(|e| SendError::Refused(format!("invalid URL: {e}")))?;
-        let credentials = basic_credentials(&parsed)?;
+        let credentials = basic_credentials(&parsed);
         let mut bare = parsed.clone();
         // Only fails for URLs that cannot have credentials, which then have none to drop.
         let _ = bare.set_username("");
@@ -229,28 +238,21 @@ async fn drain(mut body: hyper::body::Incoming) {
 }
 
 /// The `user:password@` part of a URL as a Basic `Authorization` header, as HTTP clients
-/// conventionally send it (percent-decoded, as the URL encodes it).
-fn basic_credentials(url: &Url) -> Result<Option<HeaderValue>, SendError> {
+/// conventionally send it (percent-decoded to the bytes the URL encodes).
+fn basic_credentials(url: &Url) -> Option<HeaderValue> {
     if url.username().is_empty() && url.password().is_none() {
-        return Ok(None);
+        return None;
     }
-    let decode = |part: &str| {
-        percent_encoding::percent_decode_str(part)
-            .decode_utf8_lossy()
-            .into_owned()
-    };
-    let pair = format!(
-        "{}:{}",
-        decode(url.username()),
-        decode(url.password().unwrap_or(""))
-    );
-    let value = format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(pair)
-    );
-    HeaderValue::try_from(value)
-        .map(Some)
-        .map_err(|e| SendError::Refused(format!("invalid credentials in URL: {e}")))
+    let mut pair: Vec<u8> = percent_encoding::percent_decode_str(url.username()).collect();
+    pair.push(b':');
+    pair.extend(percent_encoding::percent_decode_str(
+        url.password().unwrap_or(""),
+    ));
+    let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+    // Base64 is always a valid header value.
+    let mut value = HeaderValue::try_from(format!("Basic {encoded}")).ok()?;
+    value.set_sensitive(true);
+    Some(value)
 }
 
 /// Most of a webhook's answer body read before the connection is given up instead of reused.

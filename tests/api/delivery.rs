@@ -302,12 +302,13 @@ async fn credentials_in_the_webhook_url_are_sent_as_basic_authorization() {
 #[tokio::test]
 async fn a_job_waiting_longer_than_its_lease_is_not_taken_by_another_node() {
     // Node A holds a queue of jobs for a receiver that takes 400 ms per request, one at a time:
-    // the last waits ~5 s, far past the 2 s lease. Node B, on the same database, claims every job
-    // whose lease ran out. A must keep renewing the leases of what it holds, or B delivers those
-    // jobs too. (A polls rarely, so its own claims cannot renew them by accident.)
+    // the last of 16 waits ~6 s, past the 4 s lease. Node B, on the same database, claims every
+    // job whose lease ran out. A must keep renewing the leases of what it holds, or B delivers
+    // those jobs too. (A polls rarely, so its own claims cannot renew them by accident; the
+    // request timeout leaves the slow receiver a wide margin, so no retry muddles the count.)
     let tuned = |c: &mut boson::Config| {
-        c.delivery.lease_secs = 2;
-        c.delivery.request_timeout_secs = 1;
+        c.delivery.lease_secs = 4;
+        c.delivery.request_timeout_secs = 2;
         c.delivery.max_in_flight_per_connection = 1;
     };
     let node_a = spawn_app_with(|c| {
@@ -331,19 +332,21 @@ async fn a_job_waiting_longer_than_its_lease_is_not_taken_by_another_node() {
     let (input, _) = node_a
         .pipeline(&format!("http://{address}/hook"), json!({}))
         .await;
+    // Started before anything is sent: on SQLite a starting node releases every lease (it takes
+    // itself for the only node), which would hand B the jobs A holds.
     let node_b = node_a.second_node(tuned).await;
 
-    let bulk: Vec<Value> = (0..12).map(|_| batch_of(&["custom_event"])).collect();
+    let bulk: Vec<Value> = (0..16).map(|_| batch_of(&["custom_event"])).collect();
     let response = node_a
         .post_raw(&input, "/v2/bulkevents", Value::Array(bulk).to_string())
         .await;
     assert_eq!(response.status(), 202);
 
     let mut ids = std::collections::HashSet::new();
-    for _ in 0..12 {
+    for _ in 0..16 {
         let id = tokio::time::timeout(Duration::from_secs(15), received.recv())
             .await
-            .expect("12 deliveries within 15 s")
+            .expect("16 deliveries within 15 s")
             .unwrap();
         assert!(ids.insert(id.clone()), "job {id} was delivered twice");
     }
