@@ -36,7 +36,8 @@ struct Dialect {
     upsert_profiles: &'static str,
     delete_jobs: &'static str,
     release_jobs: &'static str,
-    /// `$1` job ids, `$2` the new lease end; released jobs (lease 0) stay released.
+    /// `$1` job ids, `$2` the new lease end, `$3` this node: released jobs (lease 0) stay
+    /// released, and a lease another node has taken meanwhile stays that node's.
     renew_jobs: &'static str,
     insert_attempts: &'static str,
     insert_jobs: &'static str,
@@ -61,16 +62,18 @@ const SQLITE: Dialect = Dialect {
     delete_jobs: "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each($1))",
     release_jobs: "UPDATE jobs SET lease_until = 0 WHERE id IN (SELECT value FROM json_each($1))",
     renew_jobs: "UPDATE jobs SET lease_until = $2 \
-        WHERE id IN (SELECT value FROM json_each($1)) AND lease_until > 0",
+        WHERE id IN (SELECT value FROM json_each($1)) AND lease_until > 0 AND leased_by = $3",
     insert_attempts: "INSERT INTO attempts \
         (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events) \
         SELECT value ->> 'job_id', value ->> 'connection_id', value ->> 'attempted_at', \
         value ->> 'outcome', value ->> 'status', value ->> 'error', value ->> 'requests', \
         value ->> 'latency_ms', value ->> 'events' FROM json_each($1)",
     insert_jobs: "INSERT INTO jobs \
-        (batch_id, connection_id, revision_id, created_at, next_attempt_at, lease_until) \
+        (batch_id, connection_id, revision_id, created_at, next_attempt_at, lease_until, \
+        leased_by) \
         SELECT value ->> 'batch_id', value ->> 'connection_id', value ->> 'revision_id', \
-        value ->> 'created_at', value ->> 'created_at', value ->> 'lease_until' FROM json_each($1) \
+        value ->> 'created_at', value ->> 'created_at', value ->> 'lease_until', \
+        value ->> 'leased_by' FROM json_each($1) \
         RETURNING id, batch_id, connection_id",
 };
 
@@ -93,7 +96,8 @@ const POSTGRES: Dialect = Dialect {
     release_jobs: "UPDATE jobs SET lease_until = 0 WHERE id IN \
         (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
     renew_jobs: "UPDATE jobs SET lease_until = $2 WHERE id IN \
-        (SELECT jsonb_array_elements_text($1::jsonb)::bigint) AND lease_until > 0",
+        (SELECT jsonb_array_elements_text($1::jsonb)::bigint) AND lease_until > 0 \
+        AND leased_by = $3",
     insert_attempts: "INSERT INTO attempts \
         (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events) \
         SELECT job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events \
@@ -101,10 +105,11 @@ const POSTGRES: Dialect = Dialect {
         attempted_at bigint, outcome text, status bigint, error text, requests bigint, \
         latency_ms bigint, events bigint)",
     insert_jobs: "INSERT INTO jobs \
-        (batch_id, connection_id, revision_id, created_at, next_attempt_at, lease_until) \
-        SELECT batch_id, connection_id, revision_id, created_at, created_at, lease_until \
-        FROM jsonb_to_recordset($1::jsonb) AS x(batch_id bigint, connection_id text, \
-        revision_id bigint, created_at bigint, lease_until bigint) \
+        (batch_id, connection_id, revision_id, created_at, next_attempt_at, lease_until, \
+        leased_by) \
+        SELECT batch_id, connection_id, revision_id, created_at, created_at, lease_until, \
+        leased_by FROM jsonb_to_recordset($1::jsonb) AS x(batch_id bigint, connection_id text, \
+        revision_id bigint, created_at bigint, lease_until bigint, leased_by text) \
         RETURNING id, batch_id, connection_id",
 };
 
@@ -154,6 +159,7 @@ struct JobRow<'a> {
     created_at: i64,
     /// 0 for a job left in the table for the poller.
     lease_until: i64,
+    leased_by: Option<&'a str>,
 }
 
 /// Serialises rows for a JSON-array parameter (plain data: this cannot fail).
@@ -167,6 +173,7 @@ pub(super) async fn commit(
     commands: &[Command],
     lease_ms: i64,
     crowded: &HashSet<String>,
+    node: &str,
 ) -> StoreResult<Vec<Done>> {
     let dialect = if store.is_embedded() {
         &SQLITE
@@ -188,7 +195,7 @@ pub(super) async fn commit(
             .copied()
             .collect();
         if !renewed.is_empty() {
-            sqlx::query(dialect.renew_jobs).bind(json(&renewed)).bind(now + lease_ms)
+            sqlx::query(dialect.renew_jobs).bind(json(&renewed)).bind(now + lease_ms).bind(node)
                 .execute(&mut *tx).await?;
         }
         let mut finished = Vec::new();
@@ -236,7 +243,7 @@ pub(super) async fn commit(
         for (slot, command) in done.iter_mut().zip(commands) {
             if let Command::Claim { limit, skip, .. } = command {
                 let jobs: Vec<ClaimedJob> = sqlx::query_as(dialect.claim)
-                    .bind(now + lease_ms).bind(now).bind(*limit).bind(skip)
+                    .bind(now + lease_ms).bind(now).bind(*limit).bind(skip).bind(node)
                     .fetch_all(&mut *tx).await?;
                 *slot = Some(Done::Claim(jobs));
             }
@@ -276,8 +283,8 @@ pub(super) async fn commit(
         }
         let lease_until = now + lease_ms;
         let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, |connection| {
-            if crowded.contains(connection) { 0 } else { lease_until }
-        });
+            if crowded.contains(connection) { None } else { Some(lease_until) }
+        }, node);
         let profiles = profile_rows(commands, &outcomes);
         if !profiles.is_empty() {
             sqlx::query(dialect.upsert_profiles).bind(json(&profiles)).bind(now).execute(&mut *tx).await?;
@@ -306,12 +313,14 @@ pub(super) async fn commit(
 }
 
 /// Each ingest command's outcomes, given the ids allocated to the group's batches in order and
-/// the ids the insert returned, and the jobs of the stored batches.
+/// the ids the insert returned, and the jobs of the stored batches: leased to `node` until
+/// `lease_until(connection)`, or (`None`) left in the table.
 fn settle_batches<'a>(
     commands: &'a [Command],
     ids: &[i64],
     stored: &HashSet<i64>,
-    lease_until: impl Fn(&str) -> i64,
+    lease_until: impl Fn(&str) -> Option<i64>,
+    node: &'a str,
 ) -> (Vec<Vec<IngestOutcome>>, Vec<JobRow<'a>>) {
     let mut ids = ids.iter();
     let mut jobs = Vec::new();
@@ -328,12 +337,16 @@ fn settle_batches<'a>(
                     if !stored.contains(&batch_id) {
                         return IngestOutcome::Duplicate;
                     }
-                    jobs.extend(batch.routes.iter().map(|route| JobRow {
-                        batch_id,
-                        connection_id: &route.connection_id,
-                        revision_id: route.revision_id,
-                        created_at: batch.received_at,
-                        lease_until: lease_until(&route.connection_id),
+                    jobs.extend(batch.routes.iter().map(|route| {
+                        let lease = lease_until(&route.connection_id);
+                        JobRow {
+                            batch_id,
+                            connection_id: &route.connection_id,
+                            revision_id: route.revision_id,
+                            created_at: batch.received_at,
+                            lease_until: lease.unwrap_or(0),
+                            leased_by: lease.map(|_| node),
+                        }
                     }));
                     IngestOutcome::Stored { batch_id }
                 })

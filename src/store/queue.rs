@@ -202,13 +202,13 @@ pub(super) const INSERT_DEAD_LETTER: &str = "INSERT INTO dead_letters \
      (job_id, batch_id, connection_id, payload_index, body, status, error, created_at) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 /// `$4` is a JSON array of connection ids to skip (their lanes are full on this node).
-pub(super) const CLAIM_SQLITE: &str = "UPDATE jobs SET lease_until = $1 WHERE id IN \
+pub(super) const CLAIM_SQLITE: &str = "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
      (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
       AND connection_id NOT IN (SELECT value FROM json_each($4)) \
       ORDER BY next_attempt_at LIMIT $3) \
      RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at";
 /// `SKIP LOCKED` lets several nodes claim side by side without waiting on each other's rows.
-pub(super) const CLAIM_POSTGRES: &str = "UPDATE jobs SET lease_until = $1 WHERE id IN \
+pub(super) const CLAIM_POSTGRES: &str = "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
      (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
       AND connection_id NOT IN (SELECT jsonb_array_elements_text($4::jsonb)) \
       ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) \

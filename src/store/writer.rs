@@ -174,16 +174,18 @@ async fn run(
     crowded: Arc<Crowded>,
 ) {
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    // This process's name on the leases it takes (each run is a node of its own).
+    let node = uuid::Uuid::now_v7().to_string();
     let mut group = Vec::with_capacity(MAX_GROUP);
     while rx.recv_many(&mut group, MAX_GROUP).await > 0 {
         let crowded = crowded.snapshot();
-        match commit(&store, &group, lease_ms, &crowded).await {
+        match commit(&store, &group, lease_ms, &crowded, &node).await {
             Ok(done) => answer(std::mem::take(&mut group), done, &committed),
             Err(error) if group.len() > 1 => {
                 tracing::warn!(%error, commands = group.len(), "Group commit failed; retrying its commands one by one.");
                 for command in std::mem::take(&mut group) {
                     let one = std::slice::from_ref(&command);
-                    let result = commit(&store, one, lease_ms, &crowded).await;
+                    let result = commit(&store, one, lease_ms, &crowded, &node).await;
                     settle(command, result, &committed);
                 }
             }

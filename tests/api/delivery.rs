@@ -358,6 +358,58 @@ async fn a_job_waiting_longer_than_its_lease_is_not_taken_by_another_node() {
     node_a.stop().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_node_never_renews_a_lease_another_node_has_taken() {
+    // A node that stalled past a lease may find that another node claimed one of its jobs; its
+    // next renewal must leave that lease alone. Staged here by handing a queued job's lease to
+    // "another node" in the table while this node still holds the job.
+    let app = spawn_app_with(|c| {
+        c.delivery.lease_secs = 3;
+        c.delivery.request_timeout_secs = 1;
+        c.delivery.max_in_flight_per_connection = 1;
+    })
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let slow = axum::Router::new().fallback(|| async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        "ok"
+    });
+    let _receiver = tokio::spawn(async move { axum::serve(listener, slow).await });
+    let (input, _) = app
+        .pipeline(&format!("http://{address}/hook"), json!({}))
+        .await;
+    let bulk: Vec<Value> = (0..12).map(|_| batch_of(&["custom_event"])).collect();
+    let response = app
+        .post_raw(&input, "/v2/bulkevents", Value::Array(bulk).to_string())
+        .await;
+    assert_eq!(response.status(), 202);
+
+    // The last job waits ~6 s in this node's queue; renewals come every second.
+    let last = app.query_i64("SELECT MAX(id) FROM jobs").await;
+    let theirs: i64 = 4_000_000_000_000;
+    app.execute(&format!(
+        "UPDATE jobs SET leased_by = 'another-node', lease_until = {theirs} WHERE id = {last}"
+    ))
+    .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let lease = app
+        .query_i64(&format!("SELECT lease_until FROM jobs WHERE id = {last}"))
+        .await;
+    assert_eq!(lease, theirs, "the other node's lease was overwritten");
+    // The node's own queued jobs were renewed meanwhile.
+    assert_eq!(
+        app.count(&format!(
+            "jobs WHERE id <> {last} AND lease_until > 0 AND lease_until < {theirs} \
+             AND leased_by IS NOT NULL AND leased_by <> 'another-node'"
+        ))
+        .await,
+        app.count(&format!("jobs WHERE id <> {last} AND lease_until > 0"))
+            .await
+    );
+    app.stop().await.unwrap();
+}
+
 /// A connection's attempt log, newest first.
 async fn attempts_log(app: &TestApp, connection: &Value) -> Value {
     let path = format!(

@@ -285,27 +285,51 @@ impl TestApp {
 
     /// Rows in a table, read straight from the database.
     pub async fn count(&self, table: &str) -> i64 {
-        let sql = format!("SELECT COUNT(*) FROM {table}");
+        self.query_i64(&format!("SELECT COUNT(*) FROM {table}"))
+            .await
+    }
+
+    /// The one integer a query answers, read straight from the database.
+    pub async fn query_i64(&self, sql: &str) -> i64 {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
         if self.database_url.starts_with("sqlite") {
             let pool = sqlx::SqlitePool::connect(&self.database_url)
                 .await
                 .expect("sqlite");
-            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            let n: i64 = sqlx::query_scalar(sql)
                 .fetch_one(&pool)
                 .await
-                .expect("count");
+                .expect("query");
             pool.close().await;
             n
         } else {
             let pool = sqlx::PgPool::connect(&self.database_url)
                 .await
                 .expect("postgres");
-            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            let n: i64 = sqlx::query_scalar(sql)
                 .fetch_one(&pool)
                 .await
-                .expect("count");
+                .expect("query");
             pool.close().await;
             n
+        }
+    }
+
+    /// Runs a statement straight on the database (to stage what another node would do).
+    pub async fn execute(&self, sql: &str) {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        if self.database_url.starts_with("sqlite") {
+            let pool = sqlx::SqlitePool::connect(&self.database_url)
+                .await
+                .expect("sqlite");
+            sqlx::query(sql).execute(&pool).await.expect("statement");
+            pool.close().await;
+        } else {
+            let pool = sqlx::PgPool::connect(&self.database_url)
+                .await
+                .expect("postgres");
+            sqlx::query(sql).execute(&pool).await.expect("statement");
+            pool.close().await;
         }
     }
 
