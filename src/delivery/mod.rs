@@ -162,7 +162,7 @@ impl Lanes {
         let connection_id = job.connection_id.clone();
         let lane = self.lane(&connection_id);
         let sent = lane.try_send(job);
-        if lane.capacity() < self.capacity / 4 {
+        if self.is_crowded(lane.capacity()) {
             self.crowded.set(&connection_id, true);
         }
         if let Err(error) = sent {
@@ -218,13 +218,23 @@ impl Lanes {
                 .filter(|id| {
                     lanes
                         .get(id)
-                        .is_none_or(|lane| lane.capacity() >= self.capacity / 2)
+                        .is_none_or(|lane| self.is_roomy(lane.capacity()))
                 })
                 .collect()
         };
         for id in roomy {
             self.crowded.set(&id, false);
         }
+    }
+
+    /// Whether a lane with `free` places left is crowded (see `Lanes::crowded`)...
+    fn is_crowded(&self, free: usize) -> bool {
+        free < self.capacity / 4
+    }
+
+    /// ...and whether a crowded one has room again.
+    fn is_roomy(&self, free: usize) -> bool {
+        free >= self.capacity / 2
     }
 
     fn claim_limit(&self) -> usize {
@@ -254,7 +264,7 @@ impl Lanes {
                 () = self.cancel.cancelled() => break,
                 job = jobs.recv() => match job { Some(job) => job, None => break },
             };
-            if jobs.capacity() >= self.capacity / 2 && self.crowded.contains(&connection_id) {
+            if self.is_roomy(jobs.capacity()) && self.crowded.contains(&connection_id) {
                 self.crowded.set(&connection_id, false);
             }
             let permit = tokio::select! {

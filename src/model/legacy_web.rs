@@ -6,7 +6,7 @@
 use serde_json::{Map, Value, json};
 
 use super::batch::BatchError;
-use super::mobile::{copy, identity_type, impressions_and_cart, products};
+use super::mobile::{batch_header, copy, identity_type, impressions_and_cart, products};
 
 /// Web `MessageType` numbers and the `event_type`s the v3 converter gives them.
 fn event_type(dt: i64) -> Option<&'static str> {
@@ -73,21 +73,7 @@ pub(crate) fn translate(dto: &Value) -> Result<Value, BatchError> {
         message: format!("Field \"dt\" has unknown message type {dt}."),
     })?;
 
-    let mut batch = Map::new();
-    copy(d, "mpid", &mut batch, "mpid");
-    copy(d, "das", &mut batch, "mp_deviceid");
-    copy(d, "sdk", &mut batch, "sdk_version");
-    copy(d, "ua", &mut batch, "user_attributes");
-    copy(d, "ia", &mut batch, "integration_attributes");
-    let development = d.get("dbg").and_then(Value::as_bool).unwrap_or(false);
-    batch.insert(
-        "environment".into(),
-        json!(if development {
-            "development"
-        } else {
-            "production"
-        }),
-    );
+    let mut batch = batch_header(d);
     let mut application = Map::new();
     copy(d, "av", &mut application, "application_version");
     batch.insert("application_info".into(), Value::Object(application));

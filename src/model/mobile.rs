@@ -21,22 +21,8 @@ pub(crate) fn translate(envelope: &Value, os: MobileOs) -> Result<Value, BatchEr
     if h.get("dt").and_then(Value::as_str) != Some("h") {
         return Err(error("dt", "must be \"h\" (an upload batch)"));
     }
-    let mut batch = Map::new();
-    copy(h, "mpid", &mut batch, "mpid");
-    copy(h, "das", &mut batch, "mp_deviceid");
-    copy(h, "sdk", &mut batch, "sdk_version");
-    copy(h, "ua", &mut batch, "user_attributes");
+    let mut batch = batch_header(h);
     copy(h, "uad", &mut batch, "deleted_user_attributes");
-    copy(h, "ia", &mut batch, "integration_attributes");
-    let development = h.get("dbg").and_then(Value::as_bool).unwrap_or(false);
-    batch.insert(
-        "environment".into(),
-        json!(if development {
-            "development"
-        } else {
-            "production"
-        }),
-    );
     if let Some(id) = h.get("id").and_then(Value::as_str) {
         batch.insert("source_request_id".into(), json!(id));
     }
@@ -73,6 +59,25 @@ fn error(field: &str, problem: &str) -> BatchError {
         field: field.to_owned(),
         message: format!("Field \"{field}\" {problem}."),
     }
+}
+
+/// The batch-level fields both SDK wire formats carry under the same short keys: user, device,
+/// SDK version, user and integration attributes, and the environment (`dbg`).
+pub(super) fn batch_header(from: &Map<String, Value>) -> Map<String, Value> {
+    let mut batch = Map::new();
+    copy(from, "mpid", &mut batch, "mpid");
+    copy(from, "das", &mut batch, "mp_deviceid");
+    copy(from, "sdk", &mut batch, "sdk_version");
+    copy(from, "ua", &mut batch, "user_attributes");
+    copy(from, "ia", &mut batch, "integration_attributes");
+    let development = from.get("dbg").and_then(Value::as_bool).unwrap_or(false);
+    let environment = if development {
+        "development"
+    } else {
+        "production"
+    };
+    batch.insert("environment".into(), json!(environment));
+    batch
 }
 
 /// Copies `key` as `as_key` when present and not null.

@@ -289,15 +289,19 @@ pub(super) async fn commit(
         if !profiles.is_empty() {
             sqlx::query(dialect.upsert_profiles).bind(json(&profiles)).bind(now).execute(&mut *tx).await?;
         }
-        let mut job_ids: HashMap<(i64, String), i64> = HashMap::with_capacity(new_jobs.len());
-        if !new_jobs.is_empty() {
-            // New jobs are leased to this node (delivery gets them straight from the writer),
-            // except those of crowded connections.
-            let rows: Vec<(i64, i64, String)> = sqlx::query_as(dialect.insert_jobs)
+        // New jobs are leased to this node (delivery gets them straight from the writer),
+        // except those of crowded connections.
+        let rows: Vec<(i64, i64, String)> = if new_jobs.is_empty() {
+            Vec::new()
+        } else {
+            sqlx::query_as(dialect.insert_jobs)
                 .bind(json(&new_jobs))
-                .fetch_all(&mut *tx).await?;
-            job_ids.extend(rows.into_iter().map(|(id, batch_id, connection)| ((batch_id, connection), id)));
-        }
+                .fetch_all(&mut *tx).await?
+        };
+        let job_ids: HashMap<(i64, &str), i64> = rows
+            .iter()
+            .map(|(id, batch_id, connection)| ((*batch_id, connection.as_str()), *id))
+            .collect();
         for ((slot, command), outcomes) in done.iter_mut().zip(commands).zip(outcomes) {
             if let Command::Ingest { batches, .. } = command {
                 let jobs = jobs_of(batches, &outcomes, &job_ids, crowded);
@@ -404,7 +408,7 @@ fn profile_rows(commands: &[Command], outcomes: &[Vec<IngestOutcome>]) -> Vec<Pr
 fn jobs_of(
     batches: &[NewBatch],
     outcomes: &[IngestOutcome],
-    ids: &HashMap<(i64, String), i64>,
+    ids: &HashMap<(i64, &str), i64>,
     crowded: &HashSet<String>,
 ) -> Vec<Job> {
     let mut jobs = Vec::new();
@@ -416,7 +420,7 @@ fn jobs_of(
             if crowded.contains(&route.connection_id) {
                 continue;
             }
-            let Some(&id) = ids.get(&(batch_id, route.connection_id.clone())) else {
+            let Some(&id) = ids.get(&(batch_id, route.connection_id.as_str())) else {
                 continue;
             };
             jobs.push(Job {
