@@ -1,11 +1,12 @@
 //! Boson: a self-hosted customer data platform that speaks mParticle's protocols.
 //!
-//! Data flows `ingest` → `store` (group commit) → `delivery` (which applies `pipeline` filters)
-//! → webhooks. `admin` manages inputs, outputs and connections; `catalog` keeps them in memory
-//! for the hot path. See `../shared/DESIGN.md` for the architecture.
+//! Data flows `ingest` (and `identity`, IDSync) → `pipeline` (normalise, route, fan out) →
+//! `store` (group commit) → `delivery` (which applies the `pipeline` filter) → webhooks. `admin`
+//! manages inputs, outputs and connections; the pipeline's catalog keeps them in memory for the
+//! hot path. `docs/ARCHITECTURE.md` follows one batch through the code.
 
+mod access;
 mod admin;
-mod catalog;
 pub mod config;
 mod dashboard;
 mod delivery;
@@ -16,6 +17,7 @@ mod live;
 mod model;
 mod pipeline;
 mod server;
+mod state;
 mod store;
 pub mod telemetry;
 

@@ -1,5 +1,5 @@
-//! Wiring: the shared state, the router, and `run`, which starts the writer, delivery and the
-//! HTTP server and stops them in order on shutdown.
+//! Wiring: the router, and `run`, which starts the writer, the pipeline, delivery and the HTTP
+//! server and stops them in order on shutdown.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,16 +19,18 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
-use crate::admin::{self, hash_token};
-use crate::catalog::Catalog;
+use crate::access::{AdminAccess, hash_token};
+use crate::admin;
 use crate::config::{Config, RetentionConfig};
-use crate::dashboard::Sessions;
 use crate::delivery::webhook::WebhookClient;
-use crate::delivery::{self, DeliveryContext};
+use crate::delivery::{self, Crowded, DeliveryContext};
 use crate::ingest;
 use crate::live::LiveStream;
+use crate::pipeline::Pipeline;
+use crate::pipeline::catalog::Catalog;
+use crate::state::AppState;
 use crate::store::Store;
-use crate::store::writer::{Crowded, Writer};
+use crate::store::writer::Writer;
 use crate::telemetry::Metrics;
 
 const ADMIN_TOKEN_HASH_KEY: &str = "admin_token_sha256";
@@ -36,24 +38,6 @@ const ADMIN_TOKEN_HASH_KEY: &str = "admin_token_sha256";
 const CATALOG_REFRESH: Duration = Duration::from_secs(1);
 /// How long shutdown waits for the writer to commit what it holds.
 const WRITER_DRAIN: Duration = Duration::from_secs(10);
-
-/// What every handler can reach.
-#[derive(Debug, Clone)]
-pub(crate) struct AppState {
-    pub(crate) config: Arc<Config>,
-    pub(crate) store: Store,
-    pub(crate) catalog: Arc<Catalog>,
-    pub(crate) writer: Writer,
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) admin_token_hash: [u8; 32],
-    pub(crate) sessions: Arc<Sessions>,
-    pub(crate) live: Arc<LiveStream>,
-    /// Cancelled when shutdown begins, so long-lived responses (the Live Stream) end and the
-    /// server can drain.
-    pub(crate) stopping: CancellationToken,
-    /// For replays requested from the admin API.
-    pub(crate) webhooks: WebhookClient,
-}
 
 /// The whole HTTP surface.
 pub(crate) fn router(state: AppState) -> Router {
@@ -70,7 +54,7 @@ pub(crate) fn router(state: AppState) -> Router {
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if !state.writer.is_running() {
+    if !state.pipeline.is_running() {
         (StatusCode::SERVICE_UNAVAILABLE, "writer stopped")
     } else if state.store.ping().await {
         (StatusCode::OK, "ready")
@@ -122,8 +106,7 @@ pub async fn run(
     let lease = Duration::from_secs(config.delivery.lease_secs);
     let (committed, committed_jobs) = mpsc::unbounded_channel();
     let crowded = Arc::new(Crowded::default());
-    let (writer, writer_task) =
-        Writer::spawn(store.clone(), lease, committed, Arc::clone(&crowded));
+    let (writer, writer_task) = Writer::spawn(store.clone(), lease, committed);
     let client = WebhookClient::new(
         config.allow_private_destinations,
         Duration::from_secs(config.delivery.request_timeout_secs),
@@ -131,11 +114,19 @@ pub async fn run(
     .context("failed to build the webhook client")?;
     let webhooks = client.clone();
     let live = Arc::new(LiveStream::default());
+    let pipeline = Pipeline::new(
+        Arc::clone(&catalog),
+        writer.clone(),
+        store.clone(),
+        Arc::clone(&live),
+        Arc::clone(&metrics),
+        Arc::clone(&crowded) as _,
+    );
     let ctx = Arc::new(DeliveryContext::new(
         Arc::clone(&catalog),
         store.clone(),
         client,
-        writer.clone(),
+        writer,
         Arc::clone(&metrics),
         Arc::clone(&live),
         &config.delivery,
@@ -168,11 +159,9 @@ pub async fn run(
     let state = AppState {
         config: Arc::new(config),
         store: store.clone(),
-        catalog,
-        writer,
+        pipeline,
         metrics,
-        admin_token_hash,
-        sessions: Arc::default(),
+        access: Arc::new(AdminAccess::new(admin_token_hash)),
         live: Arc::clone(&live),
         stopping: stopping.clone(),
         webhooks,

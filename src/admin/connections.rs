@@ -13,7 +13,7 @@ use super::reload;
 use crate::error::{ApiError, AppJson};
 use crate::model::settings::{ConnectionSettings, SettingsError, metadata_paths};
 use crate::model::{new_id, now_ms};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::{ConnectionRow, StoreError};
 
 #[derive(Debug, Deserialize)]

@@ -11,7 +11,7 @@ use super::{check_name, reload};
 use crate::error::{ApiError, AppJson};
 use crate::model::settings::InputSettings;
 use crate::model::{Platform, new_id, now_ms};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::InputRow;
 
 #[derive(Debug, Deserialize)]

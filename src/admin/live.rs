@@ -12,8 +12,9 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::access::{Sessions, session_id};
 use crate::live::LiveItem;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// Items sent per second per watcher; more are skipped and counted.
 const MAX_PER_SECOND: u32 = 200;
@@ -55,7 +56,7 @@ impl LiveFilter {
 
 struct Watch {
     /// The dashboard session the stream was opened with: the stream ends when it does.
-    session: Option<(String, std::sync::Arc<crate::dashboard::Sessions>)>,
+    session: Option<(String, std::sync::Arc<Sessions>)>,
     stopping: tokio_util::sync::CancellationToken,
     receiver: tokio::sync::broadcast::Receiver<LiveItem>,
     filter: LiveFilter,
@@ -73,11 +74,11 @@ pub(crate) async fn stream(
     let connection_input = filter
         .connection_id
         .as_deref()
-        .and_then(|id| state.catalog.connection(id))
+        .and_then(|id| state.catalog().connection(id))
         .map(|(connection, _)| connection.input_id);
-    let session = crate::dashboard::session_id(&headers)
-        .filter(|id| state.sessions.is_live(id))
-        .map(|id| (id, std::sync::Arc::clone(&state.sessions)));
+    let session = session_id(&headers)
+        .filter(|id| state.access.sessions.is_live(id))
+        .map(|id| (id, std::sync::Arc::clone(&state.access.sessions)));
     let watch = Watch {
         session,
         stopping: state.stopping.clone(),

@@ -11,14 +11,12 @@ mod users;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::Method;
-use axum::http::header::AUTHORIZATION;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// The admin routes, behind the token check.
 pub(crate) fn router(state: AppState) -> Router<AppState> {
@@ -75,23 +73,9 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
         .route_layer(middleware::from_fn_with_state(state, require_admin))
 }
 
-/// SHA-256 of a token; only the hash is kept in memory and in the database.
-pub(crate) fn hash_token(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
-
 async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let presented = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|token| hash_token(token.trim()));
-    // Comparing hashes: equal-length values, so a timing difference reveals nothing useful.
-    let by_token = presented == Some(state.admin_token_hash);
-    // The dashboard's session cookie, with its CSRF token on anything that changes state.
     let changes_state = !matches!(*request.method(), Method::GET | Method::HEAD);
-    if by_token || state.sessions.authorizes(request.headers(), changes_state) {
+    if state.access.authorizes(request.headers(), changes_state) {
         next.run(request).await
     } else {
         ApiError::unauthorized().into_response()
@@ -102,7 +86,7 @@ async fn require_admin(State(state): State<AppState>, request: Request, next: Ne
 /// but would not take effect until the next reload.
 async fn reload(state: &AppState) -> Result<(), ApiError> {
     state
-        .catalog
+        .catalog()
         .reload()
         .await
         .map_err(|e| ApiError::from_store(e, "not_found", "catalog"))

@@ -12,7 +12,7 @@ use crate::delivery::webhook::check_destination;
 use crate::error::{ApiError, AppJson};
 use crate::model::settings::WebhookSettings;
 use crate::model::{new_id, now_ms};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::OutputRow;
 
 const WEBHOOK: &str = "webhook";

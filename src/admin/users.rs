@@ -6,8 +6,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
-use crate::identity::names::{Kind, classify};
-use crate::server::AppState;
+use crate::model::identity::names::{Kind, classify};
+use crate::state::AppState;
 use crate::store::identity_sql::UserProfile;
 
 fn not_found(error: crate::store::StoreError) -> ApiError {

@@ -10,6 +10,7 @@
 //! On shutdown, lanes stop taking work, queued jobs are released back to the table, and requests
 //! in flight are allowed to finish.
 
+mod crowded;
 pub(crate) mod retry;
 pub(crate) mod webhook;
 mod worker;
@@ -24,13 +25,14 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::catalog::Catalog;
 use crate::config::DeliveryConfig;
 use crate::live::LiveStream;
+use crate::pipeline::catalog::Catalog;
 use crate::store::queue::{AttemptRecord, Job, JobUpdate};
-use crate::store::writer::{Crowded, Writer};
+use crate::store::writer::Writer;
 use crate::store::{Store, StoreError};
 use crate::telemetry::Metrics;
+pub(crate) use crowded::Crowded;
 use retry::Backoff;
 use webhook::WebhookClient;
 

@@ -4,9 +4,6 @@
 //! `matched_identities`). Login, logout and modify also put a `profile` event into the input's
 //! stream, so connections with Send Profile Change Events see them.
 
-pub(crate) mod names;
-pub(crate) mod resolve;
-
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
@@ -17,16 +14,17 @@ use axum::routing::post;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::catalog::InputEntry;
+use crate::ingest::body::{decode_body, mpid_of};
 use crate::ingest::cors::{self, X_MP_KEY};
-use crate::ingest::{decode_body, mpid_of, store_documents};
 use crate::model::batch::Channel;
+use crate::model::identity::names::{Kind, classify, device_rank};
+use crate::model::identity::resolve::Call;
 use crate::model::{Platform, now_ms};
-use crate::server::AppState;
+use crate::pipeline::catalog::InputEntry;
+use crate::pipeline::{Document, identity};
+use crate::state::AppState;
 use crate::store::StoreError;
 use crate::store::identity_sql::{IdentityChange, Resolution};
-use names::{Kind, classify, device_rank};
-use resolve::Call;
 
 /// The IDSync routes.
 pub(crate) fn router() -> Router<AppState> {
@@ -142,14 +140,19 @@ async fn resolve_call(
     let request = parse(&gunzip(state, headers, body)?)?;
     let (identities, device) = split_identities(request.known_identities.as_ref())?;
     let previous = request.previous_mpid.as_ref().and_then(mpid_of);
-    let resolution = state
-        .store
-        .resolve_identity(call, &identities, device.as_deref(), previous, now_ms())
-        .await
-        .map_err(|error| {
-            tracing::error!(%error, "Identity resolution failed.");
-            IdentityError::unavailable()
-        })?;
+    let resolution = identity::resolve(
+        &state.store,
+        call,
+        &identities,
+        device.as_deref(),
+        previous,
+        now_ms(),
+    )
+    .await
+    .map_err(|error| {
+        tracing::error!(%error, "Identity resolution failed.");
+        IdentityError::unavailable()
+    })?;
     let profile_event = match call {
         Call::Identify => None,
         Call::Login => Some("login"),
@@ -222,7 +225,7 @@ fn input_of(state: &AppState, headers: &HeaderMap) -> Result<InputEntry, Identit
         .and_then(|v| v.to_str().ok())
         .ok_or_else(IdentityError::unauthorized)?;
     let input = state
-        .catalog
+        .catalog()
         .input_by_key(key)
         .ok_or_else(IdentityError::unauthorized)?;
     cors::origin_allowed(&input, headers).map_err(|origin| IdentityError {
@@ -363,8 +366,9 @@ async fn record_profile_event(
     if let Some(request_id) = &request.request_id {
         batch["source_request_id"] = Value::from(format!("idsync-{kind}-{request_id}"));
     }
-    let documents = vec![(String::new(), batch)];
-    if let Err(error) = store_documents(state, input, documents, channel_of(input.platform)).await {
+    let documents = vec![Document::single(batch)];
+    let channel = channel_of(input.platform);
+    if let Err(error) = state.pipeline.accept(input, documents, channel).await {
         tracing::error!(?error, input = %input.id, "Storing a profile event failed.");
     }
 }

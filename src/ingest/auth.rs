@@ -7,7 +7,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use super::response::IngestError;
-use crate::catalog::{Catalog, InputEntry};
+use crate::pipeline::catalog::{Catalog, InputEntry};
 
 /// Finds the input whose key and secret the request carries.
 pub(crate) fn authenticate(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, HeaderName, Method, header};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use crate::catalog::InputEntry;
+use crate::pipeline::catalog::InputEntry;
 
 /// IDSync's API key header.
 pub(crate) const X_MP_KEY: HeaderName = HeaderName::from_static("x-mp-key");

@@ -11,12 +11,13 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::Value;
 
-use super::accept::store_documents;
 use super::auth::authenticate;
-use super::response::{IngestError, accepted};
-use crate::catalog::InputEntry;
+use super::body::parse_json;
+use super::response::{IngestError, accepted, reject};
 use crate::model::batch::Channel;
-use crate::server::AppState;
+use crate::pipeline::Document;
+use crate::pipeline::catalog::InputEntry;
+use crate::state::AppState;
 
 /// `POST /v2/events`: one batch.
 pub(crate) async fn events(
@@ -48,13 +49,13 @@ async fn handle(
     body: Result<Bytes, BytesRejection>,
     shape: Shape,
 ) -> Response {
-    let input = match authenticate(&state.catalog, headers) {
+    let input = match authenticate(state.catalog(), headers) {
         Ok(input) => input,
-        Err(error) => return super::reject(state, None, error),
+        Err(error) => return reject(state, None, error),
     };
     match accept(state, &input, body, shape).await {
         Ok(()) => accepted(),
-        Err(error) => super::reject(state, Some(&input.id), error),
+        Err(error) => reject(state, Some(&input.id), error),
     }
 }
 
@@ -66,9 +67,9 @@ async fn accept(
 ) -> Result<(), IngestError> {
     let body =
         body.map_err(|r| IngestError::from_body_rejection(&r, state.config.ingest.max_body_bytes))?;
-    let value = super::parse_json(&body)?;
+    let value = parse_json(&body)?;
     let documents = match (shape, value) {
-        (Shape::Single, value) => vec![(String::new(), value)],
+        (Shape::Single, value) => vec![Document::single(value)],
         (Shape::Bulk, Value::Array(items)) => {
             let limit = state.config.ingest.max_bulk_batches;
             if items.len() > limit {
@@ -83,7 +84,10 @@ async fn accept(
             items
                 .into_iter()
                 .enumerate()
-                .map(|(i, v)| (format!("[{i}]"), v))
+                .map(|(i, body)| Document {
+                    location: format!("[{i}]"),
+                    body,
+                })
                 .collect()
         }
         (Shape::Bulk, _) => {
@@ -94,5 +98,9 @@ async fn accept(
         }
     };
 
-    store_documents(state, input, documents, Channel::ServerToServer).await
+    state
+        .pipeline
+        .accept(input, documents, Channel::ServerToServer)
+        .await?;
+    Ok(())
 }

@@ -12,13 +12,14 @@ use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use super::accept::store_documents;
-use super::response::IngestError;
-use crate::catalog::InputEntry;
+use super::body::{decode_body, parse_json};
+use super::response::{IngestError, reject};
 use crate::model::batch::Channel;
 use crate::model::mobile::{MobileOs, translate};
 use crate::model::{Platform, now_ms};
-use crate::server::AppState;
+use crate::pipeline::Document;
+use crate::pipeline::catalog::InputEntry;
+use crate::state::AppState;
 
 const X_MP_SIGNATURE: HeaderName = HeaderName::from_static("x-mp-signature");
 
@@ -29,13 +30,13 @@ pub(crate) async fn events(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let Some(input) = state.catalog.input_by_key(&key) else {
-        return super::reject(&state, None, IngestError::forbidden());
+    let Some(input) = state.catalog().input_by_key(&key) else {
+        return reject(&state, None, IngestError::forbidden());
     };
     match accept(&state, &input, &key, &headers, body).await {
         // Android deletes a batch only after parsing a JSON object from a 2xx answer.
         Ok(()) => (StatusCode::ACCEPTED, Json(json!({}))).into_response(),
-        Err(error) => super::reject(&state, Some(&input.id), error),
+        Err(error) => reject(&state, Some(&input.id), error),
     }
 }
 
@@ -53,20 +54,18 @@ async fn accept(
     };
     let limit = state.config.ingest.max_body_bytes;
     let body = body.map_err(|r| IngestError::from_body_rejection(&r, limit))?;
-    let body = super::decode_body(headers, &body, limit)?;
+    let body = decode_body(headers, &body, limit)?;
     // The SDKs sign the default path, whatever path (CNAME, custom host) they actually call.
     verify_signature(headers, &input.secret, &format!("/v2/{key}/events"), &body)?;
-    let envelope = super::parse_json(&body)?;
+    let envelope = parse_json(&body)?;
     check_upload_platform(&envelope, input.platform)?;
     let document = translate(&envelope, os)
         .map_err(|e| IngestError::bad_request("invalid_batch", e.message))?;
-    store_documents(
-        state,
-        input,
-        vec![(String::new(), document)],
-        Channel::Native,
-    )
-    .await
+    state
+        .pipeline
+        .accept(input, vec![Document::single(document)], Channel::Native)
+        .await?;
+    Ok(())
 }
 
 /// An Android upload to an iOS key (or the reverse) is refused: the data would be mislabelled.
@@ -118,7 +117,7 @@ pub(crate) async fn config(
     Path(key): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let Some(input) = state.catalog.input_by_key(&key) else {
+    let Some(input) = state.catalog().input_by_key(&key) else {
         return IngestError::forbidden().into_response();
     };
     if !matches!(input.platform, Platform::Ios | Platform::Android) {

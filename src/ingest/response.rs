@@ -8,6 +8,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::model::Platform;
+use crate::pipeline::AcceptError;
+use crate::state::AppState;
 
 /// An ingest error, rendered the way mParticle renders it.
 #[derive(Debug)]
@@ -130,4 +132,19 @@ impl IntoResponse for IngestError {
 /// The success answer: 202 Accepted, empty body.
 pub(crate) fn accepted() -> Response {
     StatusCode::ACCEPTED.into_response()
+}
+
+/// Counts a refused request and renders mParticle's error.
+pub(crate) fn reject(state: &AppState, input: Option<&str>, error: IngestError) -> Response {
+    state.metrics.rejected(input, error.reason);
+    error.into_response()
+}
+
+impl From<AcceptError> for IngestError {
+    fn from(error: AcceptError) -> Self {
+        match error {
+            AcceptError::Invalid(message) => IngestError::bad_request("invalid_batch", message),
+            AcceptError::Unavailable => IngestError::unavailable(),
+        }
+    }
 }

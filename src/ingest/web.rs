@@ -10,19 +10,20 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::accept::store_documents;
-use super::response::IngestError;
-use crate::catalog::InputEntry;
+use super::body::{decode_body, mpid_of, parse_json};
+use super::response::{IngestError, reject};
 use crate::model::batch::Channel;
 use crate::model::legacy_web;
 use crate::model::{Platform, now_ms};
-use crate::server::AppState;
+use crate::pipeline::Document;
+use crate::pipeline::catalog::InputEntry;
+use crate::state::AppState;
 use crate::store::identity_sql::NewAlias;
 
 /// The input a Web SDK request's key names; it must be a web input.
 fn web_input(state: &AppState, key: &str, headers: &HeaderMap) -> Result<InputEntry, IngestError> {
     let input = state
-        .catalog
+        .catalog()
         .input_by_key(key)
         .ok_or_else(IngestError::forbidden)?;
     if input.platform != Platform::Web {
@@ -68,27 +69,29 @@ async fn upload(
 ) -> Response {
     let input = match web_input(state, key, headers) {
         Ok(input) => input,
-        Err(error) => return super::reject(state, None, error),
+        Err(error) => return reject(state, None, error),
     };
     state.metrics.ingest_request(&input.id, endpoint);
     let result = async {
         let body = body.map_err(|r| {
             IngestError::from_body_rejection(&r, state.config.ingest.max_body_bytes)
         })?;
-        let document = to_batch(super::parse_json(&body)?)?;
-        store_documents(
-            state,
-            &input,
-            vec![(String::new(), document)],
-            Channel::Javascript,
-        )
-        .await
+        let document = to_batch(parse_json(&body)?)?;
+        state
+            .pipeline
+            .accept(
+                &input,
+                vec![Document::single(document)],
+                Channel::Javascript,
+            )
+            .await?;
+        Ok(())
     }
     .await;
     match result {
         // The SDK ignores the body; `{}` is what mParticle sends.
         Ok(()) => (StatusCode::ACCEPTED, Json(json!({}))).into_response(),
-        Err(error) => super::reject(state, Some(&input.id), error),
+        Err(error) => reject(state, Some(&input.id), error),
     }
 }
 
@@ -131,13 +134,13 @@ pub(crate) async fn forwarding(
 ) -> Response {
     let input = match web_input(&state, &key, &headers) {
         Ok(input) => input,
-        Err(error) => return super::reject(&state, None, error),
+        Err(error) => return reject(&state, None, error),
     };
     let result = async {
         let body = body.map_err(|r| {
             IngestError::from_body_rejection(&r, state.config.ingest.max_body_bytes)
         })?;
-        let report = super::parse_json(&body)?;
+        let report = parse_json(&body)?;
         let reports = match report.get("data") {
             Some(Value::Array(reports)) => reports.clone(),
             _ => vec![report],
@@ -168,7 +171,7 @@ pub(crate) async fn forwarding(
     .await;
     match result {
         Ok(()) => StatusCode::ACCEPTED.into_response(),
-        Err(error) => super::reject(&state, Some(&input.id), error),
+        Err(error) => reject(&state, Some(&input.id), error),
     }
 }
 
@@ -193,7 +196,7 @@ pub(crate) async fn alias(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let Some(input) = state.catalog.input_by_key(&key) else {
+    let Some(input) = state.catalog().input_by_key(&key) else {
         return IngestError::forbidden().into_response();
     };
     if let Err(origin) = super::cors::origin_allowed(&input, &headers) {
@@ -202,7 +205,7 @@ pub(crate) async fn alias(
     let limit = state.config.ingest.max_body_bytes;
     let body = body
         .ok()
-        .and_then(|b| super::decode_body(&headers, &b, limit).ok());
+        .and_then(|b| decode_body(&headers, &b, limit).ok());
     let request: AliasRequest = match body.and_then(|b| serde_json::from_slice(&b).ok()) {
         Some(request) => request,
         None => {
@@ -212,8 +215,8 @@ pub(crate) async fn alias(
         }
     };
     let (Some(source_mpid), Some(destination_mpid)) = (
-        super::mpid_of(&request.data.source_mpid),
-        super::mpid_of(&request.data.destination_mpid),
+        mpid_of(&request.data.source_mpid),
+        mpid_of(&request.data.destination_mpid),
     ) else {
         return alias_error("data.source_mpid and data.destination_mpid must be 64-bit integers.");
     };

@@ -2,6 +2,7 @@
 //! Nothing here does I/O, so every rule about data can be unit- and property-tested.
 
 pub(crate) mod batch;
+pub(crate) mod identity;
 pub(crate) mod legacy_web;
 pub(crate) mod mobile;
 pub(crate) mod settings;

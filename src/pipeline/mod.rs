@@ -1,5 +1,34 @@
-//! Applying a connection's settings to a stored batch: which events go out, what is stripped, and
-//! how the result is cut into webhook requests. Pure functions only; the delivery workers call them
-//! and the Live Stream's "why was this dropped" answer will come from the same code.
+//! The one way from an accepted batch to delivery jobs. Every protocol that takes in data (the
+//! Events API, the Web and mobile SDK uploads, IDSync's profile events) hands its documents to
+//! [`Pipeline::accept`], which answers once they are durable or says why not; each protocol
+//! turns that answer into its own status codes.
+//!
+//! Reading top to bottom, a batch goes through:
+//! 1. [`accept`]: validate and normalise every document of the request (`model::batch`); nothing
+//!    is stored unless all are valid.
+//! 2. [`identity`]: a batch without an MPID gets the one its identities resolve to.
+//! 3. [`catalog`]: the input's routes, i.e. its active connections with their settings revision
+//!    (in memory; every admin change reloads it, so activation is immediate).
+//! 4. [`fanout`]: the rows the batch becomes, as a pure function: the batch, one job per route
+//!    (leased to this node when delivery takes it at once, see [`Handoff`]), its profile update.
+//! 5. `store::writer`: one group-commit transaction with other requests' rows; the answer waits
+//!    for the commit, and leased jobs go straight to delivery.
+//! 6. [`inbound`]: metrics, and the Live Stream's inbound items.
+//!
+//! Delivery then applies each connection's settings with [`filter`] (pure) and posts the result.
 
+mod accept;
+pub(crate) mod catalog;
+pub(crate) mod fanout;
 pub(crate) mod filter;
+pub(crate) mod identity;
+mod inbound;
+
+pub(crate) use accept::{AcceptError, Document, Pipeline};
+
+/// Whether delivery takes a new job of a connection at once (leased to this node, handed over
+/// after the commit) or leaves it in the table for its poller. Delivery implements it; the
+/// pipeline only asks, so it needs no knowledge of lanes.
+pub(crate) trait Handoff: std::fmt::Debug + Send + Sync {
+    fn takes_now(&self, connection_id: &str) -> bool;
+}

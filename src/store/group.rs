@@ -14,6 +14,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use tokio::sync::oneshot;
+
 use serde::Serialize;
 use sqlx::QueryBuilder;
 
@@ -21,7 +23,6 @@ use super::queue::{
     AttemptRecord, ClaimedJob, DeadLetter, INSERT_DEAD_LETTER, IngestOutcome, Job, JobKey,
     JobUpdate, NewBatch, RETRY_JOB,
 };
-use super::writer::{Command, Done};
 use super::{Store, StoreResult, with_pool};
 use crate::model::now_ms;
 
@@ -113,6 +114,40 @@ const POSTGRES: Dialect = Dialect {
         RETURNING id, batch_id, connection_id",
 };
 
+/// One piece of work the writer was given, committed in a group with others.
+pub(super) enum Command {
+    Ingest {
+        batches: Vec<NewBatch>,
+        reply: oneshot::Sender<StoreResult<Vec<IngestOutcome>>>,
+    },
+    Update(JobUpdate),
+    /// Extends the leases of jobs this node still holds (queued or in flight).
+    Renew(Vec<i64>),
+    Claim {
+        limit: i64,
+        /// JSON array of connection ids to skip.
+        skip: String,
+        reply: oneshot::Sender<StoreResult<Vec<ClaimedJob>>>,
+    },
+}
+
+pub(super) enum Done {
+    Ingest(Vec<IngestOutcome>, Vec<Job>),
+    Update,
+    Claim(Vec<ClaimedJob>),
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Command::Ingest { .. } => "Ingest",
+            Command::Update(_) => "Update",
+            Command::Renew(_) => "Renew",
+            Command::Claim { .. } => "Claim",
+        })
+    }
+}
+
 const INSERT_BATCHES: &str =
     "INSERT INTO batches (id, input_id, source_request_id, received_at, event_count, body) ";
 /// A duplicate `source_request_id` inserts nothing, so its id is missing from the answer.
@@ -172,7 +207,6 @@ pub(super) async fn commit(
     store: &Store,
     commands: &[Command],
     lease_ms: i64,
-    crowded: &HashSet<String>,
     node: &str,
 ) -> StoreResult<Vec<Done>> {
     let dialect = if store.is_embedded() {
@@ -282,15 +316,13 @@ pub(super) async fn commit(
             stored.extend(inserted);
         }
         let lease_until = now + lease_ms;
-        let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, |connection| {
-            if crowded.contains(connection) { None } else { Some(lease_until) }
-        }, node);
+        let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, lease_until, node);
         let profiles = profile_rows(commands, &outcomes);
         if !profiles.is_empty() {
             sqlx::query(dialect.upsert_profiles).bind(json(&profiles)).bind(now).execute(&mut *tx).await?;
         }
-        // New jobs are leased to this node (delivery gets them straight from the writer),
-        // except those of crowded connections.
+        // Jobs to be leased are leased to this node (delivery gets them straight from the
+        // writer); the others wait in the table for a poller.
         let rows: Vec<(i64, i64, String)> = if new_jobs.is_empty() {
             Vec::new()
         } else {
@@ -304,7 +336,7 @@ pub(super) async fn commit(
             .collect();
         for ((slot, command), outcomes) in done.iter_mut().zip(commands).zip(outcomes) {
             if let Command::Ingest { batches, .. } = command {
-                let jobs = jobs_of(batches, &outcomes, &job_ids, crowded);
+                let jobs = jobs_of(batches, &outcomes, &job_ids);
                 *slot = Some(Done::Ingest(outcomes, jobs));
             }
         }
@@ -317,13 +349,13 @@ pub(super) async fn commit(
 }
 
 /// Each ingest command's outcomes, given the ids allocated to the group's batches in order and
-/// the ids the insert returned, and the jobs of the stored batches: leased to `node` until
-/// `lease_until(connection)`, or (`None`) left in the table.
+/// the ids the insert returned, and the job rows of the stored batches: leased to `node` until
+/// `lease_until` where the job is to be leased, else left in the table.
 fn settle_batches<'a>(
     commands: &'a [Command],
     ids: &[i64],
     stored: &HashSet<i64>,
-    lease_until: impl Fn(&str) -> Option<i64>,
+    lease_until: i64,
     node: &'a str,
 ) -> (Vec<Vec<IngestOutcome>>, Vec<JobRow<'a>>) {
     let mut ids = ids.iter();
@@ -341,16 +373,13 @@ fn settle_batches<'a>(
                     if !stored.contains(&batch_id) {
                         return IngestOutcome::Duplicate;
                     }
-                    jobs.extend(batch.routes.iter().map(|route| {
-                        let lease = lease_until(&route.connection_id);
-                        JobRow {
-                            batch_id,
-                            connection_id: &route.connection_id,
-                            revision_id: route.revision_id,
-                            created_at: batch.received_at,
-                            lease_until: lease.unwrap_or(0),
-                            leased_by: lease.map(|_| node),
-                        }
+                    jobs.extend(batch.jobs.iter().map(|job| JobRow {
+                        batch_id,
+                        connection_id: &job.connection_id,
+                        revision_id: job.revision_id,
+                        created_at: batch.received_at,
+                        lease_until: if job.leased { lease_until } else { 0 },
+                        leased_by: job.leased.then_some(node),
                     }));
                     IngestOutcome::Stored { batch_id }
                 })
@@ -403,31 +432,27 @@ fn profile_rows(commands: &[Command], outcomes: &[Vec<IngestOutcome>]) -> Vec<Pr
         .collect()
 }
 
-/// The jobs created for an ingest command's stored batches, except those left in the table for
-/// `crowded` connections.
+/// The leased jobs created for an ingest command's stored batches (the others wait in the
+/// table).
 fn jobs_of(
     batches: &[NewBatch],
     outcomes: &[IngestOutcome],
     ids: &HashMap<(i64, &str), i64>,
-    crowded: &HashSet<String>,
 ) -> Vec<Job> {
     let mut jobs = Vec::new();
     for (batch, outcome) in batches.iter().zip(outcomes) {
         let IngestOutcome::Stored { batch_id } = *outcome else {
             continue;
         };
-        for route in &batch.routes {
-            if crowded.contains(&route.connection_id) {
-                continue;
-            }
-            let Some(&id) = ids.get(&(batch_id, route.connection_id.as_str())) else {
+        for job in batch.jobs.iter().filter(|job| job.leased) {
+            let Some(&id) = ids.get(&(batch_id, job.connection_id.as_str())) else {
                 continue;
             };
             jobs.push(Job {
                 id,
                 batch_id,
-                connection_id: route.connection_id.clone(),
-                revision_id: route.revision_id,
+                connection_id: job.connection_id.clone(),
+                revision_id: job.revision_id,
                 progress: 0,
                 attempts: 0,
                 created_at: batch.received_at,

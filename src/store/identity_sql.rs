@@ -1,12 +1,13 @@
 //! The identity store: users, their identities, devices' anonymous users, identity history and
-//! alias requests. Resolution reads, decides (the pure `identity::resolve::decide`) and writes in
-//! one transaction, so two requests for the same identities cannot split a user in two.
+//! alias requests. Resolution reads, asks the caller's rule what to do (a pure function over what
+//! was read), and writes, all in one transaction, so two requests for the same identities cannot
+//! split a user in two. The store itself decides nothing.
 
 use rand::Rng;
 use sqlx::FromRow;
 
 use super::{Store, StoreError, StoreResult, with_pool};
-use crate::identity::resolve::{Call, Lookup, Target, UserSummary, decide};
+use crate::model::identity::resolve::{Decision, Lookup, Target, UserSummary};
 
 /// The answer to an IDSync call.
 #[derive(Debug, Clone)]
@@ -106,14 +107,15 @@ impl Store {
         }
     }
 
-    /// Resolves an identify, login or logout to a user, creating and updating what it decides.
+    /// Resolves a request's identities to a user: looks up who owns them, the device's user and
+    /// the previous user, lets `decide` choose from that, and applies its decision.
     pub(crate) async fn resolve_identity(
         &self,
-        call: Call,
         identities: &[(String, String)],
         device: Option<&str>,
         previous: Option<i64>,
         now: i64,
+        decide: impl FnOnce(&Lookup) -> Decision + Send,
     ) -> StoreResult<Resolution> {
         let begin = self.begin_sql();
         let mut keys: Vec<String> = identities.iter().map(|(k, v)| format!("{k}:{v}")).collect();
@@ -150,7 +152,7 @@ impl Store {
                 }
             }
             let lookup = Lookup { owners, device_user, previous: previous_user };
-            let decision = decide(call, identities, &lookup);
+            let decision = decide(&lookup);
             let mpid = match decision.target {
                 Target::Existing(mpid) => {
                     sqlx::query(TOUCH_USER).bind(mpid).bind(now).execute(&mut *tx).await?;

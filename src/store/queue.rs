@@ -9,7 +9,7 @@ use sqlx::FromRow;
 
 use super::{Store, StoreError, StoreResult, with_pool};
 
-/// A batch to store, with the connections it must be delivered to.
+/// A batch to store, with the delivery jobs to create if it is stored (not a duplicate).
 #[derive(Debug, Clone)]
 pub(crate) struct NewBatch {
     pub(crate) input_id: String,
@@ -17,7 +17,7 @@ pub(crate) struct NewBatch {
     pub(crate) received_at: i64,
     pub(crate) event_count: i64,
     pub(crate) body: Arc<[u8]>,
-    pub(crate) routes: Vec<Route>,
+    pub(crate) jobs: Vec<NewJob>,
     /// What the batch tells about its user's profile.
     pub(crate) profile: Option<ProfileUpdate>,
 }
@@ -35,6 +35,16 @@ pub(crate) struct ProfileUpdate {
 pub(crate) struct Route {
     pub(crate) connection_id: String,
     pub(crate) revision_id: i64,
+}
+
+/// A delivery job to create with a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NewJob {
+    pub(crate) connection_id: String,
+    pub(crate) revision_id: i64,
+    /// Leased to this node at once, and handed to delivery after the commit; otherwise left
+    /// in the table for a poller to claim.
+    pub(crate) leased: bool,
 }
 
 /// What happened to one batch of an ingest request.

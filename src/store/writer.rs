@@ -7,14 +7,11 @@
 //! If a group's transaction fails, each command is retried in a transaction of its own, so one
 //! bad command cannot fail the requests it happened to share a group with.
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::group::commit;
+use super::group::{Command, Done, commit};
 use super::queue::{ClaimedJob, IngestOutcome, Job, JobUpdate, NewBatch};
 use super::{Store, StoreError, StoreResult};
 
@@ -23,101 +20,23 @@ const MAX_GROUP: usize = 256;
 /// Commands waiting for the writer; beyond this, senders wait (back-pressure on ingest).
 const QUEUE_CAPACITY: usize = 8192;
 
-pub(super) enum Command {
-    Ingest {
-        batches: Vec<NewBatch>,
-        reply: oneshot::Sender<StoreResult<Vec<IngestOutcome>>>,
-    },
-    Update(JobUpdate),
-    /// Extends the leases of jobs this node still holds (queued or in flight).
-    Renew(Vec<i64>),
-    Claim {
-        limit: i64,
-        /// JSON array of connection ids to skip.
-        skip: String,
-        reply: oneshot::Sender<StoreResult<Vec<ClaimedJob>>>,
-    },
-}
-
-pub(super) enum Done {
-    Ingest(Vec<IngestOutcome>, Vec<Job>),
-    Update,
-    Claim(Vec<ClaimedJob>),
-}
-
 /// A handle to the writer task; cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct Writer {
     commands: mpsc::Sender<Command>,
 }
 
-impl std::fmt::Debug for Command {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Command::Ingest { .. } => "Ingest",
-            Command::Update(_) => "Update",
-            Command::Renew(_) => "Renew",
-            Command::Claim { .. } => "Claim",
-        })
-    }
-}
-
-/// Connections whose delivery queues on this node are crowded. Their new jobs are stored
-/// unleased, for the poller to claim once there is room, instead of being handed over only to be
-/// released again (a write per job, competing with ingest for the writer). Delivery keeps the
-/// set current.
-#[derive(Debug, Default)]
-pub(crate) struct Crowded {
-    connections: RwLock<HashSet<String>>,
-    /// The set's size, so the common case (nothing crowded) takes no lock.
-    len: AtomicUsize,
-}
-
-impl Crowded {
-    pub(crate) fn contains(&self, connection_id: &str) -> bool {
-        self.len.load(Ordering::Acquire) > 0 && self.read().contains(connection_id)
-    }
-
-    /// Marks or unmarks a connection as crowded.
-    pub(crate) fn set(&self, connection_id: &str, crowded: bool) {
-        let mut connections = self
-            .connections
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        if crowded {
-            connections.insert(connection_id.to_owned());
-        } else {
-            connections.remove(connection_id);
-        }
-        self.len.store(connections.len(), Ordering::Release);
-    }
-
-    pub(crate) fn snapshot(&self) -> HashSet<String> {
-        if self.len.load(Ordering::Acquire) == 0 {
-            return HashSet::new();
-        }
-        self.read().clone()
-    }
-
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashSet<String>> {
-        self.connections
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
 impl Writer {
-    /// Starts the writer. Jobs created by committed batches are sent on `committed`, already leased
-    /// to this node for `lease`, so they can be delivered at once without a claim round trip;
-    /// except jobs of `crowded` connections, which stay unleased in the table.
+    /// Starts the writer. The jobs of committed batches that were to be leased are leased to
+    /// this node for `lease` and sent on `committed`, so they can be delivered at once without a
+    /// claim round trip.
     pub(crate) fn spawn(
         store: Store,
         lease: Duration,
         committed: mpsc::UnboundedSender<Vec<Job>>,
-        crowded: Arc<Crowded>,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let (commands, rx) = mpsc::channel(QUEUE_CAPACITY);
-        let task = tokio::spawn(run(store, lease, rx, committed, crowded));
+        let task = tokio::spawn(run(store, lease, rx, committed));
         (Self { commands }, task)
     }
 
@@ -171,21 +90,19 @@ async fn run(
     lease: Duration,
     mut rx: mpsc::Receiver<Command>,
     committed: mpsc::UnboundedSender<Vec<Job>>,
-    crowded: Arc<Crowded>,
 ) {
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
     // This process's name on the leases it takes (each run is a node of its own).
     let node = uuid::Uuid::now_v7().to_string();
     let mut group = Vec::with_capacity(MAX_GROUP);
     while rx.recv_many(&mut group, MAX_GROUP).await > 0 {
-        let crowded = crowded.snapshot();
-        match commit(&store, &group, lease_ms, &crowded, &node).await {
+        match commit(&store, &group, lease_ms, &node).await {
             Ok(done) => answer(std::mem::take(&mut group), done, &committed),
             Err(error) if group.len() > 1 => {
                 tracing::warn!(%error, commands = group.len(), "Group commit failed; retrying its commands one by one.");
                 for command in std::mem::take(&mut group) {
                     let one = std::slice::from_ref(&command);
-                    let result = commit(&store, one, lease_ms, &crowded, &node).await;
+                    let result = commit(&store, one, lease_ms, &node).await;
                     settle(command, result, &committed);
                 }
             }

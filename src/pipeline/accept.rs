@@ -1,0 +1,189 @@
+//! The pipeline service and its one entry, [`Pipeline::accept`]: documents of one request in,
+//! durably stored batches and their delivery jobs out, or a typed reason why nothing was stored.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::Handoff;
+use super::catalog::{Catalog, InputEntry};
+use super::fanout::{self, fan_out};
+use super::{identity, inbound};
+use crate::live::LiveStream;
+use crate::model::batch::{Channel, NormalizedBatch, normalize};
+use crate::model::now_ms;
+use crate::store::Store;
+use crate::store::queue::IngestOutcome;
+use crate::store::writer::Writer;
+use crate::telemetry::Metrics;
+
+/// One document of a request, with where it sits in the request (for error messages: empty for
+/// a single batch, `[3]` for the fourth of a bulk request).
+#[derive(Debug, Clone)]
+pub(crate) struct Document {
+    pub(crate) location: String,
+    pub(crate) body: Value,
+}
+
+impl Document {
+    /// The only document of a request.
+    pub(crate) fn single(body: Value) -> Self {
+        Self {
+            location: String::new(),
+            body,
+        }
+    }
+}
+
+/// What an accepted request stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Accepted {
+    /// One outcome per document, in order.
+    pub(crate) outcomes: Vec<IngestOutcome>,
+    /// Events in the batches stored (duplicates not counted).
+    pub(crate) events_stored: usize,
+}
+
+/// Why a request was not accepted. Nothing of it was stored.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AcceptError {
+    /// A document is not a valid batch; the message names the field.
+    #[error("{0}")]
+    Invalid(String),
+    /// The database or the writer failed; the client should retry.
+    #[error("storage unavailable")]
+    Unavailable,
+}
+
+/// The pipeline service; cheap to clone.
+#[derive(Debug, Clone)]
+pub(crate) struct Pipeline {
+    catalog: Arc<Catalog>,
+    writer: Writer,
+    store: Store,
+    live: Arc<LiveStream>,
+    metrics: Arc<Metrics>,
+    handoff: Arc<dyn Handoff>,
+}
+
+impl Pipeline {
+    pub(crate) fn new(
+        catalog: Arc<Catalog>,
+        writer: Writer,
+        store: Store,
+        live: Arc<LiveStream>,
+        metrics: Arc<Metrics>,
+        handoff: Arc<dyn Handoff>,
+    ) -> Self {
+        Self {
+            catalog,
+            writer,
+            store,
+            live,
+            metrics,
+            handoff,
+        }
+    }
+
+    /// Routing: inputs by key, connections and their settings.
+    pub(crate) fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    /// Whether batches can be stored (the writer is running).
+    pub(crate) fn is_running(&self) -> bool {
+        self.writer.is_running()
+    }
+
+    /// Validates, normalises and durably stores a request's documents for `input`, creating
+    /// their delivery jobs; returns once they are committed. All or nothing.
+    pub(crate) async fn accept(
+        &self,
+        input: &InputEntry,
+        documents: Vec<Document>,
+        channel: Channel,
+    ) -> Result<Accepted, AcceptError> {
+        let now = now_ms();
+        let mut batches = normalize_all(documents, channel, now)?;
+        for batch in &mut batches {
+            identity::resolve_batch_mpid(&self.store, batch, now)
+                .await
+                .map_err(|error| {
+                    tracing::error!(%error, "Resolving a batch's MPID failed.");
+                    AcceptError::Unavailable
+                })?;
+        }
+        let routes = self.catalog.routes(&input.id);
+        let mut rows = Vec::with_capacity(batches.len());
+        for batch in &batches {
+            let body = serde_json::to_vec(&batch.document).map_err(|_| AcceptError::Unavailable)?;
+            let accepted = fanout::Accepted {
+                input_id: &input.id,
+                source_request_id: batch.source_request_id.clone(),
+                received_at: now,
+                event_count: batch.event_count,
+                document: &batch.document,
+                body: Arc::from(body),
+            };
+            rows.push(fan_out(accepted, &routes, self.handoff.as_ref()));
+        }
+        let outcomes = self.writer.ingest(rows).await.map_err(|error| {
+            tracing::error!(%error, input = %input.id, "Storing an accepted request failed.");
+            AcceptError::Unavailable
+        })?;
+        let accepted = self.report(&input.id, &batches, outcomes);
+        Ok(accepted)
+    }
+
+    /// Counts what was stored and shows it on the Live Stream (built only while watched).
+    fn report(
+        &self,
+        input_id: &str,
+        batches: &[NormalizedBatch],
+        outcomes: Vec<IngestOutcome>,
+    ) -> Accepted {
+        let stored = batches
+            .iter()
+            .zip(&outcomes)
+            .filter_map(|(batch, outcome)| {
+                let IngestOutcome::Stored { batch_id } = *outcome else {
+                    return None;
+                };
+                Some((batch, batch_id))
+            });
+        let mut events_stored = 0;
+        let watched = self.live.watched();
+        for (batch, batch_id) in stored {
+            events_stored += batch.event_count;
+            if watched {
+                inbound::publish(
+                    &self.live,
+                    &self.catalog,
+                    input_id,
+                    batch_id,
+                    &batch.document,
+                );
+            }
+        }
+        self.metrics.accepted(input_id, events_stored);
+        Accepted {
+            outcomes,
+            events_stored,
+        }
+    }
+}
+
+/// Every document as a normalised batch, or the first one's error.
+fn normalize_all(
+    documents: Vec<Document>,
+    channel: Channel,
+    now: i64,
+) -> Result<Vec<NormalizedBatch>, AcceptError> {
+    documents
+        .into_iter()
+        .map(|document| {
+            normalize(document.body, channel, now, &document.location)
+                .map_err(|e| AcceptError::Invalid(e.message))
+        })
+        .collect()
+}

@@ -1,0 +1,185 @@
+//! Fan-out: the rows one accepted batch becomes. A pure function of the batch, its input's
+//! routes and delivery's hand-off answer, so what a batch creates can be tested without a
+//! database.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::Handoff;
+use crate::store::queue::{NewBatch, NewJob, ProfileUpdate, Route};
+
+/// A normalised batch, serialised, as the store will keep it.
+#[derive(Debug, Clone)]
+pub(crate) struct Accepted<'a> {
+    pub(crate) input_id: &'a str,
+    pub(crate) source_request_id: Option<String>,
+    pub(crate) received_at: i64,
+    pub(crate) event_count: usize,
+    /// The outbound-form document, for the profile update.
+    pub(crate) document: &'a Value,
+    pub(crate) body: Arc<[u8]>,
+}
+
+/// The batch row, one job per route (in route order), and the batch's profile update.
+pub(crate) fn fan_out(batch: Accepted<'_>, routes: &[Route], handoff: &dyn Handoff) -> NewBatch {
+    NewBatch {
+        input_id: batch.input_id.to_owned(),
+        source_request_id: batch.source_request_id,
+        received_at: batch.received_at,
+        event_count: i64::try_from(batch.event_count).unwrap_or(i64::MAX),
+        jobs: jobs_for(routes, handoff),
+        profile: profile_update(batch.document),
+        body: batch.body,
+    }
+}
+
+/// A job per active connection of the input, each with the settings revision current now.
+pub(crate) fn jobs_for(routes: &[Route], handoff: &dyn Handoff) -> Vec<NewJob> {
+    routes
+        .iter()
+        .map(|route| NewJob {
+            connection_id: route.connection_id.clone(),
+            revision_id: route.revision_id,
+            leased: handoff.takes_now(&route.connection_id),
+        })
+        .collect()
+}
+
+/// The batch's user attributes as a merge patch on its user's profile (deletions as `null`);
+/// none for a batch without a user (MPID missing or 0).
+pub(crate) fn profile_update(document: &Value) -> Option<ProfileUpdate> {
+    let mpid = document.get("mpid")?.as_i64().filter(|m| *m != 0)?;
+    let mut patch = document
+        .get("user_attributes")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    for deleted in document
+        .get("deleted_user_attributes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(name) = deleted.as_str() {
+            patch.insert(name.to_owned(), Value::Null);
+        }
+    }
+    Some(ProfileUpdate { mpid, patch })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, HashSet};
+
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    /// A hand-off that leaves the named connections in the table.
+    #[derive(Debug)]
+    struct Crowded(HashSet<String>);
+
+    impl Handoff for Crowded {
+        fn takes_now(&self, connection_id: &str) -> bool {
+            !self.0.contains(connection_id)
+        }
+    }
+
+    fn arb_routes() -> impl Strategy<Value = Vec<Route>> {
+        proptest::collection::vec((0u8..8, 1i64..100), 0..6).prop_map(|routes| {
+            routes
+                .into_iter()
+                .map(|(c, revision_id)| Route {
+                    connection_id: format!("conn_{c}"),
+                    revision_id,
+                })
+                .collect()
+        })
+    }
+
+    fn arb_attributes() -> impl Strategy<Value = BTreeMap<String, Option<i64>>> {
+        // `None`: the attribute is deleted by the batch.
+        proptest::collection::btree_map("[a-c]", proptest::option::of(0i64..5), 0..4)
+    }
+
+    proptest! {
+        /// Every route gets exactly one job, in order, with its revision; a job is leased
+        /// exactly when delivery takes it now.
+        #[test]
+        fn one_job_per_route(
+            routes in arb_routes(),
+            crowded in proptest::collection::hash_set("conn_[0-7]", 0..4),
+        ) {
+            let handoff = Crowded(crowded.clone());
+            let jobs = jobs_for(&routes, &handoff);
+            prop_assert_eq!(jobs.len(), routes.len());
+            for (job, route) in jobs.iter().zip(&routes) {
+                prop_assert_eq!(&job.connection_id, &route.connection_id);
+                prop_assert_eq!(job.revision_id, route.revision_id);
+                prop_assert_eq!(job.leased, !crowded.contains(&route.connection_id));
+            }
+        }
+
+        /// The profile update sets what the batch sets and deletes what it deletes, and exists
+        /// only for a batch with a user.
+        #[test]
+        fn profile_update_mirrors_the_batch(
+            mpid in prop_oneof![Just(0i64), 1i64..i64::MAX],
+            attributes in arb_attributes(),
+        ) {
+            let set: serde_json::Map<String, Value> = attributes
+                .iter()
+                .filter_map(|(k, v)| v.map(|v| (k.clone(), json!(v))))
+                .collect();
+            let deleted: Vec<&String> =
+                attributes.iter().filter(|(_, v)| v.is_none()).map(|(k, _)| k).collect();
+            let document = json!({
+                "mpid": mpid,
+                "user_attributes": set,
+                "deleted_user_attributes": deleted,
+            });
+            let update = profile_update(&document);
+            if mpid == 0 {
+                prop_assert!(update.is_none());
+            } else {
+                let update = update.expect("a batch with a user updates its profile");
+                prop_assert_eq!(update.mpid, mpid);
+                prop_assert_eq!(update.patch.len(), attributes.len());
+                for (name, value) in &attributes {
+                    let expected = value.map_or(Value::Null, |v| json!(v));
+                    prop_assert_eq!(update.patch.get(name), Some(&expected));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_keeps_its_fields_and_body() {
+        let document = json!({"mpid": 7, "events": []});
+        let body: Arc<[u8]> = Arc::from(b"{}".as_slice());
+        let routes = vec![Route {
+            connection_id: "conn_a".into(),
+            revision_id: 3,
+        }];
+        let batch = fan_out(
+            Accepted {
+                input_id: "in_1",
+                source_request_id: Some("r1".into()),
+                received_at: 42,
+                event_count: 5,
+                document: &document,
+                body: Arc::clone(&body),
+            },
+            &routes,
+            &Crowded(HashSet::new()),
+        );
+        assert_eq!(batch.input_id, "in_1");
+        assert_eq!(batch.source_request_id.as_deref(), Some("r1"));
+        assert_eq!((batch.received_at, batch.event_count), (42, 5));
+        assert!(Arc::ptr_eq(&batch.body, &body));
+        assert_eq!(batch.jobs.len(), 1);
+        assert_eq!(batch.profile.map(|p| p.mpid), Some(7));
+    }
+}

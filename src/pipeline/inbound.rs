@@ -1,0 +1,57 @@
+//! The Live Stream's inbound items for a stored batch: one per event, and for every inactive
+//! connection of the input an outbound "filtered: status" (those connections get no delivery
+//! job, so nothing else would report them).
+
+use serde_json::Value;
+
+use super::catalog::Catalog;
+use crate::live::{LiveItem, LiveStream, event_type_of};
+use crate::model::now_ms;
+
+/// Publishes a stored batch's events.
+pub(crate) fn publish(
+    live: &LiveStream,
+    catalog: &Catalog,
+    input_id: &str,
+    batch_id: i64,
+    document: &Value,
+) {
+    let mpid = document.get("mpid").and_then(Value::as_i64);
+    let inactive = catalog.inactive_connections(input_id);
+    let now = now_ms();
+    for (index, event) in document
+        .get("events")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let item = LiveItem {
+            direction: "inbound",
+            at: now,
+            input_id: input_id.to_owned(),
+            connection_id: None,
+            batch_id,
+            index,
+            event_type: event_type_of(event),
+            mpid,
+            event: Some(event.clone()),
+            outcome: None,
+            setting: None,
+            status: None,
+            latency_ms: None,
+            error: None,
+        };
+        for connection in &inactive {
+            live.publish(LiveItem {
+                direction: "outbound",
+                connection_id: Some(connection.clone()),
+                event: None,
+                outcome: Some("filtered"),
+                setting: Some("status"),
+                ..item.clone()
+            });
+        }
+        live.publish(item);
+    }
+}
