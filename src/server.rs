@@ -83,7 +83,7 @@ pub async fn run(
     // One process-wide TLS provider for the webhook client and the HTTPS server (set once).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let store = Store::connect(&config.database_url.0).await?;
-    if store.is_embedded() {
+    if !store.is_shared_by_nodes() {
         // One process owns an embedded database, so leases of a previous run are stale.
         let released = store
             .release_all_leases()
@@ -139,7 +139,7 @@ pub async fn run(
         crowded,
         cancel.clone(),
     ));
-    if !store.is_embedded() {
+    if store.is_shared_by_nodes() {
         tokio::spawn(refresh_catalog(Arc::clone(&catalog), cancel.clone()));
     }
     tokio::spawn(prune_periodically(

@@ -277,9 +277,10 @@ pub(crate) async fn stats(State(state): State<AppState>) -> Result<Json<Value>, 
     let rows = state.store.connection_stats().await.map_err(not_found)?;
     let items: Vec<Value> = rows
         .into_iter()
-        .map(|(connection_id, events, outcome, error, at)| {
-            json!({"connection_id": connection_id, "events_forwarded": events, "last_outcome": outcome,
-                   "last_error": error, "last_attempt_at": at})
+        .map(|row| {
+            json!({"connection_id": row.connection_id, "events_forwarded": row.events_forwarded,
+                   "last_outcome": row.last_outcome, "last_error": row.last_error,
+                   "last_attempt_at": row.last_attempt_at})
         })
         .collect();
     Ok(Json(json!({ "items": items })))

@@ -6,7 +6,8 @@
 use rand::Rng;
 use sqlx::FromRow;
 
-use super::{Store, StoreError, StoreResult, with_pool};
+use super::backend::{Sql, args};
+use super::{Store, StoreError, StoreResult};
 use crate::model::identity::resolve::{Decision, Lookup, Target, UserSummary};
 
 /// The answer to an IDSync call.
@@ -58,31 +59,47 @@ pub(crate) struct NewAlias {
 
 /// PostgreSQL: serialises resolutions that touch the same identity or device, so two concurrent
 /// first sightings cannot create two users (SQLite's BEGIN IMMEDIATE serialises everything).
-const LOCK_KEY: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
+const LOCK_KEY: Sql = Sql::postgres_only("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))");
 
-const OWNER: &str = "SELECT mpid FROM user_identities WHERE identity_type = $1 AND identity = $2";
-const DEVICE_USER: &str = "SELECT mpid FROM device_users WHERE device = $1";
-const USER_EXISTS: &str = "SELECT mpid FROM users WHERE mpid = $1";
-const HAS_LOGIN: &str =
-    "SELECT COUNT(*) FROM user_identities WHERE mpid = $1 AND identity_type = 'customer_id'";
-const INSERT_USER: &str = "INSERT INTO users (mpid, created_at, last_seen_at) VALUES ($1, $2, $2)";
-const TOUCH_USER: &str = "UPDATE users SET last_seen_at = $2 WHERE mpid = $1";
-const ATTACH: &str = "INSERT INTO user_identities (identity_type, identity, mpid, created_at) \
-     VALUES ($1, $2, $3, $4) ON CONFLICT (identity_type, identity) DO NOTHING";
-const DETACH: &str =
-    "DELETE FROM user_identities WHERE identity_type = $1 AND identity = $2 AND mpid = $3";
-const POINT_DEVICE: &str = "INSERT INTO device_users (device, mpid, updated_at) VALUES ($1, $2, $3) \
-     ON CONFLICT (device) DO UPDATE SET mpid = excluded.mpid, updated_at = excluded.updated_at";
-const RECORD_CHANGE: &str = "INSERT INTO identity_changes \
-     (mpid, identity_type, old_value, new_value, changed_at) VALUES ($1, $2, $3, $4, $5)";
-const IDENTITIES_OF: &str =
-    "SELECT identity_type, identity FROM user_identities WHERE mpid = $1 ORDER BY identity_type";
-const SELECT_USER: &str =
-    "SELECT mpid, created_at, last_seen_at, user_attributes FROM users WHERE mpid = $1";
-const HISTORY_OF: &str = "SELECT identity_type, old_value, new_value, changed_at FROM identity_changes \
-     WHERE mpid = $1 ORDER BY id";
-const INSERT_ALIAS: &str = "INSERT INTO aliases \
-     (input_id, source_mpid, destination_mpid, start_ms, end_ms, created_at) VALUES ($1, $2, $3, $4, $5, $6)";
+const OWNER: Sql =
+    Sql::shared("SELECT mpid FROM user_identities WHERE identity_type = $1 AND identity = $2");
+const DEVICE_USER: Sql = Sql::shared("SELECT mpid FROM device_users WHERE device = $1");
+const USER_EXISTS: Sql = Sql::shared("SELECT mpid FROM users WHERE mpid = $1");
+const HAS_LOGIN: Sql = Sql::shared(
+    "SELECT COUNT(*) FROM user_identities WHERE mpid = $1 AND identity_type = 'customer_id'",
+);
+const INSERT_USER: Sql =
+    Sql::shared("INSERT INTO users (mpid, created_at, last_seen_at) VALUES ($1, $2, $2)");
+const TOUCH_USER: Sql = Sql::shared("UPDATE users SET last_seen_at = $2 WHERE mpid = $1");
+const ATTACH: Sql = Sql::shared(
+    "INSERT INTO user_identities (identity_type, identity, mpid, created_at) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (identity_type, identity) DO NOTHING",
+);
+const DETACH: Sql = Sql::shared(
+    "DELETE FROM user_identities WHERE identity_type = $1 AND identity = $2 AND mpid = $3",
+);
+const POINT_DEVICE: Sql = Sql::shared(
+    "INSERT INTO device_users (device, mpid, updated_at) VALUES ($1, $2, $3) \
+     ON CONFLICT (device) DO UPDATE SET mpid = excluded.mpid, updated_at = excluded.updated_at",
+);
+const RECORD_CHANGE: Sql = Sql::shared(
+    "INSERT INTO identity_changes \
+     (mpid, identity_type, old_value, new_value, changed_at) VALUES ($1, $2, $3, $4, $5)",
+);
+const IDENTITIES_OF: Sql = Sql::shared(
+    "SELECT identity_type, identity FROM user_identities WHERE mpid = $1 ORDER BY identity_type",
+);
+const SELECT_USER: Sql = Sql::shared(
+    "SELECT mpid, created_at, last_seen_at, user_attributes FROM users WHERE mpid = $1",
+);
+const HISTORY_OF: Sql = Sql::shared(
+    "SELECT identity_type, old_value, new_value, changed_at FROM identity_changes \
+     WHERE mpid = $1 ORDER BY id",
+);
+const INSERT_ALIAS: Sql = Sql::shared(
+    "INSERT INTO aliases \
+     (input_id, source_mpid, destination_mpid, start_ms, end_ms, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+);
 
 /// Lock keys in one order, so two transactions never wait on each other crosswise.
 fn sorted(mut keys: Vec<String>) -> Vec<String> {
@@ -97,16 +114,6 @@ fn new_mpid() -> i64 {
 }
 
 impl Store {
-    /// SQLite must take the write lock up front: a transaction that reads first and writes later
-    /// cannot wait for the lock and fails at once if another writer holds it.
-    fn begin_sql(&self) -> &'static str {
-        if self.is_embedded() {
-            "BEGIN IMMEDIATE"
-        } else {
-            "BEGIN"
-        }
-    }
-
     /// Resolves a request's identities to a user: looks up who owns them, the device's user and
     /// the previous user, lets `decide` choose from that, and applies its decision.
     pub(crate) async fn resolve_identity(
@@ -117,67 +124,74 @@ impl Store {
         now: i64,
         decide: impl FnOnce(&Lookup) -> Decision + Send,
     ) -> StoreResult<Resolution> {
-        let begin = self.begin_sql();
         let mut keys: Vec<String> = identities.iter().map(|(k, v)| format!("{k}:{v}")).collect();
         keys.extend(device.map(|d| format!("device:{d}")));
-        let locks = if self.is_embedded() {
-            Vec::new()
-        } else {
-            sorted(keys)
+        let mut tx = self.begin().await?;
+        for key in sorted(keys) {
+            tx.execute(LOCK_KEY, args![&key]).await?;
+        }
+        let mut owners = Vec::with_capacity(identities.len());
+        for (kind, value) in identities {
+            let owner: Option<(i64,)> = tx.fetch_optional(OWNER, args![kind, value]).await?;
+            owners.push(owner.map(|(m,)| m));
+        }
+        let mut device_user = None;
+        if let Some(device) = device {
+            let row: Option<(i64,)> = tx.fetch_optional(DEVICE_USER, args![device]).await?;
+            if let Some((mpid,)) = row {
+                let (logins,): (i64,) = tx.fetch_one(HAS_LOGIN, args![mpid]).await?;
+                device_user = Some(UserSummary {
+                    mpid,
+                    logged_in: logins > 0,
+                });
+            }
+        }
+        let mut previous_user = None;
+        if let Some(mpid) = previous {
+            let row: Option<(i64,)> = tx.fetch_optional(USER_EXISTS, args![mpid]).await?;
+            if row.is_some() {
+                let (logins,): (i64,) = tx.fetch_one(HAS_LOGIN, args![mpid]).await?;
+                previous_user = Some(UserSummary {
+                    mpid,
+                    logged_in: logins > 0,
+                });
+            }
+        }
+        let lookup = Lookup {
+            owners,
+            device_user,
+            previous: previous_user,
         };
-        with_pool!(self, pool => {
-            let mut tx = pool.begin_with(begin).await?;
-            for key in &locks {
-                sqlx::query(LOCK_KEY).bind(key).execute(&mut *tx).await?;
+        let decision = decide(&lookup);
+        let mpid = match decision.target {
+            Target::Existing(mpid) => {
+                tx.execute(TOUCH_USER, args![mpid, now]).await?;
+                mpid
             }
-            let mut owners = Vec::with_capacity(identities.len());
-            for (kind, value) in identities {
-                let owner: Option<(i64,)> = sqlx::query_as(OWNER).bind(kind).bind(value).fetch_optional(&mut *tx).await?;
-                owners.push(owner.map(|(m,)| m));
+            Target::New => {
+                let mpid = new_mpid();
+                tx.execute(INSERT_USER, args![mpid, now]).await?;
+                mpid
             }
-            let mut device_user = None;
-            if let Some(device) = device {
-                let row: Option<(i64,)> = sqlx::query_as(DEVICE_USER).bind(device).fetch_optional(&mut *tx).await?;
-                if let Some((mpid,)) = row {
-                    let (logins,): (i64,) = sqlx::query_as(HAS_LOGIN).bind(mpid).fetch_one(&mut *tx).await?;
-                    device_user = Some(UserSummary { mpid, logged_in: logins > 0 });
-                }
-            }
-            let mut previous_user = None;
-            if let Some(mpid) = previous {
-                let row: Option<(i64,)> = sqlx::query_as(USER_EXISTS).bind(mpid).fetch_optional(&mut *tx).await?;
-                if row.is_some() {
-                    let (logins,): (i64,) = sqlx::query_as(HAS_LOGIN).bind(mpid).fetch_one(&mut *tx).await?;
-                    previous_user = Some(UserSummary { mpid, logged_in: logins > 0 });
-                }
-            }
-            let lookup = Lookup { owners, device_user, previous: previous_user };
-            let decision = decide(&lookup);
-            let mpid = match decision.target {
-                Target::Existing(mpid) => {
-                    sqlx::query(TOUCH_USER).bind(mpid).bind(now).execute(&mut *tx).await?;
-                    mpid
-                }
-                Target::New => {
-                    let mpid = new_mpid();
-                    sqlx::query(INSERT_USER).bind(mpid).bind(now).execute(&mut *tx).await?;
-                    mpid
-                }
-            };
-            for index in decision.attach {
-                let (kind, value) = &identities[index];
-                sqlx::query(ATTACH).bind(kind).bind(value).bind(mpid).bind(now).execute(&mut *tx).await?;
-                sqlx::query(RECORD_CHANGE)
-                    .bind(mpid).bind(kind).bind(None::<String>).bind(value).bind(now)
-                    .execute(&mut *tx).await?;
-            }
-            if decision.point_device && let Some(device) = device {
-                sqlx::query(POINT_DEVICE).bind(device).bind(mpid).bind(now).execute(&mut *tx).await?;
-            }
-            let identities: Vec<(String, String)> = sqlx::query_as(IDENTITIES_OF).bind(mpid).fetch_all(&mut *tx).await?;
-            tx.commit().await?;
-            let logged_in = identities.iter().any(|(kind, _)| kind == "customer_id");
-            Ok(Resolution { mpid, logged_in, identities })
+        };
+        for index in decision.attach {
+            let (kind, value) = &identities[index];
+            tx.execute(ATTACH, args![kind, value, mpid, now]).await?;
+            tx.execute(RECORD_CHANGE, args![mpid, kind, None::<&str>, value, now])
+                .await?;
+        }
+        if decision.point_device
+            && let Some(device) = device
+        {
+            tx.execute(POINT_DEVICE, args![device, mpid, now]).await?;
+        }
+        let identities: Vec<(String, String)> = tx.fetch_all(IDENTITIES_OF, args![mpid]).await?;
+        tx.commit().await?;
+        let logged_in = identities.iter().any(|(kind, _)| kind == "customer_id");
+        Ok(Resolution {
+            mpid,
+            logged_in,
+            identities,
         })
     }
 
@@ -189,7 +203,6 @@ impl Store {
         changes: &[IdentityChange],
         now: i64,
     ) -> StoreResult<Resolution> {
-        let begin = self.begin_sql();
         let keys = changes
             .iter()
             .filter_map(|c| {
@@ -198,57 +211,59 @@ impl Store {
                     .map(|v| format!("{}:{v}", c.identity_type))
             })
             .collect();
-        let locks = if self.is_embedded() {
-            Vec::new()
-        } else {
-            sorted(keys)
-        };
-        with_pool!(self, pool => {
-            let mut tx = pool.begin_with(begin).await?;
-            for key in &locks {
-                sqlx::query(LOCK_KEY).bind(key).execute(&mut *tx).await?;
+        let mut tx = self.begin().await?;
+        for key in sorted(keys) {
+            tx.execute(LOCK_KEY, args![&key]).await?;
+        }
+        let exists: Option<(i64,)> = tx.fetch_optional(USER_EXISTS, args![mpid]).await?;
+        if exists.is_none() {
+            return Err(StoreError::NotFound);
+        }
+        for change in changes {
+            if change.old_value == change.new_value {
+                continue;
             }
-            let exists: Option<(i64,)> = sqlx::query_as(USER_EXISTS).bind(mpid).fetch_optional(&mut *tx).await?;
-            if exists.is_none() {
-                return Err(StoreError::NotFound);
+            let kind = &change.identity_type;
+            if let Some(new) = &change.new_value {
+                let owner: Option<(i64,)> = tx.fetch_optional(OWNER, args![kind, new]).await?;
+                if owner.is_some_and(|(owner,)| owner != mpid) {
+                    return Err(StoreError::Conflict("identity_taken"));
+                }
             }
-            for change in changes {
-                if change.old_value == change.new_value {
-                    continue;
-                }
-                if let Some(new) = &change.new_value {
-                    let owner: Option<(i64,)> = sqlx::query_as(OWNER)
-                        .bind(&change.identity_type).bind(new).fetch_optional(&mut *tx).await?;
-                    if owner.is_some_and(|(owner,)| owner != mpid) {
-                        return Err(StoreError::Conflict("identity_taken"));
-                    }
-                }
-                if let Some(old) = &change.old_value {
-                    sqlx::query(DETACH).bind(&change.identity_type).bind(old).bind(mpid).execute(&mut *tx).await?;
-                }
-                if let Some(new) = &change.new_value {
-                    sqlx::query(ATTACH).bind(&change.identity_type).bind(new).bind(mpid).bind(now).execute(&mut *tx).await?;
-                }
-                sqlx::query(RECORD_CHANGE)
-                    .bind(mpid).bind(&change.identity_type).bind(&change.old_value).bind(&change.new_value).bind(now)
-                    .execute(&mut *tx).await?;
+            if let Some(old) = &change.old_value {
+                tx.execute(DETACH, args![kind, old, mpid]).await?;
             }
-            sqlx::query(TOUCH_USER).bind(mpid).bind(now).execute(&mut *tx).await?;
-            let identities: Vec<(String, String)> = sqlx::query_as(IDENTITIES_OF).bind(mpid).fetch_all(&mut *tx).await?;
-            tx.commit().await?;
-            let logged_in = identities.iter().any(|(kind, _)| kind == "customer_id");
-            Ok(Resolution { mpid, logged_in, identities })
+            if let Some(new) = &change.new_value {
+                tx.execute(ATTACH, args![kind, new, mpid, now]).await?;
+            }
+            let record = args![mpid, kind, &change.old_value, &change.new_value, now];
+            tx.execute(RECORD_CHANGE, record).await?;
+        }
+        tx.execute(TOUCH_USER, args![mpid, now]).await?;
+        let identities: Vec<(String, String)> = tx.fetch_all(IDENTITIES_OF, args![mpid]).await?;
+        tx.commit().await?;
+        let logged_in = identities.iter().any(|(kind, _)| kind == "customer_id");
+        Ok(Resolution {
+            mpid,
+            logged_in,
+            identities,
         })
     }
 
     /// A user's profile.
     pub(crate) async fn get_user(&self, mpid: i64) -> StoreResult<UserProfile> {
-        with_pool!(self, pool => {
-            let user: Option<(i64, i64, i64, String)> = sqlx::query_as(SELECT_USER).bind(mpid).fetch_optional(pool).await?;
-            let (mpid, created_at, last_seen_at, user_attributes) = user.ok_or(StoreError::NotFound)?;
-            let identities = sqlx::query_as(IDENTITIES_OF).bind(mpid).fetch_all(pool).await?;
-            let history = sqlx::query_as(HISTORY_OF).bind(mpid).fetch_all(pool).await?;
-            Ok(UserProfile { mpid, created_at, last_seen_at, user_attributes, identities, history })
+        let user: Option<(i64, i64, i64, String)> =
+            self.fetch_optional(SELECT_USER, args![mpid]).await?;
+        let (mpid, created_at, last_seen_at, user_attributes) = user.ok_or(StoreError::NotFound)?;
+        let identities = self.fetch_all(IDENTITIES_OF, args![mpid]).await?;
+        let history = self.fetch_all(HISTORY_OF, args![mpid]).await?;
+        Ok(UserProfile {
+            mpid,
+            created_at,
+            last_seen_at,
+            user_attributes,
+            identities,
+            history,
         })
     }
 
@@ -258,19 +273,23 @@ impl Store {
         identity_type: &str,
         value: &str,
     ) -> StoreResult<UserProfile> {
-        let owner: Option<(i64,)> = with_pool!(self, pool =>
-            sqlx::query_as(OWNER).bind(identity_type).bind(value).fetch_optional(pool).await?);
+        let owner: Option<(i64,)> = self
+            .fetch_optional(OWNER, args![identity_type, value])
+            .await?;
         let (mpid,) = owner.ok_or(StoreError::NotFound)?;
         self.get_user(mpid).await
     }
 
     pub(crate) async fn insert_alias(&self, alias: &NewAlias, now: i64) -> StoreResult<()> {
-        with_pool!(self, pool => {
-            sqlx::query(INSERT_ALIAS)
-                .bind(&alias.input_id).bind(alias.source_mpid).bind(alias.destination_mpid)
-                .bind(alias.start_ms).bind(alias.end_ms).bind(now)
-                .execute(pool).await?;
-        });
+        let args = args![
+            &alias.input_id,
+            alias.source_mpid,
+            alias.destination_mpid,
+            alias.start_ms,
+            alias.end_ms,
+            now
+        ];
+        self.execute(INSERT_ALIAS, args).await?;
         Ok(())
     }
 }

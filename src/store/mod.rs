@@ -1,15 +1,19 @@
 //! Storage: one `Store` over SQLite (the embedded default) or PostgreSQL, chosen by the URL.
 //!
-//! Only this module speaks SQL. Both backends share the same SQL text where the dialects agree
-//! (`$n` placeholders, `ON CONFLICT`, `RETURNING`); the `with_pool!` macro expands one body for
-//! each backend so the shared code is written once and type-checked twice. Hot-path writes
-//! (accepted batches, job acks) go through the group-commit [`writer`]; admin writes go straight
-//! to the pool.
+//! Only this module speaks SQL, and it decides nothing: it commits the rows it is given and
+//! returns ids. [`backend`] is the one place that knows there are two databases; every
+//! statement is written once where the dialects agree and once per backend where they do not.
+//! Hot-path writes (accepted batches, job updates, claims) go through the group-commit
+//! [`writer`], whose transaction runs the named [`steps`]; admin writes go straight to the pool.
 
+mod backend;
 mod catalog_sql;
 mod group;
 pub(crate) mod identity_sql;
 pub(crate) mod queue;
+mod steps;
+#[cfg(test)]
+pub(crate) mod testing;
 pub(crate) mod writer;
 
 use std::str::FromStr;
@@ -23,19 +27,10 @@ use sqlx::sqlite::{
 
 pub(crate) use catalog_sql::{ConnectionRow, InputRow, OutputRow};
 
+use backend::Sql;
+
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
-
-/// Expands `$body` once per backend with `$pool` bound to that backend's pool.
-macro_rules! with_pool {
-    ($store:expr, $pool:ident => $body:expr) => {
-        match $store {
-            $crate::store::Store::Sqlite($pool) => $body,
-            $crate::store::Store::Postgres($pool) => $body,
-        }
-    };
-}
-pub(crate) use with_pool;
 
 /// Errors a store operation can end in.
 #[derive(Debug, thiserror::Error)]
@@ -88,16 +83,21 @@ impl Store {
 
     /// Whether the database answers.
     pub(crate) async fn ping(&self) -> bool {
-        with_pool!(self, pool => sqlx::query("SELECT 1").execute(pool).await.is_ok())
+        self.execute(Sql::shared("SELECT 1"), &[]).await.is_ok()
     }
 
-    /// Whether this is the embedded single-node backend.
-    pub(crate) fn is_embedded(&self) -> bool {
-        matches!(self, Store::Sqlite(_))
+    /// Whether other nodes may work on this database too (PostgreSQL), so this node must not
+    /// assume its own memory is the whole truth: it reloads the catalog from time to time, and
+    /// leases found at start may belong to a live node. The embedded database has one node.
+    pub(crate) fn is_shared_by_nodes(&self) -> bool {
+        matches!(self, Store::Postgres(_))
     }
 
     pub(crate) async fn close(&self) {
-        with_pool!(self, pool => pool.close().await);
+        match self {
+            Store::Sqlite(pool) => pool.close().await,
+            Store::Postgres(pool) => pool.close().await,
+        }
     }
 }
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use sqlx::FromRow;
 
-use super::{Store, StoreError, StoreResult, with_pool};
+use super::backend::{Sql, args};
+use super::{Store, StoreError, StoreResult};
 
 /// A batch to store, with the delivery jobs to create if it is stored (not a duplicate).
 #[derive(Debug, Clone)]
@@ -137,7 +138,16 @@ pub(crate) struct DeadLetterRow {
 }
 
 /// A connection's delivery summary.
-pub(crate) type ConnectionStats = (String, i64, String, Option<String>, i64);
+#[derive(Debug, Clone, FromRow)]
+pub(crate) struct ConnectionStats {
+    pub(crate) connection_id: String,
+    /// Events delivered within the retention.
+    pub(crate) events_forwarded: i64,
+    /// The last attempt's outcome, error and time.
+    pub(crate) last_outcome: String,
+    pub(crate) last_error: Option<String>,
+    pub(crate) last_attempt_at: i64,
+}
 
 /// An attempt as listed by the admin API.
 #[derive(Debug, Clone, FromRow)]
@@ -206,62 +216,59 @@ impl AttemptRecord {
     }
 }
 
-pub(super) const RETRY_JOB: &str = "UPDATE jobs SET progress = $2, attempts = $3, \
-     next_attempt_at = $4, lease_until = 0, last_error = $5 WHERE id = $1";
-pub(super) const INSERT_DEAD_LETTER: &str = "INSERT INTO dead_letters \
-     (job_id, batch_id, connection_id, payload_index, body, status, error, created_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-/// `$4` is a JSON array of connection ids to skip (their lanes are full on this node).
-pub(super) const CLAIM_SQLITE: &str = "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
-     (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
-      AND connection_id NOT IN (SELECT value FROM json_each($4)) \
-      ORDER BY next_attempt_at LIMIT $3) \
-     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at";
-/// `SKIP LOCKED` lets several nodes claim side by side without waiting on each other's rows.
-pub(super) const CLAIM_POSTGRES: &str = "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
-     (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
-      AND connection_id NOT IN (SELECT jsonb_array_elements_text($4::jsonb)) \
-      ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
-     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at";
-const SELECT_BODIES_SQLITE: &str =
-    "SELECT id, body FROM batches WHERE id IN (SELECT value FROM json_each($1))";
-const SELECT_BODIES_POSTGRES: &str = "SELECT id, body FROM batches \
-     WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint)";
+const SELECT_BODIES: Sql = Sql::each(
+    "SELECT id, body FROM batches WHERE id IN (SELECT value FROM json_each($1))",
+    "SELECT id, body FROM batches WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
+);
 
 /// Old rows go oldest first (ids grow with time), in chunks so no delete holds the database
 /// long. A batch some job still needs is never pruned: every batch id at or above the smallest
 /// one a pending job references is kept.
-const PRUNE_BATCHES: &str = "DELETE FROM batches WHERE id IN (SELECT id FROM batches \
+const PRUNE_BATCHES: Sql = Sql::shared(
+    "DELETE FROM batches WHERE id IN (SELECT id FROM batches \
      WHERE received_at < $1 AND id < (SELECT COALESCE(MIN(batch_id), 9223372036854775807) FROM jobs) \
-     ORDER BY id LIMIT $2)";
-const PRUNE_ATTEMPTS: &str = "DELETE FROM attempts WHERE id IN \
-     (SELECT id FROM attempts WHERE attempted_at < $1 ORDER BY id LIMIT $2)";
-const PRUNE_DEAD_LETTERS: &str = "DELETE FROM dead_letters WHERE id IN \
-     (SELECT id FROM dead_letters WHERE created_at < $1 ORDER BY id LIMIT $2)";
+     ORDER BY id LIMIT $2)",
+);
+const PRUNE_ATTEMPTS: Sql = Sql::shared(
+    "DELETE FROM attempts WHERE id IN \
+     (SELECT id FROM attempts WHERE attempted_at < $1 ORDER BY id LIMIT $2)",
+);
+const PRUNE_DEAD_LETTERS: Sql = Sql::shared(
+    "DELETE FROM dead_letters WHERE id IN \
+     (SELECT id FROM dead_letters WHERE created_at < $1 ORDER BY id LIMIT $2)",
+);
 /// Rows deleted by one prune statement.
 const PRUNE_CHUNK: i64 = 5000;
 
-const CONNECTION_STATS: &str = "SELECT a.connection_id, CAST(COALESCE(SUM(a.events), 0) AS BIGINT), \
-     l.outcome, l.error, l.attempted_at FROM attempts a \
+const CONNECTION_STATS: Sql = Sql::shared(
+    "SELECT a.connection_id, \
+     CAST(COALESCE(SUM(a.events), 0) AS BIGINT) AS events_forwarded, \
+     l.outcome AS last_outcome, l.error AS last_error, l.attempted_at AS last_attempt_at \
+     FROM attempts a \
      JOIN attempts l ON l.id = (SELECT MAX(id) FROM attempts m WHERE m.connection_id = a.connection_id) \
-     GROUP BY a.connection_id, l.outcome, l.error, l.attempted_at";
-const DEAD_LETTER_BODY: &str = "SELECT body FROM dead_letters WHERE id = $1 AND connection_id = $2";
-const DELETE_DEAD_LETTER: &str = "DELETE FROM dead_letters WHERE id = $1";
+     GROUP BY a.connection_id, l.outcome, l.error, l.attempted_at",
+);
+const DEAD_LETTER_BODY: Sql =
+    Sql::shared("SELECT body FROM dead_letters WHERE id = $1 AND connection_id = $2");
+const DELETE_DEAD_LETTER: Sql = Sql::shared("DELETE FROM dead_letters WHERE id = $1");
 
-const RELEASE_ALL_LEASES: &str = "UPDATE jobs SET lease_until = 0 WHERE lease_until > 0";
-const QUEUE_STATS: &str = "SELECT COUNT(*), MIN(created_at) FROM jobs";
-const SELECT_DEAD_LETTERS: &str = "SELECT id, job_id, batch_id, payload_index, body, \
-     status, error, created_at FROM dead_letters WHERE connection_id = $1 ORDER BY id DESC LIMIT $2";
-const SELECT_ATTEMPTS: &str = "SELECT id, job_id, attempted_at, outcome, status, error, requests, \
-     latency_ms FROM attempts WHERE connection_id = $1 ORDER BY id DESC LIMIT $2";
+const RELEASE_ALL_LEASES: Sql =
+    Sql::shared("UPDATE jobs SET lease_until = 0 WHERE lease_until > 0");
+const QUEUE_STATS: Sql = Sql::shared("SELECT COUNT(*), MIN(created_at) FROM jobs");
+const SELECT_DEAD_LETTERS: Sql = Sql::shared(
+    "SELECT id, job_id, batch_id, payload_index, body, \
+     status, error, created_at FROM dead_letters WHERE connection_id = $1 ORDER BY id DESC LIMIT $2",
+);
+const SELECT_ATTEMPTS: Sql = Sql::shared(
+    "SELECT id, job_id, attempted_at, outcome, status, error, requests, \
+     latency_ms FROM attempts WHERE connection_id = $1 ORDER BY id DESC LIMIT $2",
+);
 
 impl Store {
     /// Frees every lease. Only safe where this process is the only node (embedded SQLite): jobs
     /// a crashed run had leased become deliverable at once instead of after the lease.
     pub(crate) async fn release_all_leases(&self) -> StoreResult<u64> {
-        Ok(
-            with_pool!(self, pool => sqlx::query(RELEASE_ALL_LEASES).execute(pool).await?.rows_affected()),
-        )
+        Ok(self.execute(RELEASE_ALL_LEASES, &[]).await?)
     }
 
     /// The bodies of those of `batch_ids` still kept, by id, in one query.
@@ -272,14 +279,8 @@ impl Store {
         if batch_ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let sql = if self.is_embedded() {
-            SELECT_BODIES_SQLITE
-        } else {
-            SELECT_BODIES_POSTGRES
-        };
         let ids = serde_json::to_string(batch_ids).unwrap_or_else(|_| "[]".to_owned());
-        let rows: Vec<(i64, Vec<u8>)> = with_pool!(self, pool =>
-            sqlx::query_as(sql).bind(ids).fetch_all(pool).await?);
+        let rows: Vec<(i64, Vec<u8>)> = self.fetch_all(SELECT_BODIES, args![&ids]).await?;
         Ok(rows
             .into_iter()
             .map(|(id, body)| (id, body.into()))
@@ -292,8 +293,7 @@ impl Store {
         let mut deleted = 0;
         for sql in [PRUNE_ATTEMPTS, PRUNE_DEAD_LETTERS, PRUNE_BATCHES] {
             loop {
-                let n = with_pool!(self, pool =>
-                    sqlx::query(sql).bind(cutoff).bind(PRUNE_CHUNK).execute(pool).await?.rows_affected());
+                let n = self.execute(sql, args![cutoff, PRUNE_CHUNK]).await?;
                 deleted += n;
                 if n < u64::try_from(PRUNE_CHUNK).unwrap_or(u64::MAX) {
                     break;
@@ -306,7 +306,7 @@ impl Store {
     /// Per connection: events forwarded (within the retention), and the last attempt's outcome,
     /// error and time.
     pub(crate) async fn connection_stats(&self) -> StoreResult<Vec<ConnectionStats>> {
-        Ok(with_pool!(self, pool => sqlx::query_as(CONNECTION_STATS).fetch_all(pool).await?))
+        Ok(self.fetch_all(CONNECTION_STATS, &[]).await?)
     }
 
     /// A dead letter's body, if it belongs to the connection.
@@ -315,19 +315,20 @@ impl Store {
         id: i64,
         connection_id: &str,
     ) -> StoreResult<Vec<u8>> {
-        let row: Option<(Vec<u8>,)> = with_pool!(self, pool =>
-            sqlx::query_as(DEAD_LETTER_BODY).bind(id).bind(connection_id).fetch_optional(pool).await?);
+        let row: Option<(Vec<u8>,)> = self
+            .fetch_optional(DEAD_LETTER_BODY, args![id, connection_id])
+            .await?;
         row.map(|(body,)| body).ok_or(StoreError::NotFound)
     }
 
     pub(crate) async fn delete_dead_letter(&self, id: i64) -> StoreResult<()> {
-        with_pool!(self, pool => { sqlx::query(DELETE_DEAD_LETTER).bind(id).execute(pool).await?; });
+        self.execute(DELETE_DEAD_LETTER, args![id]).await?;
         Ok(())
     }
 
     /// Pending jobs and the creation time of the oldest.
     pub(crate) async fn queue_stats(&self) -> StoreResult<(i64, Option<i64>)> {
-        Ok(with_pool!(self, pool => sqlx::query_as(QUEUE_STATS).fetch_one(pool).await?))
+        Ok(self.fetch_one(QUEUE_STATS, &[]).await?)
     }
 
     pub(crate) async fn dead_letters(
@@ -335,8 +336,9 @@ impl Store {
         connection_id: &str,
         limit: i64,
     ) -> StoreResult<Vec<DeadLetterRow>> {
-        Ok(with_pool!(self, pool =>
-            sqlx::query_as(SELECT_DEAD_LETTERS).bind(connection_id).bind(limit).fetch_all(pool).await?))
+        Ok(self
+            .fetch_all(SELECT_DEAD_LETTERS, args![connection_id, limit])
+            .await?)
     }
 
     pub(crate) async fn attempts(
@@ -344,7 +346,8 @@ impl Store {
         connection_id: &str,
         limit: i64,
     ) -> StoreResult<Vec<AttemptRow>> {
-        Ok(with_pool!(self, pool =>
-            sqlx::query_as(SELECT_ATTEMPTS).bind(connection_id).bind(limit).fetch_all(pool).await?))
+        Ok(self
+            .fetch_all(SELECT_ATTEMPTS, args![connection_id, limit])
+            .await?)
     }
 }

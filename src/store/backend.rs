@@ -1,0 +1,281 @@
+//! The one place that knows there are two backends. Every statement is an [`Sql`]: one text
+//! both dialects accept (`$n` placeholders, `ON CONFLICT`, `RETURNING`), or one text each where
+//! they differ (JSON functions, row locks, id sequences). Values are bound as [`Arg`]s, the few
+//! column types Boson's tables hold. The rest of the store runs statements through
+//! [`Store`] (on the pool) or [`Tx`] (in a transaction) and never asks which backend it is on.
+
+use sqlx::postgres::{PgRow, Postgres};
+use sqlx::sqlite::{Sqlite, SqliteRow};
+use sqlx::{AssertSqlSafe, FromRow, Transaction};
+
+use super::Store;
+
+/// A statement, as each backend spells it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sql {
+    sqlite: &'static str,
+    postgres: &'static str,
+}
+
+impl Sql {
+    /// A statement both backends accept as written.
+    pub(crate) const fn shared(text: &'static str) -> Self {
+        Self {
+            sqlite: text,
+            postgres: text,
+        }
+    }
+
+    /// A statement the dialects spell differently.
+    pub(crate) const fn each(sqlite: &'static str, postgres: &'static str) -> Self {
+        Self { sqlite, postgres }
+    }
+
+    /// A statement only PostgreSQL needs (e.g. an advisory lock, where SQLite's single writer
+    /// already serialises); on SQLite it does nothing.
+    pub(crate) const fn postgres_only(postgres: &'static str) -> Self {
+        Self {
+            sqlite: "",
+            postgres,
+        }
+    }
+}
+
+/// A value bound to a placeholder.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Arg<'a> {
+    Int(i64),
+    OptInt(Option<i64>),
+    Text(&'a str),
+    OptText(Option<&'a str>),
+    Bytes(&'a [u8]),
+}
+
+impl From<i64> for Arg<'_> {
+    fn from(value: i64) -> Self {
+        Arg::Int(value)
+    }
+}
+
+impl From<Option<i64>> for Arg<'_> {
+    fn from(value: Option<i64>) -> Self {
+        Arg::OptInt(value)
+    }
+}
+
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(value: &'a str) -> Self {
+        Arg::Text(value)
+    }
+}
+
+impl<'a> From<&'a String> for Arg<'a> {
+    fn from(value: &'a String) -> Self {
+        Arg::Text(value)
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Arg<'a> {
+    fn from(value: Option<&'a str>) -> Self {
+        Arg::OptText(value)
+    }
+}
+
+impl<'a> From<&'a Option<String>> for Arg<'a> {
+    fn from(value: &'a Option<String>) -> Self {
+        Arg::OptText(value.as_deref())
+    }
+}
+
+impl<'a> From<&'a [u8]> for Arg<'a> {
+    fn from(value: &'a [u8]) -> Self {
+        Arg::Bytes(value)
+    }
+}
+
+/// `args![a, b, …]`: the arguments of a statement, each converted with `Arg::from`.
+macro_rules! args {
+    ($($value:expr),* $(,)?) => {
+        &[$($crate::store::backend::Arg::from($value)),*]
+    };
+}
+pub(crate) use args;
+
+/// A row type both backends can decode (tuples of the bound types, and the store's row structs).
+pub(crate) trait Row:
+    for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+{
+}
+
+impl<T> Row for T where T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+{}
+
+/// Binds `$args` to `$query` in order.
+macro_rules! bind {
+    ($query:expr, $args:expr) => {{
+        let mut query = $query;
+        for arg in $args {
+            query = match *arg {
+                Arg::Int(value) => query.bind(value),
+                Arg::OptInt(value) => query.bind(value),
+                Arg::Text(value) => query.bind(value),
+                Arg::OptText(value) => query.bind(value),
+                Arg::Bytes(value) => query.bind(value),
+            };
+        }
+        query
+    }};
+}
+
+/// Runs `$run` (a method of sqlx's query types, e.g. `execute`) for statement text `$text`
+/// (a closure from the backend's [`Sql`] pick) on `$on` (pool or transaction) of either backend.
+macro_rules! dispatch {
+    ($self:expr, $sqlite:pat => $sqlite_on:expr, $postgres:pat => $postgres_on:expr,
+     |$text:ident, $on:ident| $body:expr) => {
+        match $self {
+            $sqlite => {
+                let $on = $sqlite_on;
+                let $text = Pick::Sqlite;
+                $body
+            }
+            $postgres => {
+                let $on = $postgres_on;
+                let $text = Pick::Postgres;
+                $body
+            }
+        }
+    };
+}
+
+/// Which text of an [`Sql`] a backend runs.
+#[derive(Debug, Clone, Copy)]
+enum Pick {
+    Sqlite,
+    Postgres,
+}
+
+impl Pick {
+    fn text(self, sql: Sql) -> &'static str {
+        match self {
+            Pick::Sqlite => sql.sqlite,
+            Pick::Postgres => sql.postgres,
+        }
+    }
+}
+
+/// The statement methods, the same on the pool and in a transaction.
+macro_rules! statements {
+    ($ty:ty, [$($recv:tt)+], $self:ident,
+     $sqlite:pat => $sqlite_on:expr, $postgres:pat => $postgres_on:expr) => {
+        impl $ty {
+            /// Runs a statement; returns the rows it changed.
+            pub(crate) async fn execute(
+                $($recv)+,
+                sql: Sql,
+                args: &[Arg<'_>],
+            ) -> Result<u64, sqlx::Error> {
+                dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
+                    let text = pick.text(sql);
+                    if text.is_empty() {
+                        // A statement only the other backend needs.
+                        return Ok(0);
+                    }
+                    Ok(bind!(sqlx::query(text), args).execute(on).await?.rows_affected())
+                })
+            }
+
+            /// Every row a query returns.
+            pub(crate) async fn fetch_all<R: Row>(
+                $($recv)+,
+                sql: Sql,
+                args: &[Arg<'_>],
+            ) -> Result<Vec<R>, sqlx::Error> {
+                dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
+                    bind!(sqlx::query_as(pick.text(sql)), args).fetch_all(on).await
+                })
+            }
+
+            /// The row a query returns, if any.
+            pub(crate) async fn fetch_optional<R: Row>(
+                $($recv)+,
+                sql: Sql,
+                args: &[Arg<'_>],
+            ) -> Result<Option<R>, sqlx::Error> {
+                dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
+                    bind!(sqlx::query_as(pick.text(sql)), args).fetch_optional(on).await
+                })
+            }
+
+            /// The row a query must return.
+            pub(crate) async fn fetch_one<R: Row>(
+                $($recv)+,
+                sql: Sql,
+                args: &[Arg<'_>],
+            ) -> Result<R, sqlx::Error> {
+                dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
+                    bind!(sqlx::query_as(pick.text(sql)), args).fetch_one(on).await
+                })
+            }
+        }
+    };
+}
+
+/// A transaction on either backend.
+#[derive(Debug)]
+pub(crate) enum Tx {
+    Sqlite(Transaction<'static, Sqlite>),
+    Postgres(Transaction<'static, Postgres>),
+}
+
+/// SQLite must take the write lock up front: a transaction that reads first and writes later
+/// cannot wait for the lock and fails at once if another writer holds it. (On PostgreSQL row
+/// locks and advisory locks do that job.)
+const BEGIN: Sql = Sql::each("BEGIN IMMEDIATE", "BEGIN");
+
+impl Store {
+    /// Starts a transaction that may write.
+    pub(crate) async fn begin(&self) -> Result<Tx, sqlx::Error> {
+        Ok(match self {
+            Store::Sqlite(pool) => Tx::Sqlite(pool.begin_with(BEGIN.sqlite).await?),
+            Store::Postgres(pool) => Tx::Postgres(pool.begin_with(BEGIN.postgres).await?),
+        })
+    }
+}
+
+statements!(Store, [&self], self, Store::Sqlite(pool) => pool, Store::Postgres(pool) => pool);
+statements!(Tx, [&mut self], self, Tx::Sqlite(tx) => &mut **tx, Tx::Postgres(tx) => &mut **tx);
+
+impl Tx {
+    /// The integers in the first column of every row (ids, mostly).
+    pub(crate) async fn fetch_ids(
+        &mut self,
+        sql: Sql,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        let rows: Vec<(i64,)> = self.fetch_all(sql, args).await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    pub(crate) async fn commit(self) -> Result<(), sqlx::Error> {
+        match self {
+            Tx::Sqlite(tx) => tx.commit().await,
+            Tx::Postgres(tx) => tx.commit().await,
+        }
+    }
+
+    /// Statement text built at run time from `make`, given this backend's spelling of `head`
+    /// (e.g. a multi-row insert: a head, then as many `VALUES` tuples as rows).
+    pub(crate) async fn fetch_ids_built(
+        &mut self,
+        head: Sql,
+        make: impl Fn(&str) -> String,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        dispatch!(self, Tx::Sqlite(tx) => &mut **tx, Tx::Postgres(tx) => &mut **tx, |pick, on| {
+            let text = make(pick.text(head));
+            let rows: Vec<(i64,)> =
+                bind!(sqlx::query_as(AssertSqlSafe(text)), args).fetch_all(on).await?;
+            Ok(rows.into_iter().map(|(id,)| id).collect())
+        })
+    }
+}

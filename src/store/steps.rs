@@ -1,0 +1,386 @@
+//! The steps of a group commit, each one statement (or a few) inside the writer's transaction.
+//! [`super::group::commit`] runs them in order; each is tested on its own on both backends.
+//!
+//! Rows travel as one JSON array parameter or one multi-row `VALUES` per step: each statement
+//! is a round trip to the database (on SQLite, to its worker thread), so per-row statements
+//! were the writer's main cost. Retries and dead letters, which are rare, go row by row.
+
+use std::collections::HashSet;
+
+use serde::Serialize;
+
+use super::backend::{Arg, Sql, Tx, args};
+use super::queue::{AttemptRecord, ClaimedJob, DeadLetter, JobKey, NewBatch};
+
+/// A job row to insert.
+#[derive(Debug, Serialize)]
+pub(super) struct JobRow<'a> {
+    pub(super) batch_id: i64,
+    pub(super) connection_id: &'a str,
+    pub(super) revision_id: i64,
+    pub(super) created_at: i64,
+    /// 0 for a job left in the table for a poller.
+    pub(super) lease_until: i64,
+    pub(super) leased_by: Option<&'a str>,
+}
+
+/// An attempt row to insert.
+#[derive(Debug, Serialize)]
+pub(super) struct AttemptRow<'a> {
+    job_id: i64,
+    connection_id: &'a str,
+    attempted_at: i64,
+    outcome: &'a str,
+    status: Option<i64>,
+    error: Option<&'a str>,
+    requests: i64,
+    latency_ms: i64,
+    events: i64,
+}
+
+impl<'a> AttemptRow<'a> {
+    pub(super) fn new(job: &'a JobKey, attempt: &'a AttemptRecord) -> Self {
+        Self {
+            job_id: job.id,
+            connection_id: &job.connection_id,
+            attempted_at: attempt.attempted_at,
+            outcome: attempt.outcome,
+            status: attempt.status,
+            error: attempt.error.as_deref(),
+            requests: attempt.requests,
+            latency_ms: attempt.latency_ms,
+            events: attempt.events,
+        }
+    }
+}
+
+/// A user's attributes as the group's stored batches change them (a JSON merge patch).
+#[derive(Debug, Serialize)]
+pub(super) struct ProfileRow {
+    pub(super) mpid: i64,
+    pub(super) patch: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A retry to record: the job keeps its place with its progress, and waits.
+#[derive(Debug)]
+pub(super) struct RetryRow<'a> {
+    pub(super) job_id: i64,
+    pub(super) progress: i64,
+    pub(super) attempts: i64,
+    pub(super) next_attempt_at: i64,
+    pub(super) error: Option<&'a str>,
+}
+
+/// `$1` job ids, `$2` the new lease end, `$3` this node: released jobs (lease 0) stay released,
+/// and a lease another node has taken meanwhile stays that node's.
+const RENEW_JOBS: Sql = Sql::each(
+    "UPDATE jobs SET lease_until = $2 \
+     WHERE id IN (SELECT value FROM json_each($1)) AND lease_until > 0 AND leased_by = $3",
+    "UPDATE jobs SET lease_until = $2 WHERE id IN \
+     (SELECT jsonb_array_elements_text($1::jsonb)::bigint) AND lease_until > 0 \
+     AND leased_by = $3",
+);
+const DELETE_JOBS: Sql = Sql::each(
+    "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each($1))",
+    "DELETE FROM jobs WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
+);
+const RELEASE_JOBS: Sql = Sql::each(
+    "UPDATE jobs SET lease_until = 0 WHERE id IN (SELECT value FROM json_each($1))",
+    "UPDATE jobs SET lease_until = 0 WHERE id IN \
+     (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
+);
+const RETRY_JOB: Sql = Sql::shared(
+    "UPDATE jobs SET progress = $2, attempts = $3, \
+     next_attempt_at = $4, lease_until = 0, last_error = $5 WHERE id = $1",
+);
+const INSERT_ATTEMPTS: Sql = Sql::each(
+    "INSERT INTO attempts \
+     (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events) \
+     SELECT value ->> 'job_id', value ->> 'connection_id', value ->> 'attempted_at', \
+     value ->> 'outcome', value ->> 'status', value ->> 'error', value ->> 'requests', \
+     value ->> 'latency_ms', value ->> 'events' FROM json_each($1)",
+    "INSERT INTO attempts \
+     (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events) \
+     SELECT job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, \
+     events FROM jsonb_to_recordset($1::jsonb) AS x(job_id bigint, connection_id text, \
+     attempted_at bigint, outcome text, status bigint, error text, requests bigint, \
+     latency_ms bigint, events bigint)",
+);
+const INSERT_DEAD_LETTER: Sql = Sql::shared(
+    "INSERT INTO dead_letters \
+     (job_id, batch_id, connection_id, payload_index, body, status, error, created_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+);
+/// `$1` lease end, `$2` now, `$3` limit, `$4` a JSON array of connection ids to skip (their
+/// lanes are full on this node), `$5` this node. On PostgreSQL `SKIP LOCKED` lets several nodes
+/// claim side by side without waiting on each other's rows.
+const CLAIM_JOBS: Sql = Sql::each(
+    "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
+     (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
+      AND connection_id NOT IN (SELECT value FROM json_each($4)) \
+      ORDER BY next_attempt_at LIMIT $3) \
+     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at",
+    "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
+     (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
+      AND connection_id NOT IN (SELECT jsonb_array_elements_text($4::jsonb)) \
+      ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
+     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at",
+);
+/// `$1` fresh batch ids, in increasing order. SQLite: the next ids after the largest ever used
+/// (AUTOINCREMENT keeps it in `sqlite_sequence`, also for explicit ids; the writer's
+/// `BEGIN IMMEDIATE` means no other connection commits between this read and the insert).
+const ALLOCATE_BATCH_IDS: Sql = Sql::each(
+    "WITH RECURSIVE ids(id) AS ( \
+     SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'batches'), 0) + 1 \
+     UNION ALL SELECT id + 1 FROM ids LIMIT $1) SELECT id FROM ids",
+    "SELECT nextval(sequence) \
+     FROM (SELECT pg_get_serial_sequence('batches', 'id') AS sequence) AS s, \
+     generate_series(1, $1)",
+);
+/// The head of a multi-row insert with explicit ids; `VALUES` follow.
+const INSERT_BATCHES: Sql = Sql::each(
+    "INSERT INTO batches (id, input_id, source_request_id, received_at, event_count, body) ",
+    "INSERT INTO batches (id, input_id, source_request_id, received_at, event_count, body) \
+     OVERRIDING SYSTEM VALUE ",
+);
+/// A duplicate `source_request_id` inserts nothing, so its id is missing from the answer.
+const ON_CONFLICT_RETURNING_ID: &str =
+    " ON CONFLICT (input_id, source_request_id) DO NOTHING RETURNING id";
+/// Columns per batch row.
+const BATCH_COLUMNS: usize = 6;
+/// The largest multi-row insert. Chunks are powers of two, so a handful of distinct statements
+/// (each prepared once per connection) cover every group size.
+const MAX_INSERT_ROWS: usize = 64;
+// `WHERE true` keeps SQLite from reading ON CONFLICT as a join constraint.
+const UPSERT_PROFILES: Sql = Sql::each(
+    "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes) \
+     SELECT value ->> 'mpid', $2, $2, value ->> 'patch' FROM json_each($1) WHERE true \
+     ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
+     user_attributes = json_patch(users.user_attributes, excluded.user_attributes)",
+    "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes) \
+     SELECT mpid, $2, $2, patch::text \
+     FROM jsonb_to_recordset($1::jsonb) AS x(mpid bigint, patch jsonb) \
+     ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
+     user_attributes = jsonb_strip_nulls(users.user_attributes::jsonb \
+     || excluded.user_attributes::jsonb)::text",
+);
+const INSERT_JOBS: Sql = Sql::each(
+    "INSERT INTO jobs \
+     (batch_id, connection_id, revision_id, created_at, next_attempt_at, lease_until, leased_by) \
+     SELECT value ->> 'batch_id', value ->> 'connection_id', value ->> 'revision_id', \
+     value ->> 'created_at', value ->> 'created_at', value ->> 'lease_until', \
+     value ->> 'leased_by' FROM json_each($1) \
+     RETURNING id, batch_id, connection_id",
+    "INSERT INTO jobs \
+     (batch_id, connection_id, revision_id, created_at, next_attempt_at, lease_until, leased_by) \
+     SELECT batch_id, connection_id, revision_id, created_at, created_at, lease_until, \
+     leased_by FROM jsonb_to_recordset($1::jsonb) AS x(batch_id bigint, connection_id text, \
+     revision_id bigint, created_at bigint, lease_until bigint, leased_by text) \
+     RETURNING id, batch_id, connection_id",
+);
+
+/// Serialises rows for a JSON-array parameter (plain data: this cannot fail).
+fn json<T: Serialize + ?Sized>(rows: &T) -> String {
+    serde_json::to_string(rows).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// Extends the leases this node holds on `job_ids` to `lease_until`; returns how many it still
+/// held.
+pub(super) async fn renew_leases(
+    tx: &mut Tx,
+    job_ids: &[i64],
+    lease_until: i64,
+    node: &str,
+) -> Result<u64, sqlx::Error> {
+    if job_ids.is_empty() {
+        return Ok(0);
+    }
+    tx.execute(RENEW_JOBS, args![json(job_ids).as_str(), lease_until, node])
+        .await
+}
+
+/// Removes finished jobs from the queue.
+pub(super) async fn delete_jobs(tx: &mut Tx, job_ids: &[i64]) -> Result<u64, sqlx::Error> {
+    if job_ids.is_empty() {
+        return Ok(0);
+    }
+    tx.execute(DELETE_JOBS, args![json(job_ids).as_str()]).await
+}
+
+/// Gives jobs back unworked: claimable again at once.
+pub(super) async fn release_jobs(tx: &mut Tx, job_ids: &[i64]) -> Result<u64, sqlx::Error> {
+    if job_ids.is_empty() {
+        return Ok(0);
+    }
+    tx.execute(RELEASE_JOBS, args![json(job_ids).as_str()])
+        .await
+}
+
+/// Records retries: progress, attempts, when to try again and why; the lease is let go.
+pub(super) async fn retry_jobs(tx: &mut Tx, retries: &[RetryRow<'_>]) -> Result<(), sqlx::Error> {
+    for retry in retries {
+        tx.execute(
+            RETRY_JOB,
+            args![
+                retry.job_id,
+                retry.progress,
+                retry.attempts,
+                retry.next_attempt_at,
+                retry.error
+            ],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Appends to the attempt log.
+pub(super) async fn insert_attempts(
+    tx: &mut Tx,
+    attempts: &[AttemptRow<'_>],
+) -> Result<(), sqlx::Error> {
+    if !attempts.is_empty() {
+        tx.execute(INSERT_ATTEMPTS, args![json(attempts).as_str()])
+            .await?;
+    }
+    Ok(())
+}
+
+/// Keeps requests given up on, for inspection and replay.
+pub(super) async fn insert_dead_letters(
+    tx: &mut Tx,
+    letters: &[(&JobKey, &DeadLetter)],
+    now: i64,
+) -> Result<(), sqlx::Error> {
+    for (job, letter) in letters {
+        let args = args![
+            job.id,
+            job.batch_id,
+            &job.connection_id,
+            letter.payload_index,
+            letter.body.as_slice(),
+            letter.status,
+            &letter.error,
+            now
+        ];
+        tx.execute(INSERT_DEAD_LETTER, args).await?;
+    }
+    Ok(())
+}
+
+/// Leases up to `limit` due, unleased jobs to `node` until `lease_until`, skipping the
+/// connections in `skip` (a JSON array of ids).
+pub(super) async fn claim_jobs(
+    tx: &mut Tx,
+    limit: i64,
+    skip: &str,
+    now: i64,
+    lease_until: i64,
+    node: &str,
+) -> Result<Vec<ClaimedJob>, sqlx::Error> {
+    tx.fetch_all(CLAIM_JOBS, args![lease_until, now, limit, skip, node])
+        .await
+}
+
+/// `count` fresh batch ids, increasing.
+pub(super) async fn allocate_batch_ids(tx: &mut Tx, count: usize) -> Result<Vec<i64>, sqlx::Error> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let ids = tx
+        .fetch_ids(
+            ALLOCATE_BATCH_IDS,
+            args![i64::try_from(count).unwrap_or(i64::MAX)],
+        )
+        .await?;
+    if ids.len() != count {
+        return Err(sqlx::Error::Protocol(format!(
+            "asked for {count} batch ids, got {}",
+            ids.len()
+        )));
+    }
+    Ok(ids)
+}
+
+/// Inserts batches with their allocated ids; returns the ids stored (a batch whose
+/// `source_request_id` the input already used is not).
+pub(super) async fn insert_batches(
+    tx: &mut Tx,
+    batches: &[(i64, &NewBatch)],
+) -> Result<HashSet<i64>, sqlx::Error> {
+    let mut stored = HashSet::with_capacity(batches.len());
+    let mut rows = batches.iter();
+    for size in chunk_sizes(batches.len()) {
+        let chunk: Vec<&(i64, &NewBatch)> = rows.by_ref().take(size).collect();
+        let mut values: Vec<Arg<'_>> = Vec::with_capacity(size * BATCH_COLUMNS);
+        for (id, batch) in &chunk {
+            values.extend([
+                Arg::Int(*id),
+                Arg::Text(&batch.input_id),
+                Arg::OptText(batch.source_request_id.as_deref()),
+                Arg::Int(batch.received_at),
+                Arg::Int(batch.event_count),
+                Arg::Bytes(&batch.body),
+            ]);
+        }
+        let make = |head: &str| format!("{head}{}{ON_CONFLICT_RETURNING_ID}", values_list(size));
+        stored.extend(tx.fetch_ids_built(INSERT_BATCHES, make, &values).await?);
+    }
+    Ok(stored)
+}
+
+/// `VALUES ($1, …, $6), ($7, …)` for `rows` batch rows.
+fn values_list(rows: usize) -> String {
+    let tuples: Vec<String> = (0..rows)
+        .map(|row| {
+            let first = row * BATCH_COLUMNS + 1;
+            let params: Vec<String> = (first..first + BATCH_COLUMNS)
+                .map(|n| format!("${n}"))
+                .collect();
+            format!("({})", params.join(", "))
+        })
+        .collect();
+    format!("VALUES {}", tuples.join(", "))
+}
+
+/// Splits `rows` into insert chunks: as many of the largest as fit, then the remainder's binary
+/// digits (45 rows: 32, 8, 4, 1).
+fn chunk_sizes(rows: usize) -> impl Iterator<Item = usize> {
+    let full = std::iter::repeat_n(MAX_INSERT_ROWS, rows / MAX_INSERT_ROWS);
+    let rest = rows % MAX_INSERT_ROWS;
+    let digits = (0..MAX_INSERT_ROWS.trailing_zeros())
+        .rev()
+        .map(|bit| 1 << bit)
+        .filter(move |size| rest & size != 0);
+    full.chain(digits)
+}
+
+/// Merges each user's attribute patch into their profile and marks them seen at `now`
+/// (creating the user if new). One row per user: PostgreSQL cannot update a row twice in one
+/// statement.
+pub(super) async fn upsert_profiles(
+    tx: &mut Tx,
+    profiles: &[ProfileRow],
+    now: i64,
+) -> Result<(), sqlx::Error> {
+    if !profiles.is_empty() {
+        tx.execute(UPSERT_PROFILES, args![json(profiles).as_str(), now])
+            .await?;
+    }
+    Ok(())
+}
+
+/// Inserts jobs; returns `(job id, batch id, connection id)` of each.
+pub(super) async fn insert_jobs(
+    tx: &mut Tx,
+    jobs: &[JobRow<'_>],
+) -> Result<Vec<(i64, i64, String)>, sqlx::Error> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    tx.fetch_all(INSERT_JOBS, args![json(jobs).as_str()]).await
+}
+
+#[cfg(test)]
+#[path = "steps_tests.rs"]
+mod tests;

@@ -1,0 +1,357 @@
+//! Each group-commit step on its own, against a real database: SQLite by default, PostgreSQL
+//! when `TEST_DATABASE_URL` is set (CI runs both).
+
+use std::sync::Arc;
+
+use super::*;
+use crate::store::Store;
+use crate::store::backend::Sql;
+use crate::store::queue::{AttemptRecord, DeadLetter, JobKey, NewBatch};
+use crate::store::testing::fresh_store;
+
+const NODE: &str = "node-a";
+const OTHER_NODE: &str = "node-b";
+
+/// A job as the table holds it: id, lease end, lease owner, progress, attempts, next attempt.
+type JobState = (i64, i64, Option<String>, i64, i64, i64);
+
+const SELECT_JOBS: Sql = Sql::shared(
+    "SELECT id, lease_until, leased_by, progress, attempts, next_attempt_at FROM jobs ORDER BY id",
+);
+
+async fn jobs(store: &Store) -> Vec<JobState> {
+    store.fetch_all(SELECT_JOBS, &[]).await.expect("read jobs")
+}
+
+fn batch(input: &str, request: Option<&str>) -> NewBatch {
+    NewBatch {
+        input_id: input.to_owned(),
+        source_request_id: request.map(str::to_owned),
+        received_at: 1_000,
+        event_count: 2,
+        body: Arc::from(br#"{"events":[]}"#.as_slice()),
+        jobs: Vec::new(),
+        profile: None,
+    }
+}
+
+fn job_row(batch_id: i64, connection_id: &str, lease_until: i64) -> JobRow<'_> {
+    JobRow {
+        batch_id,
+        connection_id,
+        revision_id: 1,
+        created_at: 1_000,
+        lease_until,
+        leased_by: (lease_until > 0).then_some(NODE),
+    }
+}
+
+/// A store with `count` jobs of connection `conn_a` (batch ids 1..), leased until `lease_until`
+/// (0: unleased); returns their ids.
+async fn store_with_jobs(count: usize, lease_until: i64) -> (Store, tempfile::TempDir, Vec<i64>) {
+    let (store, dir) = fresh_store().await;
+    let mut tx = store.begin().await.expect("begin");
+    let rows: Vec<JobRow<'_>> = (1..=count)
+        .map(|b| job_row(i64::try_from(b).expect("small"), "conn_a", lease_until))
+        .collect();
+    let inserted = insert_jobs(&mut tx, &rows).await.expect("insert jobs");
+    tx.commit().await.expect("commit");
+    let mut ids: Vec<i64> = inserted.into_iter().map(|(id, _, _)| id).collect();
+    ids.sort_unstable();
+    (store, dir, ids)
+}
+
+#[test]
+fn chunks_cover_every_row_with_few_distinct_sizes() {
+    assert_eq!(chunk_sizes(0).count(), 0);
+    assert_eq!(chunk_sizes(45).collect::<Vec<_>>(), [32, 8, 4, 1]);
+    assert_eq!(chunk_sizes(200).collect::<Vec<_>>(), [64, 64, 64, 8]);
+    for rows in 0..1000 {
+        let sizes: Vec<usize> = chunk_sizes(rows).collect();
+        assert_eq!(sizes.iter().sum::<usize>(), rows);
+        assert!(
+            sizes
+                .iter()
+                .all(|s| s.is_power_of_two() && *s <= MAX_INSERT_ROWS)
+        );
+    }
+}
+
+#[test]
+fn values_lists_number_every_placeholder_once() {
+    assert_eq!(values_list(1), "VALUES ($1, $2, $3, $4, $5, $6)");
+    assert_eq!(
+        values_list(2),
+        "VALUES ($1, $2, $3, $4, $5, $6), ($7, $8, $9, $10, $11, $12)"
+    );
+}
+
+#[tokio::test]
+async fn batch_ids_are_fresh_and_duplicates_are_not_stored() {
+    let (store, _dir) = fresh_store().await;
+    let mut tx = store.begin().await.expect("begin");
+    let first = batch("in_1", Some("r1"));
+    let again = batch("in_1", Some("r1"));
+    let other_input = batch("in_2", Some("r1"));
+    let anonymous = batch("in_1", None);
+    let ids = allocate_batch_ids(&mut tx, 4).await.expect("allocate");
+    assert_eq!(ids.len(), 4);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "increasing: {ids:?}");
+    let rows = vec![
+        (ids[0], &first),
+        (ids[1], &again),
+        (ids[2], &other_input),
+        (ids[3], &anonymous),
+    ];
+    let stored = insert_batches(&mut tx, &rows).await.expect("insert");
+    let later = allocate_batch_ids(&mut tx, 2)
+        .await
+        .expect("allocate again");
+    tx.commit().await.expect("commit");
+
+    let expected: HashSet<i64> = [ids[0], ids[2], ids[3]].into();
+    assert_eq!(stored, expected, "the repeated request id is not stored");
+    assert!(
+        later[0] > ids[3],
+        "ids are never reused: {later:?} after {ids:?}"
+    );
+    let count: (i64,) = store
+        .fetch_one(Sql::shared("SELECT COUNT(*) FROM batches"), &[])
+        .await
+        .expect("count");
+    assert_eq!(count.0, 3);
+}
+
+#[tokio::test]
+async fn large_groups_are_inserted_in_chunks() {
+    let (store, _dir) = fresh_store().await;
+    let batches: Vec<NewBatch> = (0..70)
+        .map(|i| batch("in_1", Some(&format!("r{i}"))))
+        .collect();
+    let mut tx = store.begin().await.expect("begin");
+    let ids = allocate_batch_ids(&mut tx, batches.len())
+        .await
+        .expect("allocate");
+    let rows: Vec<(i64, &NewBatch)> = ids.iter().copied().zip(&batches).collect();
+    let stored = insert_batches(&mut tx, &rows).await.expect("insert");
+    tx.commit().await.expect("commit");
+    assert_eq!(stored, ids.iter().copied().collect::<HashSet<_>>());
+}
+
+#[tokio::test]
+async fn inserted_jobs_are_leased_or_left_for_the_poller() {
+    let (store, _dir) = fresh_store().await;
+    let mut tx = store.begin().await.expect("begin");
+    let rows = vec![job_row(7, "conn_a", 5_000), job_row(7, "conn_b", 0)];
+    let mut inserted = insert_jobs(&mut tx, &rows).await.expect("insert");
+    tx.commit().await.expect("commit");
+    inserted.sort();
+    assert_eq!(inserted.len(), 2);
+    assert_eq!((inserted[0].1, inserted[0].2.as_str()), (7, "conn_a"));
+    assert_eq!((inserted[1].1, inserted[1].2.as_str()), (7, "conn_b"));
+    let state = jobs(&store).await;
+    assert_eq!((state[0].1, state[0].2.as_deref()), (5_000, Some(NODE)));
+    assert_eq!((state[1].1, state[1].2.clone()), (0, None));
+    // `next_attempt_at` starts at creation: due at once.
+    assert!(state.iter().all(|job| job.5 == 1_000));
+}
+
+#[tokio::test]
+async fn claims_take_due_unleased_jobs_up_to_the_limit_and_skip_crowded_connections() {
+    let (store, _dir, ids) = store_with_jobs(3, 0).await;
+    let mut tx = store.begin().await.expect("begin");
+    insert_jobs(&mut tx, &[job_row(9, "conn_crowded", 0)])
+        .await
+        .expect("insert");
+    let first = claim_jobs(&mut tx, 2, r#"["conn_crowded"]"#, 2_000, 9_000, NODE)
+        .await
+        .expect("claim");
+    let second = claim_jobs(&mut tx, 10, r#"["conn_crowded"]"#, 2_000, 9_000, NODE)
+        .await
+        .expect("claim again");
+    tx.commit().await.expect("commit");
+    assert_eq!(first.len(), 2);
+    assert_eq!(second.len(), 1, "leased jobs are not claimed twice");
+    let claimed: HashSet<i64> = first.iter().chain(&second).map(|c| c.key().id).collect();
+    assert_eq!(claimed, ids.iter().copied().collect());
+    for job in jobs(&store).await {
+        if claimed.contains(&job.0) {
+            assert_eq!((job.1, job.2.as_deref()), (9_000, Some(NODE)));
+        } else {
+            assert_eq!(job.1, 0, "the crowded connection's job stays in the table");
+        }
+    }
+}
+
+#[tokio::test]
+async fn expired_leases_and_future_attempts_decide_what_is_due() {
+    let (store, _dir, ids) = store_with_jobs(2, 5_000).await;
+    let mut tx = store.begin().await.expect("begin");
+    let retry = RetryRow {
+        job_id: ids[1],
+        progress: 1,
+        attempts: 1,
+        next_attempt_at: 50_000,
+        error: Some("receiver answered 500"),
+    };
+    retry_jobs(&mut tx, &[retry]).await.expect("retry");
+    let before_expiry = claim_jobs(&mut tx, 10, "[]", 4_999, 20_000, OTHER_NODE)
+        .await
+        .expect("claim");
+    let after_expiry = claim_jobs(&mut tx, 10, "[]", 5_000, 90_000, OTHER_NODE)
+        .await
+        .expect("claim");
+    let after_backoff = claim_jobs(&mut tx, 10, "[]", 50_000, 60_000, OTHER_NODE)
+        .await
+        .expect("claim");
+    tx.commit().await.expect("commit");
+    assert!(before_expiry.is_empty(), "a live lease keeps its job");
+    let ids_of = |claims: &[ClaimedJob]| claims.iter().map(|c| c.key().id).collect::<Vec<_>>();
+    assert_eq!(
+        ids_of(&after_expiry),
+        [ids[0]],
+        "an expired lease frees its job"
+    );
+    assert_eq!(
+        ids_of(&after_backoff),
+        [ids[1]],
+        "a retry waits for its time"
+    );
+}
+
+#[tokio::test]
+async fn renewals_extend_only_this_nodes_live_leases() {
+    let (store, _dir, ids) = store_with_jobs(3, 5_000).await;
+    let mut tx = store.begin().await.expect("begin");
+    release_jobs(&mut tx, &[ids[1]]).await.expect("release");
+    // Another node took the third job over after its lease ran out.
+    tx.execute(
+        Sql::shared("UPDATE jobs SET leased_by = $2 WHERE id = $1"),
+        args![ids[2], OTHER_NODE],
+    )
+    .await
+    .expect("take over");
+    let renewed = renew_leases(&mut tx, &ids, 9_000, NODE)
+        .await
+        .expect("renew");
+    tx.commit().await.expect("commit");
+    assert_eq!(renewed, 1, "only the lease this node still holds");
+    let leases: Vec<i64> = jobs(&store).await.iter().map(|job| job.1).collect();
+    assert_eq!(leases, [9_000, 0, 5_000]);
+}
+
+#[tokio::test]
+async fn finished_jobs_leave_retried_jobs_wait_released_jobs_are_free() {
+    let (store, _dir, ids) = store_with_jobs(3, 5_000).await;
+    let mut tx = store.begin().await.expect("begin");
+    assert_eq!(delete_jobs(&mut tx, &[ids[0]]).await.expect("delete"), 1);
+    let retry = RetryRow {
+        job_id: ids[1],
+        progress: 2,
+        attempts: 3,
+        next_attempt_at: 77_000,
+        error: Some("timeout"),
+    };
+    retry_jobs(&mut tx, &[retry]).await.expect("retry");
+    assert_eq!(release_jobs(&mut tx, &[ids[2]]).await.expect("release"), 1);
+    tx.commit().await.expect("commit");
+    let state = jobs(&store).await;
+    assert_eq!(state.len(), 2);
+    assert_eq!(state[0], (ids[1], 0, Some(NODE.to_owned()), 2, 3, 77_000));
+    assert_eq!((state[1].0, state[1].1), (ids[2], 0));
+    let (error,): (Option<String>,) = store
+        .fetch_one(
+            Sql::shared("SELECT last_error FROM jobs WHERE id = $1"),
+            args![ids[1]],
+        )
+        .await
+        .expect("read");
+    assert_eq!(error.as_deref(), Some("timeout"));
+}
+
+#[tokio::test]
+async fn attempts_and_dead_letters_are_logged() {
+    let (store, _dir) = fresh_store().await;
+    let job = JobKey {
+        id: 11,
+        batch_id: 4,
+        connection_id: "conn_a".into(),
+    };
+    let attempt = AttemptRecord {
+        attempted_at: 3_000,
+        outcome: "dead_letter",
+        status: Some(400),
+        error: Some("receiver answered 400".into()),
+        requests: 2,
+        latency_ms: 12,
+        events: 1,
+    };
+    let letter = DeadLetter {
+        payload_index: 1,
+        body: b"{\"events\":[1]}".to_vec(),
+        status: Some(400),
+        error: "receiver answered 400".into(),
+    };
+    let mut tx = store.begin().await.expect("begin");
+    insert_attempts(&mut tx, &[AttemptRow::new(&job, &attempt)])
+        .await
+        .expect("attempts");
+    insert_dead_letters(&mut tx, &[(&job, &letter)], 3_000)
+        .await
+        .expect("dead letters");
+    tx.commit().await.expect("commit");
+
+    let attempts = store.attempts("conn_a", 10).await.expect("attempts");
+    assert_eq!(attempts.len(), 1);
+    let logged = &attempts[0];
+    assert_eq!(
+        (
+            logged.job_id,
+            logged.outcome.as_str(),
+            logged.status,
+            logged.requests
+        ),
+        (11, "dead_letter", Some(400), 2)
+    );
+    assert_eq!(logged.error.as_deref(), Some("receiver answered 400"));
+    let letters = store.dead_letters("conn_a", 10).await.expect("letters");
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        (
+            letters[0].job_id,
+            letters[0].batch_id,
+            letters[0].payload_index
+        ),
+        (11, 4, 1)
+    );
+    assert_eq!(letters[0].body, letter.body);
+}
+
+#[tokio::test]
+async fn profiles_merge_attributes_and_delete_nulls() {
+    let (store, _dir) = fresh_store().await;
+    let patch = |value: serde_json::Value| match value {
+        serde_json::Value::Object(map) => map,
+        _ => unreachable!("test patches are objects"),
+    };
+    let mut tx = store.begin().await.expect("begin");
+    let first = ProfileRow {
+        mpid: 42,
+        patch: patch(serde_json::json!({"plan": "free", "age": 30})),
+    };
+    upsert_profiles(&mut tx, &[first], 1_000)
+        .await
+        .expect("first");
+    let second = ProfileRow {
+        mpid: 42,
+        patch: patch(serde_json::json!({"plan": "pro", "age": null})),
+    };
+    upsert_profiles(&mut tx, &[second], 2_000)
+        .await
+        .expect("second");
+    tx.commit().await.expect("commit");
+    let user = store.get_user(42).await.expect("user");
+    let attributes: serde_json::Value = serde_json::from_str(&user.user_attributes).expect("json");
+    assert_eq!(attributes, serde_json::json!({"plan": "pro"}));
+    assert_eq!((user.created_at, user.last_seen_at), (1_000, 2_000));
+}
