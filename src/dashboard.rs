@@ -27,7 +27,8 @@ struct Assets;
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/", get(index))
-        .route("/assets/{file}", get(asset))
+        // A wildcard, since the ES modules live in folders (`lib/`, `pages/`).
+        .route("/assets/{*path}", get(asset))
         .route("/dashboard/session", get(session))
         .route("/dashboard/login", post(login))
         .route("/dashboard/logout", post(logout))
@@ -37,8 +38,15 @@ async fn index() -> Response {
     serve("index.html", &HeaderMap::new())
 }
 
-async fn asset(Path(file): Path<String>, headers: HeaderMap) -> Response {
-    serve(&file, &headers)
+async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {
+    // Debug builds read assets from disk: refuse anything that could step out of `dashboard/`.
+    let plain = path
+        .split('/')
+        .all(|part| !part.is_empty() && part != "." && part != ".." && !part.contains('\\'));
+    if !plain {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    serve(&path, &headers)
 }
 
 /// An embedded file with its content type and an ETag from its hash.

@@ -6,6 +6,7 @@ mod connections;
 mod inputs;
 mod live;
 mod outputs;
+mod settings;
 mod users;
 
 use axum::Router;
@@ -68,6 +69,7 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
         )
         .route("/api/v1/live-stream", get(live::stream))
         .route("/api/v1/metadata-fields", get(connections::metadata_fields))
+        .route("/api/v1/connection-settings", get(settings::list))
         .route("/api/v1/users", get(users::find))
         .route("/api/v1/users/{mpid}", get(users::get))
         .route_layer(middleware::from_fn_with_state(state, require_admin))

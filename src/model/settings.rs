@@ -62,6 +62,231 @@ impl Default for ConnectionSettings {
     }
 }
 
+/// The name of one connection setting: one variant per [`ConnectionSettings`] field, so code that
+/// talks about a setting (the dashboard's form, the admin API) cannot misspell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SettingName {
+    Status,
+    SendAsBatch,
+    MetadataFieldExclusions,
+    SendCustomEvents,
+    SendLifecycleEvents,
+    SendProfileChangeEvents,
+    SendScreenViews,
+    SendCommerceEvents,
+    IncludeMetadata,
+    IncludeUserIdentityChangeEvents,
+    IncludeUserAttributeChangeEvents,
+    SendCrashEvents,
+    SendNetworkPerformanceEvents,
+    SendPushRegistrationsAndReceipts,
+    IncludeLocationInformation,
+    IncludeEventBatchLocation,
+    SendBatchesWithoutEvents,
+    UniqueId,
+}
+
+impl SettingName {
+    /// The setting's key in the JSON settings document.
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            Self::Status => "status",
+            Self::SendAsBatch => "send_as_batch",
+            Self::MetadataFieldExclusions => "metadata_field_exclusions",
+            Self::SendCustomEvents => "send_custom_events",
+            Self::SendLifecycleEvents => "send_lifecycle_events",
+            Self::SendProfileChangeEvents => "send_profile_change_events",
+            Self::SendScreenViews => "send_screen_views",
+            Self::SendCommerceEvents => "send_commerce_events",
+            Self::IncludeMetadata => "include_metadata",
+            Self::IncludeUserIdentityChangeEvents => "include_user_identity_change_events",
+            Self::IncludeUserAttributeChangeEvents => "include_user_attribute_change_events",
+            Self::SendCrashEvents => "send_crash_events",
+            Self::SendNetworkPerformanceEvents => "send_network_performance_events",
+            Self::SendPushRegistrationsAndReceipts => "send_push_registrations_and_receipts",
+            Self::IncludeLocationInformation => "include_location_information",
+            Self::IncludeEventBatchLocation => "include_event_batch_location",
+            Self::SendBatchesWithoutEvents => "send_batches_without_events",
+            Self::UniqueId => "unique_id",
+        }
+    }
+}
+
+/// What kind of control a setting needs; the dashboard picks its form control from this alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum SettingKind {
+    /// `true` or `false`.
+    Boolean,
+    /// [`ConnectionStatus`]: `active` or `inactive`.
+    Status,
+    /// A list of metadata paths, each one of [`metadata_paths`].
+    MetadataExclusions,
+    /// A string, or `null` when unset.
+    OptionalText,
+}
+
+/// How a setting is presented: everything about it except its default, which is read from
+/// [`ConnectionSettings::default`] so it is stated in one place only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SettingDescriptor {
+    pub(crate) name: SettingName,
+    /// The setting's name as mParticle's UI shows it.
+    pub(crate) label: &'static str,
+    /// One sentence on what the setting does here.
+    pub(crate) help: &'static str,
+    pub(crate) kind: SettingKind,
+}
+
+const fn describe(
+    name: SettingName,
+    label: &'static str,
+    kind: SettingKind,
+    help: &'static str,
+) -> SettingDescriptor {
+    SettingDescriptor {
+        name,
+        label,
+        help,
+        kind,
+    }
+}
+
+/// Every connection setting, in the order forms show them (the order of [`ConnectionSettings`]).
+pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
+    use SettingKind::{Boolean, MetadataExclusions, OptionalText, Status};
+    use SettingName as N;
+    &[
+        describe(
+            N::Status,
+            "Connection Status",
+            Status,
+            "An inactive connection forwards nothing; its events show as filtered in the Live Stream.",
+        ),
+        describe(
+            N::SendAsBatch,
+            "Send as Batch",
+            Boolean,
+            "Post the events of a batch together in one request instead of one request per event.",
+        ),
+        describe(
+            N::MetadataFieldExclusions,
+            "Metadata Field Exclusion",
+            MetadataExclusions,
+            "Device, application and batch fields removed from every request this connection sends.",
+        ),
+        describe(
+            N::SendCustomEvents,
+            "Send Custom Events",
+            Boolean,
+            "Forward custom events.",
+        ),
+        describe(
+            N::SendLifecycleEvents,
+            "Send Lifecycle Events",
+            Boolean,
+            "Forward session starts and ends, application state transitions, first runs, uninstalls and opt-outs.",
+        ),
+        describe(
+            N::SendProfileChangeEvents,
+            "Send Profile Change Events",
+            Boolean,
+            "Forward profile events such as logins and logouts.",
+        ),
+        describe(
+            N::SendScreenViews,
+            "Send Screen Views",
+            Boolean,
+            "Forward screen and page views.",
+        ),
+        describe(
+            N::SendCommerceEvents,
+            "Send Commerce Events",
+            Boolean,
+            "Forward commerce events: product actions, promotions and impressions.",
+        ),
+        describe(
+            N::IncludeMetadata,
+            "Include Metadata",
+            Boolean,
+            "Keep the batch's device, application and source information; off removes all three.",
+        ),
+        describe(
+            N::IncludeUserIdentityChangeEvents,
+            "Include User Identity Change Events",
+            Boolean,
+            "Forward an event whenever one of a user's identities is added, changed or removed.",
+        ),
+        describe(
+            N::IncludeUserAttributeChangeEvents,
+            "Include User Attribute Change Events",
+            Boolean,
+            "Forward an event whenever a user attribute is set, changed or removed.",
+        ),
+        describe(
+            N::SendCrashEvents,
+            "Send Crash Events",
+            Boolean,
+            "Forward crash reports and the breadcrumbs that explain them.",
+        ),
+        describe(
+            N::SendNetworkPerformanceEvents,
+            "Send Network Performance Events",
+            Boolean,
+            "Forward timings of the network requests apps report.",
+        ),
+        describe(
+            N::SendPushRegistrationsAndReceipts,
+            "Send Push Registrations and Receipts",
+            Boolean,
+            "Forward push token registrations, received push messages and reactions to them.",
+        ),
+        describe(
+            N::IncludeLocationInformation,
+            "Include Location Information",
+            Boolean,
+            "Keep each event's location; off removes it from the events.",
+        ),
+        describe(
+            N::IncludeEventBatchLocation,
+            "Include Event Batch Location",
+            Boolean,
+            "Keep the batch's own location (context.location) as well as the events' locations.",
+        ),
+        describe(
+            N::SendBatchesWithoutEvents,
+            "Send Batches without Events",
+            Boolean,
+            "Post batches that carry no events, so identities and user attributes still arrive.",
+        ),
+        describe(
+            N::UniqueId,
+            "Unique ID",
+            OptionalText,
+            "A value of your choosing added to every request as unique_id, to tell connections apart.",
+        ),
+    ]
+};
+
+impl SettingDescriptor {
+    /// This setting's default: its value in [`ConnectionSettings::default`] serialised, so the
+    /// defaults are never typed twice.
+    pub(crate) fn default_value(&self) -> serde_json::Value {
+        default_settings_json()
+            .remove(self.name.as_str())
+            .unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// [`ConnectionSettings::default`] as a JSON object, key by key.
+pub(crate) fn default_settings_json() -> serde_json::Map<String, serde_json::Value> {
+    match serde_json::to_value(ConnectionSettings::default()) {
+        Ok(serde_json::Value::Object(map)) => map,
+        // A struct of plain fields always serialises to an object; nothing else can come back.
+        _ => serde_json::Map::new(),
+    }
+}
+
 /// Why a settings document was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub(crate) enum SettingsError {
@@ -316,6 +541,22 @@ mod tests {
         assert!(message.contains("device_info.nope"));
         assert!(message.contains("device_info.device"));
         assert!(message.contains("ip"));
+    }
+
+    #[test]
+    fn every_setting_has_exactly_one_descriptor() {
+        let mut described: Vec<&str> = SETTING_DESCRIPTORS
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
+        described.sort_unstable();
+        let defaults = default_settings_json();
+        let mut keys: Vec<&str> = defaults.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            described, keys,
+            "SETTING_DESCRIPTORS must name every ConnectionSettings field once"
+        );
     }
 
     #[test]

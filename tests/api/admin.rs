@@ -318,3 +318,100 @@ async fn metadata_fields_are_listed_with_labels() {
     );
     app.stop().await.unwrap();
 }
+
+/// mParticle's Webhook defaults (name, kind, default), stated here independently of the server's
+/// settings model so a changed default there shows up as a failure here.
+fn mparticle_defaults() -> Vec<(&'static str, &'static str, Value)> {
+    let (on, off) = (json!(true), json!(false));
+    vec![
+        ("status", "status", json!("active")),
+        ("send_as_batch", "boolean", off.clone()),
+        (
+            "metadata_field_exclusions",
+            "metadata_exclusions",
+            json!([]),
+        ),
+        ("send_custom_events", "boolean", on.clone()),
+        ("send_lifecycle_events", "boolean", on.clone()),
+        ("send_profile_change_events", "boolean", on.clone()),
+        ("send_screen_views", "boolean", on.clone()),
+        ("send_commerce_events", "boolean", on.clone()),
+        ("include_metadata", "boolean", on.clone()),
+        (
+            "include_user_identity_change_events",
+            "boolean",
+            off.clone(),
+        ),
+        (
+            "include_user_attribute_change_events",
+            "boolean",
+            off.clone(),
+        ),
+        ("send_crash_events", "boolean", on.clone()),
+        ("send_network_performance_events", "boolean", on.clone()),
+        (
+            "send_push_registrations_and_receipts",
+            "boolean",
+            on.clone(),
+        ),
+        ("include_location_information", "boolean", on.clone()),
+        ("include_event_batch_location", "boolean", off),
+        ("send_batches_without_events", "boolean", on),
+        ("unique_id", "optional_text", Value::Null),
+    ]
+}
+
+#[tokio::test]
+async fn connection_settings_are_described_with_mparticle_defaults() {
+    let app = spawn_app().await;
+    let (status, body) = call(&app, Method::GET, "/api/v1/connection-settings", None).await;
+    assert_eq!(status, 200, "{body}");
+    let settings = body["settings"].as_array().expect("a settings array");
+    let expected = mparticle_defaults();
+    let names: Vec<&str> = settings.iter().filter_map(|s| s["name"].as_str()).collect();
+    let expected_names: Vec<&str> = expected.iter().map(|(name, _, _)| *name).collect();
+    assert_eq!(
+        names, expected_names,
+        "every setting, once, in a stable order"
+    );
+    for ((name, kind, default), setting) in expected.iter().zip(settings) {
+        assert_eq!(setting["kind"], *kind, "{name}: {setting}");
+        assert_eq!(setting["default"], *default, "{name}: {setting}");
+        for text in ["label", "help"] {
+            assert!(
+                setting[text].as_str().is_some_and(|t| !t.trim().is_empty()),
+                "{name} has no {text}: {setting}"
+            );
+        }
+    }
+    let label_of = |name: &str| {
+        settings
+            .iter()
+            .find(|s| s["name"] == name)
+            .map(|s| s["label"].clone())
+    };
+    assert_eq!(label_of("send_as_batch"), Some(json!("Send as Batch")));
+    assert_eq!(label_of("status"), Some(json!("Connection Status")));
+
+    // The described defaults are what a connection created without settings gets.
+    let input = app.create_input("custom_feed").await;
+    let receiver = Receiver::start().await;
+    let output = app.create_webhook(&receiver.url("/hook")).await;
+    let connection = app.connect(&input, &output, json!({})).await;
+    for setting in settings {
+        let name = setting["name"].as_str().unwrap();
+        assert_eq!(
+            connection["settings"][name], setting["default"],
+            "{name}: {connection}"
+        );
+    }
+
+    let no_token = app
+        .client
+        .get(format!("{}/api/v1/connection-settings", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_token.status(), 401);
+    app.stop().await.unwrap();
+}

@@ -199,3 +199,36 @@ async fn sessions_need_the_token_and_their_csrf_header() {
     assert!(page.text().await.unwrap().contains("/assets/app.js"));
     app.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn dashboard_modules_are_served_from_folders_as_javascript() {
+    let app = spawn_app().await;
+    let get = |path: &str| app.client.get(format!("{}/assets/{path}", app.base)).send();
+    let index = app
+        .client
+        .get(format!("{}/", app.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        index.contains(r#"<script type="module" src="/assets/app.js">"#),
+        "{index}"
+    );
+    for path in ["app.js", "lib/api.js", "pages/connect.js"] {
+        let response = get(path).await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/javascript",
+            "{path}: browsers run modules only with a JavaScript type"
+        );
+    }
+    // Encoded slashes reach the handler as `../`, which could step out of the folder on disk.
+    for path in ["..%2FCargo.toml", "lib%2F..%2F..%2FCargo.toml", "nope.js"] {
+        assert_eq!(get(path).await.unwrap().status(), 404, "{path}");
+    }
+    app.stop().await.unwrap();
+}

@@ -1,0 +1,47 @@
+// Hash routing and the nav bar: #/section or #/section/id picks a page from the table app.js
+// hands over. Pages import route() to re-render after a change; the router imports no page, so
+// the module graph has no cycles.
+
+import { api, setCsrf, signedIn } from './api.js';
+import { errorLine, page } from './dom.js';
+
+let pages = {};
+let signInPage = () => {};
+let cleanup = null;
+
+/** Registers what to undo (e.g. close a live stream) when the current page is left. */
+export function onLeave(undo) { cleanup = undo; }
+
+/** Runs the current page's cleanup, if any, once. */
+export function leavePage() {
+  const undo = cleanup;
+  cleanup = null;
+  undo?.();
+}
+
+/**
+ * Starts routing. `table` maps a section to its page function; `section/:id` entries take the id.
+ * Unknown sections show the first entry (the Connections page).
+ */
+export function start(table, signIn) {
+  pages = table;
+  signInPage = signIn;
+  window.addEventListener('hashchange', route);
+  route();
+}
+
+export async function route() {
+  const hash = location.hash || '#/connections';
+  if (!signedIn()) {
+    const session = await api('GET', '/dashboard/session');
+    if (session.signed_in) setCsrf(session.csrf);
+  }
+  leavePage();
+  const nav = document.getElementById('nav');
+  nav.hidden = !signedIn();
+  if (!signedIn()) return signInPage();
+  const [, section, id] = hash.split('/');
+  document.querySelectorAll('nav a').forEach((a) => a.classList.toggle('active', a.dataset.page === section));
+  const show = (id && pages[`${section}/:id`]) || pages[section] || Object.values(pages)[0];
+  try { await show(id); } catch (err) { page('Something went wrong', errorLine(err.message)); }
+}
