@@ -6,13 +6,36 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+use crate::model::settings::SettingName;
+
 /// Items buffered per watcher; a watcher that falls further behind skips ahead (and is told).
 const CAPACITY: usize = 4096;
+
+/// Whether an item is an event arriving at an input or what a connection did with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Direction {
+    Inbound,
+    Outbound,
+}
+
+/// What a connection did with an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Outcome {
+    Forwarded,
+    /// Dropped by a setting (named in the item).
+    Filtered,
+    /// Given up on (dead-lettered).
+    Failed,
+    /// Will be tried again.
+    Retrying,
+}
 
 /// One Live Stream entry.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct LiveItem {
-    pub(crate) direction: &'static str,
+    pub(crate) direction: Direction,
     pub(crate) at: i64,
     pub(crate) input_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -27,12 +50,15 @@ pub(crate) struct LiveItem {
     /// The event itself (inbound only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) event: Option<Value>,
-    /// `forwarded`, `filtered`, `failed` or `retrying` (outbound only).
+    /// Outbound only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) outcome: Option<&'static str>,
+    pub(crate) outcome: Option<Outcome>,
     /// The setting that filtered the event.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) setting: Option<&'static str>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "setting_name"
+    )]
+    pub(crate) setting: Option<SettingName>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) status: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -74,6 +100,16 @@ impl LiveStream {
 fn as_string<S: serde::Serializer>(mpid: &Option<i64>, serializer: S) -> Result<S::Ok, S::Error> {
     match mpid {
         Some(mpid) => serializer.serialize_str(&mpid.to_string()),
+        None => serializer.serialize_none(),
+    }
+}
+
+fn setting_name<S: serde::Serializer>(
+    setting: &Option<SettingName>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match setting {
+        Some(setting) => serializer.serialize_str(setting.as_str()),
         None => serializer.serialize_none(),
     }
 }

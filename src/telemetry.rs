@@ -13,6 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::model::attempt::AttemptOutcome;
 use crate::model::now_ms;
 
 /// Installs the tracing subscriber: `RUST_LOG`-style filtering (default `info`), and JSON lines
@@ -160,17 +161,17 @@ impl Metrics {
         self.events_rejected.get_or_create(&labels).inc();
     }
 
-    pub(crate) fn delivery(&self, connection: &str, outcome: &'static str) {
+    pub(crate) fn delivery(&self, connection: &str, outcome: AttemptOutcome) {
         let labels = DeliveryLabels {
             connection: connection.to_owned(),
-            outcome,
+            outcome: outcome.as_str(),
         };
         self.deliveries.get_or_create(&labels).inc();
     }
 
     /// Records a delivered request carrying `events` events of a batch accepted at `accepted_at`.
     pub(crate) fn delivered(&self, connection: &str, events: usize, accepted_at: i64) {
-        self.delivery(connection, "delivered");
+        self.delivery(connection, AttemptOutcome::Delivered);
         let labels = ConnectionLabels {
             connection: connection.to_owned(),
         };

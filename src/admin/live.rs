@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::access::{Sessions, session_id};
-use crate::live::LiveItem;
+use crate::live::{Direction, LiveItem};
 use crate::state::AppState;
 
 /// Items sent per second per watcher; more are skipped and counted.
@@ -33,13 +33,15 @@ pub(crate) struct LiveFilter {
 impl LiveFilter {
     fn admits(&self, item: &LiveItem, connection_input: Option<&str>) -> bool {
         let direction = match self.direction.as_deref() {
-            Some("inbound") => item.direction == "inbound",
-            Some("outbound") => item.direction == "outbound",
+            Some("inbound") => item.direction == Direction::Inbound,
+            Some("outbound") => item.direction == Direction::Outbound,
             _ => true,
         };
         let connection = match (&self.connection_id, item.direction) {
             (None, _) => true,
-            (Some(wanted), "outbound") => item.connection_id.as_deref() == Some(wanted.as_str()),
+            (Some(wanted), Direction::Outbound) => {
+                item.connection_id.as_deref() == Some(wanted.as_str())
+            }
             // Inbound events of the connection's input are what the connection acts on.
             (Some(_), _) => connection_input == Some(item.input_id.as_str()),
         };

@@ -13,7 +13,8 @@ use rand::Rng;
 use super::DeliveryContext;
 use super::retry::{Classification, classify};
 use super::webhook::SendError;
-use crate::live::{LiveItem, event_type_of};
+use crate::live::{Direction, LiveItem, Outcome, event_type_of};
+use crate::model::attempt::AttemptOutcome;
 use crate::model::now_ms;
 use crate::pipeline::filter;
 use crate::store::queue::{AttemptRecord, DeadLetter, Job, JobKey, JobUpdate};
@@ -26,7 +27,7 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
         // the job only when the store confirms the connection is gone.
         let whole_batch = vec![(job.progress, job.body.to_vec())];
         return match ctx.catalog.connection_exists(&job.connection_id).await {
-            Ok(false) => attempt.finish("dropped", Some("connection deleted".into())),
+            Ok(false) => attempt.finish(AttemptOutcome::Dropped, Some("connection deleted".into())),
             Ok(true) => attempt.retry(
                 job.progress,
                 "connection not loaded yet".into(),
@@ -62,7 +63,7 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
                 None,
                 format!("stored batch is unreadable: {error}"),
             );
-            return attempt.finish("dead_letter", None);
+            return attempt.finish(AttemptOutcome::DeadLetter, None);
         }
     };
     let plan = filter::plan(&settings, &output, job.batch_id, &document);
@@ -134,9 +135,9 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
         return attempt.retry(*index, error, after, remaining);
     }
     let outcome = if attempt.dead.is_empty() {
-        "delivered"
+        AttemptOutcome::Delivered
     } else {
-        "dead_letter"
+        AttemptOutcome::DeadLetter
     };
     attempt.finish(outcome, None)
 }
@@ -150,10 +151,10 @@ struct Live<'a> {
 }
 
 impl Live<'_> {
-    fn item(&self, index: usize, outcome: &'static str) -> LiveItem {
+    fn item(&self, index: usize, outcome: Outcome) -> LiveItem {
         let event = &self.document["events"][index];
         LiveItem {
-            direction: "outbound",
+            direction: Direction::Outbound,
             at: now_ms(),
             input_id: self.input_id.to_owned(),
             connection_id: Some(self.job.connection_id.clone()),
@@ -181,8 +182,8 @@ impl Live<'_> {
         for (index, verdict) in verdicts.iter().enumerate() {
             if let filter::Verdict::Filtered(setting) = verdict {
                 self.ctx.live.publish(LiveItem {
-                    setting: Some(setting),
-                    ..self.item(index, "filtered")
+                    setting: Some(*setting),
+                    ..self.item(index, Outcome::Filtered)
                 });
             }
         }
@@ -201,12 +202,12 @@ impl Live<'_> {
         let latency = i64::try_from(sent.elapsed().as_millis()).unwrap_or(i64::MAX);
         let (outcome, status, error) = match result {
             Ok(answer) => match classify(answer.status, answer.retry_after) {
-                Classification::Delivered => ("forwarded", Some(answer.status), None),
-                Classification::DeadLetter => ("failed", Some(answer.status), None),
-                Classification::Retry { .. } => ("retrying", Some(answer.status), None),
+                Classification::Delivered => (Outcome::Forwarded, Some(answer.status), None),
+                Classification::DeadLetter => (Outcome::Failed, Some(answer.status), None),
+                Classification::Retry { .. } => (Outcome::Retrying, Some(answer.status), None),
             },
-            Err(SendError::Refused(e)) => ("failed", None, Some(e.clone())),
-            Err(SendError::Transport(e)) => ("retrying", None, Some(e.clone())),
+            Err(SendError::Refused(e)) => (Outcome::Failed, None, Some(e.clone())),
+            Err(SendError::Transport(e)) => (Outcome::Retrying, None, Some(e.clone())),
         };
         for &index in events {
             self.ctx.live.publish(LiveItem {
@@ -252,7 +253,7 @@ impl<'a> Attempt<'a> {
         }
     }
 
-    fn record(&self, outcome: &'static str, error: Option<String>) -> AttemptRecord {
+    fn record(&self, outcome: AttemptOutcome, error: Option<String>) -> AttemptRecord {
         AttemptRecord {
             attempted_at: now_ms(),
             outcome,
@@ -273,7 +274,7 @@ impl<'a> Attempt<'a> {
     ) {
         self.ctx
             .metrics
-            .delivery(&self.job.connection_id, "dead_letter");
+            .delivery(&self.job.connection_id, AttemptOutcome::DeadLetter);
         self.dead.push(DeadLetter {
             payload_index,
             body,
@@ -282,7 +283,7 @@ impl<'a> Attempt<'a> {
         });
     }
 
-    fn finish(self, outcome: &'static str, error: Option<String>) -> JobUpdate {
+    fn finish(self, outcome: AttemptOutcome, error: Option<String>) -> JobUpdate {
         let error = error.or_else(|| self.dead.last().map(|d| d.error.clone()));
         JobUpdate::Finished {
             job: self.key(),
@@ -309,8 +310,10 @@ impl<'a> Attempt<'a> {
         let next_attempt_at =
             now_ms().saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
         if next_attempt_at <= self.job.created_at.saturating_add(self.ctx.retry_window_ms) {
-            self.ctx.metrics.delivery(&self.job.connection_id, "retry");
-            let attempt = self.record("retry", Some(error));
+            self.ctx
+                .metrics
+                .delivery(&self.job.connection_id, AttemptOutcome::Retry);
+            let attempt = self.record(AttemptOutcome::Retry, Some(error));
             return JobUpdate::Retry {
                 job: self.key(),
                 progress,
@@ -326,6 +329,6 @@ impl<'a> Attempt<'a> {
             let status = self.last_status;
             self.dead_letter(index, body, status, error.clone());
         }
-        self.finish("dead_letter", Some(error))
+        self.finish(AttemptOutcome::DeadLetter, Some(error))
     }
 }

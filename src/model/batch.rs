@@ -8,28 +8,7 @@
 
 use serde_json::{Map, Value, json};
 
-/// Every `event_type` of the Events API schema (spec §1.6).
-pub(crate) const EVENT_TYPES: &[&str] = &[
-    "session_start",
-    "session_end",
-    "screen_view",
-    "custom_event",
-    "crash_report",
-    "opt_out",
-    "first_run",
-    "pre_attribution",
-    "push_registration",
-    "application_state_transition",
-    "push_message",
-    "network_performance",
-    "breadcrumb",
-    "profile",
-    "push_reaction",
-    "commerce_event",
-    "user_attribute_change",
-    "user_identity_change",
-    "uninstall",
-];
+use super::event_type::EventType;
 
 /// Inbound `user_identities` keys (spec §1.7.7).
 const IDENTITY_TYPES: &[&str] = &[
@@ -271,7 +250,7 @@ fn normalize_event(event: &mut Value, field: &str, now_ms: i64) -> Result<(), Ba
         ));
     };
     let event_type = match event.get("event_type") {
-        Some(Value::String(t)) if EVENT_TYPES.contains(&t.as_str()) => t.clone(),
+        Some(Value::String(t)) if EventType::parse(t).is_some() => t.clone(),
         Some(Value::String(t)) if !t.is_empty() => {
             return Err(BatchError {
                 field: format!("{field}.event_type"),

@@ -1,7 +1,9 @@
 //! Pure domain types: ids, inputs, connection and output settings, and the batch model.
 //! Nothing here does I/O, so every rule about data can be unit- and property-tested.
 
+pub(crate) mod attempt;
 pub(crate) mod batch;
+pub(crate) mod event_type;
 pub(crate) mod identity;
 pub(crate) mod legacy_web;
 pub(crate) mod mobile;

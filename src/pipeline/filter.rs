@@ -5,14 +5,15 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value, json};
 
-use crate::model::settings::{ConnectionSettings, ConnectionStatus, WebhookSettings};
+use crate::model::event_type::EventType;
+use crate::model::settings::{ConnectionSettings, ConnectionStatus, SettingName, WebhookSettings};
 
 /// What the filter did with one inbound event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verdict {
     Forwarded,
     /// Dropped; names the setting that dropped it (e.g. `send_screen_views`).
-    Filtered(&'static str),
+    Filtered(SettingName),
 }
 
 /// One webhook request body and how many events it carries.
@@ -33,44 +34,44 @@ pub(crate) struct Plan {
     pub(crate) verdicts: Vec<Verdict>,
 }
 
-/// A gate: the setting's name and whether it lets its event types through.
-pub(crate) type Gate = (&'static str, fn(&ConnectionSettings) -> bool);
+/// A gate: the setting and whether it lets its event types through.
+pub(crate) type Gate = (SettingName, fn(&ConnectionSettings) -> bool);
 
 /// The setting that gates an event type, or `None` for types no setting controls.
 ///
 /// mParticle documents the lifecycle toggle as "application start/stop, session start/end"; we put
 /// the other install-lifecycle types (`first_run`, `uninstall`, `opt_out`) under it too, and
 /// breadcrumbs with crashes, since a breadcrumb only exists to explain a crash.
-pub(crate) fn gate(event_type: &str) -> Option<Gate> {
+pub(crate) fn gate(event_type: EventType) -> Option<Gate> {
+    use EventType as T;
+    use SettingName as N;
     let gate: Gate = match event_type {
-        "custom_event" => ("send_custom_events", |s| s.send_custom_events),
-        "session_start"
-        | "session_end"
-        | "application_state_transition"
-        | "first_run"
-        | "uninstall"
-        | "opt_out" => ("send_lifecycle_events", |s| s.send_lifecycle_events),
-        "profile" => ("send_profile_change_events", |s| {
-            s.send_profile_change_events
-        }),
-        "screen_view" => ("send_screen_views", |s| s.send_screen_views),
-        "commerce_event" => ("send_commerce_events", |s| s.send_commerce_events),
-        "user_identity_change" => ("include_user_identity_change_events", |s| {
+        T::CustomEvent => (N::SendCustomEvents, |s| s.send_custom_events),
+        T::SessionStart
+        | T::SessionEnd
+        | T::ApplicationStateTransition
+        | T::FirstRun
+        | T::Uninstall
+        | T::OptOut => (N::SendLifecycleEvents, |s| s.send_lifecycle_events),
+        T::Profile => (N::SendProfileChangeEvents, |s| s.send_profile_change_events),
+        T::ScreenView => (N::SendScreenViews, |s| s.send_screen_views),
+        T::CommerceEvent => (N::SendCommerceEvents, |s| s.send_commerce_events),
+        T::UserIdentityChange => (N::IncludeUserIdentityChangeEvents, |s| {
             s.include_user_identity_change_events
         }),
-        "user_attribute_change" => ("include_user_attribute_change_events", |s| {
+        T::UserAttributeChange => (N::IncludeUserAttributeChangeEvents, |s| {
             s.include_user_attribute_change_events
         }),
-        "crash_report" | "breadcrumb" => ("send_crash_events", |s| s.send_crash_events),
-        "network_performance" => ("send_network_performance_events", |s| {
+        T::CrashReport | T::Breadcrumb => (N::SendCrashEvents, |s| s.send_crash_events),
+        T::NetworkPerformance => (N::SendNetworkPerformanceEvents, |s| {
             s.send_network_performance_events
         }),
-        "push_registration" | "push_message" | "push_reaction" => {
-            ("send_push_registrations_and_receipts", |s| {
+        T::PushRegistration | T::PushMessage | T::PushReaction => {
+            (N::SendPushRegistrationsAndReceipts, |s| {
                 s.send_push_registrations_and_receipts
             })
         }
-        _ => return None,
+        T::PreAttribution => return None,
     };
     Some(gate)
 }
@@ -78,13 +79,13 @@ pub(crate) fn gate(event_type: &str) -> Option<Gate> {
 /// Decides what one event does on a connection with these settings.
 pub(crate) fn verdict(settings: &ConnectionSettings, event: &Value) -> Verdict {
     if settings.status == ConnectionStatus::Inactive {
-        return Verdict::Filtered("status");
+        return Verdict::Filtered(SettingName::Status);
     }
     let event_type = event
         .get("event_type")
         .and_then(Value::as_str)
-        .unwrap_or_default();
-    match gate(event_type) {
+        .and_then(EventType::parse);
+    match event_type.and_then(gate) {
         Some((setting, allowed)) if !allowed(settings) => Verdict::Filtered(setting),
         _ => Verdict::Forwarded,
     }
@@ -246,7 +247,6 @@ mod tests {
     fn json_of(payload: &Payload) -> Value {
         serde_json::from_slice(&payload.body).unwrap()
     }
-    use crate::model::batch::EVENT_TYPES;
     use proptest::prelude::*;
 
     fn webhook() -> WebhookSettings {
@@ -347,9 +347,9 @@ mod tests {
     #[test]
     fn every_event_type_is_forwarded_by_default_except_the_two_change_types() {
         let s = ConnectionSettings::default();
-        for t in EVENT_TYPES {
+        for t in EventType::ALL.map(EventType::as_str) {
             let v = verdict(&s, &json!({"event_type": t}));
-            let expected_off = matches!(*t, "user_identity_change" | "user_attribute_change");
+            let expected_off = matches!(t, "user_identity_change" | "user_attribute_change");
             assert_eq!(v != Verdict::Forwarded, expected_off, "{t}");
         }
     }
@@ -384,7 +384,7 @@ mod tests {
         #[test]
         fn forwarded_events_leave_exactly_once(
             settings in arb_settings(),
-            types in proptest::collection::vec(proptest::sample::select(EVENT_TYPES), 0..20),
+            types in proptest::collection::vec(proptest::sample::select(EventType::ALL.map(EventType::as_str).to_vec()), 0..20),
         ) {
             let p = plan(&settings, &webhook(), 1, &doc(&types));
             let forwarded = p.verdicts.iter().filter(|v| **v == Verdict::Forwarded).count();
@@ -392,8 +392,9 @@ mod tests {
             prop_assert_eq!(sent, if settings.status == ConnectionStatus::Active { forwarded } else { 0 });
             for (t, v) in types.iter().zip(&p.verdicts) {
                 if let Verdict::Filtered(setting) = v {
-                    let off = match gate(t) { Some((name, allowed)) => name == *setting && !allowed(&settings), None => false };
-                    prop_assert!(off || *setting == "status");
+                    let gate = EventType::parse(t).and_then(gate);
+                    let off = match gate { Some((name, allowed)) => name == *setting && !allowed(&settings), None => false };
+                    prop_assert!(off || *setting == SettingName::Status);
                 }
             }
             if !settings.send_as_batch && !types.is_empty() {

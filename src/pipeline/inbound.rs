@@ -5,8 +5,9 @@
 use serde_json::Value;
 
 use super::catalog::Catalog;
-use crate::live::{LiveItem, LiveStream, event_type_of};
+use crate::live::{Direction, LiveItem, LiveStream, Outcome, event_type_of};
 use crate::model::now_ms;
+use crate::model::settings::SettingName;
 
 /// Publishes a stored batch's events.
 pub(crate) fn publish(
@@ -27,7 +28,7 @@ pub(crate) fn publish(
         .enumerate()
     {
         let item = LiveItem {
-            direction: "inbound",
+            direction: Direction::Inbound,
             at: now,
             input_id: input_id.to_owned(),
             connection_id: None,
@@ -44,11 +45,11 @@ pub(crate) fn publish(
         };
         for connection in &inactive {
             live.publish(LiveItem {
-                direction: "outbound",
+                direction: Direction::Outbound,
                 connection_id: Some(connection.clone()),
                 event: None,
-                outcome: Some("filtered"),
-                setting: Some("status"),
+                outcome: Some(Outcome::Filtered),
+                setting: Some(SettingName::Status),
                 ..item.clone()
             });
         }

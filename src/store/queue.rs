@@ -9,6 +9,7 @@ use sqlx::FromRow;
 
 use super::backend::{Sql, args};
 use super::{Store, StoreError, StoreResult};
+use crate::model::attempt::AttemptOutcome;
 
 /// A batch to store, with the delivery jobs to create if it is stored (not a duplicate).
 #[derive(Debug, Clone)]
@@ -76,7 +77,7 @@ pub(crate) struct Job {
 #[derive(Debug, Clone)]
 pub(crate) struct AttemptRecord {
     pub(crate) attempted_at: i64,
-    pub(crate) outcome: &'static str,
+    pub(crate) outcome: AttemptOutcome,
     pub(crate) status: Option<i64>,
     pub(crate) error: Option<String>,
     pub(crate) requests: i64,
@@ -206,7 +207,7 @@ impl AttemptRecord {
     pub(crate) fn dropped(reason: &str) -> Self {
         Self {
             attempted_at: crate::model::now_ms(),
-            outcome: "dropped",
+            outcome: AttemptOutcome::Dropped,
             status: None,
             error: Some(reason.to_owned()),
             requests: 0,

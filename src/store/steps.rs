@@ -44,7 +44,7 @@ impl<'a> AttemptRow<'a> {
             job_id: job.id,
             connection_id: &job.connection_id,
             attempted_at: attempt.attempted_at,
-            outcome: attempt.outcome,
+            outcome: attempt.outcome.as_str(),
             status: attempt.status,
             error: attempt.error.as_deref(),
             requests: attempt.requests,

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::model::attempt::AttemptOutcome;
 use crate::store::Store;
 use crate::store::backend::Sql;
 use crate::store::queue::{AttemptRecord, DeadLetter, JobKey, NewBatch};
@@ -279,7 +280,7 @@ async fn attempts_and_dead_letters_are_logged() {
     };
     let attempt = AttemptRecord {
         attempted_at: 3_000,
-        outcome: "dead_letter",
+        outcome: AttemptOutcome::DeadLetter,
         status: Some(400),
         error: Some("receiver answered 400".into()),
         requests: 2,
