@@ -13,6 +13,8 @@ mod delivery;
 mod error;
 mod identity;
 mod ingest;
+#[cfg(test)]
+mod layering;
 mod live;
 mod model;
 mod pipeline;
