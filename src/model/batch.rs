@@ -542,6 +542,64 @@ mod tests {
         assert_eq!(b.event_count, 1);
     }
 
+    /// The `user_identities` keys a batch accepts: the Events API's types, and `customerid` as
+    /// the Python SDK spells `customer_id`; IDSync's other SDK spellings are not batch keys.
+    #[test]
+    fn identity_keys_are_the_events_api_types() {
+        let types = [
+            "customer_id",
+            "email",
+            "other",
+            "other_id_2",
+            "other_id_3",
+            "other_id_4",
+            "other_id_5",
+            "other_id_6",
+            "other_id_7",
+            "other_id_8",
+            "other_id_9",
+            "other_id_10",
+            "facebook",
+            "twitter",
+            "google",
+            "microsoft",
+            "yahoo",
+            "alias",
+            "facebook_custom_audience_id",
+            "mobile_number",
+            "phone_number_2",
+            "phone_number_3",
+        ];
+        for kind in types.into_iter().chain(["customerid"]) {
+            let b = ok(json!({"user_identities": {kind: "v"}}));
+            let expected = if kind == "customerid" {
+                "customer_id"
+            } else {
+                kind
+            };
+            assert_eq!(
+                b.document["user_identities"][0]["identity_type"],
+                json!(expected),
+                "{kind}"
+            );
+        }
+        for kind in [
+            "other2",
+            "email_sha256",
+            "facebookcustomaudienceid",
+            "ios_idfv",
+            "Email",
+        ] {
+            let e = err(json!({"user_identities": {kind: "v"}}));
+            assert_eq!(e.field, format!("user_identities.{kind}"));
+            assert!(e.message.contains("not a known identity type"), "{kind}");
+        }
+        // A wrong value names the key as the Events API spells it.
+        let e = err(json!({"user_identities": {"customerid": 1}}));
+        assert_eq!(e.field, "user_identities.customer_id");
+        assert!(e.message.contains("must be a string"));
+    }
+
     #[test]
     fn missing_event_type_names_the_event() {
         let e = err(json!({"events": [{"event_type": "screen_view", "data": {}}, {"data": {}}]}));

@@ -564,6 +564,41 @@ fn commerce(m: &Map<String, Value>) -> Map<String, Value> {
 mod tests {
     use super::*;
 
+    /// The mobile SDKs' identity type numbers, pinned as the SDKs define them.
+    #[test]
+    fn identity_type_numbers_are_the_sdks() {
+        let expected = [
+            "other",
+            "customer_id",
+            "facebook",
+            "twitter",
+            "google",
+            "microsoft",
+            "yahoo",
+            "email",
+            "alias",
+            "facebook_custom_audience_id",
+            "other_id_2",
+            "other_id_3",
+            "other_id_4",
+            "other_id_5",
+            "other_id_6",
+            "other_id_7",
+            "other_id_8",
+            "other_id_9",
+            "other_id_10",
+            "mobile_number",
+            "phone_number_2",
+            "phone_number_3",
+        ];
+        for (n, name) in (0i64..).zip(expected) {
+            assert_eq!(identity_type(n), Some(name), "{n}");
+        }
+        for n in [-1, 22, 100, i64::MIN, i64::MAX] {
+            assert_eq!(identity_type(n), None, "{n}");
+        }
+    }
+
     #[test]
     fn an_envelope_becomes_a_batch() {
         let envelope = json!({

@@ -90,4 +90,95 @@ mod tests {
         assert_eq!(classify("ios_idfv"), Some(Kind::Device("ios_idfv")));
         assert_eq!(classify("shoe_size"), None);
     }
+
+    /// What a name classifies as, spelled out: ("user", Events API type) or ("device", name).
+    fn spelled(name: &str) -> Option<(&'static str, &'static str)> {
+        match classify(name)? {
+            Kind::User(kind) => Some(("user", kind)),
+            Kind::Device(kind) => Some(("device", kind)),
+        }
+    }
+
+    /// Every name IDSync has accepted, with what it meant; written before identity types became
+    /// an enum, so the refactoring provably accepts the same names with the same meanings.
+    #[test]
+    fn every_accepted_spelling_keeps_its_meaning() {
+        let user = [
+            ("customerid", "customer_id"),
+            ("customer_id", "customer_id"),
+            ("email", "email"),
+            ("other", "other"),
+            ("email_sha256", "other"),
+            ("other2", "other_id_2"),
+            ("other_id_2", "other_id_2"),
+            ("mobile_sha256", "other_id_2"),
+            ("other3", "other_id_3"),
+            ("other_id_3", "other_id_3"),
+            ("other4", "other_id_4"),
+            ("other_id_4", "other_id_4"),
+            ("other5", "other_id_5"),
+            ("other_id_5", "other_id_5"),
+            ("other6", "other_id_6"),
+            ("other_id_6", "other_id_6"),
+            ("other7", "other_id_7"),
+            ("other_id_7", "other_id_7"),
+            ("other8", "other_id_8"),
+            ("other_id_8", "other_id_8"),
+            ("other9", "other_id_9"),
+            ("other_id_9", "other_id_9"),
+            ("other10", "other_id_10"),
+            ("other_id_10", "other_id_10"),
+            ("facebook", "facebook"),
+            ("twitter", "twitter"),
+            ("google", "google"),
+            ("microsoft", "microsoft"),
+            ("yahoo", "yahoo"),
+            ("alias", "alias"),
+            ("facebookcustomaudienceid", "facebook_custom_audience_id"),
+            ("facebook_custom_audience_id", "facebook_custom_audience_id"),
+            ("mobile_number", "mobile_number"),
+            ("phone_number_2", "phone_number_2"),
+            ("phone_number_3", "phone_number_3"),
+        ];
+        for (name, kind) in user {
+            assert_eq!(spelled(name), Some(("user", kind)), "{name}");
+        }
+        let device = [
+            "device_application_stamp",
+            "ios_idfv",
+            "android_uuid",
+            "ios_idfa",
+            "android_aaid",
+            "push_token",
+            "roku_aid",
+            "roku_publisher_id",
+            "fire_aid",
+            "microsoft_aid",
+            "microsoft_publisher_id",
+        ];
+        for (rank, name) in device.into_iter().enumerate() {
+            assert_eq!(spelled(name), Some(("device", name)), "{name}");
+            assert_eq!(device_rank(name), rank, "{name}");
+        }
+        // Near misses stay unknown: names are exact and case-sensitive.
+        for name in [
+            "",
+            "CustomerId",
+            "customerId",
+            "Email",
+            "other1",
+            "other_id_1",
+            "other11",
+            "other_id_11",
+            "phone_number",
+            "phone_number_1",
+            "mobile_number_2",
+            "facebook_custom_audience",
+            "device",
+            "idfa",
+        ] {
+            assert_eq!(spelled(name), None, "{name:?}");
+        }
+        assert_eq!(device_rank("customer_id"), usize::MAX);
+    }
 }

@@ -169,6 +169,58 @@ mod tests {
         );
     }
 
+    /// Each identity type beats every type after it, in this order (a known identity of a type
+    /// outside the list, which validation never lets through, loses to all of them).
+    #[test]
+    fn match_priority_is_pinned() {
+        let order = [
+            "customer_id",
+            "email",
+            "mobile_number",
+            "other",
+            "other_id_2",
+            "other_id_3",
+            "other_id_4",
+            "other_id_5",
+            "other_id_6",
+            "other_id_7",
+            "other_id_8",
+            "other_id_9",
+            "other_id_10",
+            "facebook",
+            "google",
+            "microsoft",
+            "twitter",
+            "yahoo",
+            "facebook_custom_audience_id",
+            "phone_number_2",
+            "phone_number_3",
+            "alias",
+            "not_a_type",
+        ];
+        for (i, better) in order.iter().enumerate() {
+            for worse in &order[i + 1..] {
+                // Request order must not matter: try the better one second as well as first.
+                for pair in [[better, worse], [worse, better]] {
+                    let identities = ids(&[(pair[0], "a"), (pair[1], "b")]);
+                    let owners = pair
+                        .iter()
+                        .map(|k| Some(if k == &better { 1 } else { 2 }))
+                        .collect();
+                    let lookup = Lookup {
+                        owners,
+                        ..Lookup::default()
+                    };
+                    assert_eq!(
+                        decide(Call::Identify, &identities, &lookup).target,
+                        Target::Existing(1),
+                        "{better} should beat {worse}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn login_converts_an_anonymous_previous_user_but_not_a_known_one() {
         let identities = ids(&[("customer_id", "c1")]);
