@@ -8,6 +8,8 @@
 
 use serde_json::{Map, Value, json};
 
+use super::identity::types::IdentityType;
+
 /// Every `event_type` of the Events API schema (spec §1.6).
 pub(crate) const EVENT_TYPES: &[&str] = &[
     "session_start",
@@ -29,32 +31,6 @@ pub(crate) const EVENT_TYPES: &[&str] = &[
     "user_attribute_change",
     "user_identity_change",
     "uninstall",
-];
-
-/// Inbound `user_identities` keys (spec §1.7.7).
-const IDENTITY_TYPES: &[&str] = &[
-    "customer_id",
-    "email",
-    "other",
-    "other_id_2",
-    "other_id_3",
-    "other_id_4",
-    "other_id_5",
-    "other_id_6",
-    "other_id_7",
-    "other_id_8",
-    "other_id_9",
-    "other_id_10",
-    "facebook",
-    "twitter",
-    "google",
-    "microsoft",
-    "yahoo",
-    "alias",
-    "facebook_custom_audience_id",
-    "mobile_number",
-    "phone_number_2",
-    "phone_number_3",
 ];
 
 const ENVIRONMENTS: &[&str] = &["development", "production", "unknown"];
@@ -456,23 +432,24 @@ fn normalize_identities(
         }
     };
     let mut out = Vec::with_capacity(identities.len());
-    for (identity_type, value) in identities {
-        // mParticle's Python SDK spells the customer id `customerid`; it means `customer_id`.
-        let identity_type = if identity_type == "customerid" {
-            "customer_id".to_owned()
+    for (key, value) in identities {
+        // Keys are Events API type names (spec §1.7.7), except that mParticle's Python SDK spells
+        // the customer id `customerid`. IDSync's other SDK spellings are not batch keys.
+        let identity_type = if key == "customerid" {
+            Some(IdentityType::CustomerId)
         } else {
-            identity_type
+            IdentityType::parse(&key)
         };
-        if !IDENTITY_TYPES.contains(&identity_type.as_str()) {
+        let Some(identity_type) = identity_type else {
             return Err(BatchError::new(
-                format!("{field}.{identity_type}"),
+                format!("{field}.{key}"),
                 "is not a known identity type",
             ));
-        }
+        };
         match value {
             Value::Null => {}
             Value::String(identity) => out.push(json!({
-                "identity_type": identity_type,
+                "identity_type": identity_type.as_str(),
                 "identity": identity,
                 "timestamp_unixtime_ms": now_ms,
             })),
