@@ -81,7 +81,7 @@ pub(crate) async fn find(
     Ok(Json(profile_json(
         state
             .store
-            .find_user(kind.as_str(), &value)
+            .find_user(kind, &value)
             .await
             .map_err(not_found)?,
     )))

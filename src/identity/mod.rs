@@ -293,7 +293,7 @@ fn changes_of(changes: &[ChangeIn]) -> Result<Vec<IdentityChange>, IdentityError
         .iter()
         .map(|c| match classify(&c.identity_type) {
             Some(Kind::User(kind)) => Ok(IdentityChange {
-                identity_type: kind.as_str().to_owned(),
+                identity_type: kind,
                 old_value: c.old_value.clone().filter(|v| !v.is_empty()),
                 new_value: c.new_value.clone().filter(|v| !v.is_empty()),
             }),
