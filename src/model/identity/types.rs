@@ -44,7 +44,7 @@ use IdentityType as T;
 
 impl IdentityType {
     /// Every type, in SDK number order (so a number indexes it).
-    pub(crate) const ALL: [Self; 22] = [
+    const ALL: [Self; 22] = [
         T::Other,
         T::CustomerId,
         T::Facebook,
