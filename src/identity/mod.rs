@@ -271,7 +271,7 @@ fn split_identities(
             }
         };
         match classify(name) {
-            Some(Kind::User(kind)) => identities.push((kind.to_owned(), value)),
+            Some(Kind::User(kind)) => identities.push((kind.as_str().to_owned(), value)),
             Some(Kind::Device(kind)) => {
                 let rank = device_rank(kind);
                 if device.as_ref().is_none_or(|(best, _)| rank < *best) {
@@ -293,7 +293,7 @@ fn changes_of(changes: &[ChangeIn]) -> Result<Vec<IdentityChange>, IdentityError
         .iter()
         .map(|c| match classify(&c.identity_type) {
             Some(Kind::User(kind)) => Ok(IdentityChange {
-                identity_type: kind.to_owned(),
+                identity_type: kind,
                 old_value: c.old_value.clone().filter(|v| !v.is_empty()),
                 new_value: c.new_value.clone().filter(|v| !v.is_empty()),
             }),

@@ -9,32 +9,7 @@
 use serde_json::{Map, Value, json};
 
 use super::event_type::EventType;
-
-/// Inbound `user_identities` keys (spec §1.7.7).
-const IDENTITY_TYPES: &[&str] = &[
-    "customer_id",
-    "email",
-    "other",
-    "other_id_2",
-    "other_id_3",
-    "other_id_4",
-    "other_id_5",
-    "other_id_6",
-    "other_id_7",
-    "other_id_8",
-    "other_id_9",
-    "other_id_10",
-    "facebook",
-    "twitter",
-    "google",
-    "microsoft",
-    "yahoo",
-    "alias",
-    "facebook_custom_audience_id",
-    "mobile_number",
-    "phone_number_2",
-    "phone_number_3",
-];
+use super::identity::types::IdentityType;
 
 const ENVIRONMENTS: &[&str] = &["development", "production", "unknown"];
 
@@ -435,23 +410,24 @@ fn normalize_identities(
         }
     };
     let mut out = Vec::with_capacity(identities.len());
-    for (identity_type, value) in identities {
-        // mParticle's Python SDK spells the customer id `customerid`; it means `customer_id`.
-        let identity_type = if identity_type == "customerid" {
-            "customer_id".to_owned()
+    for (key, value) in identities {
+        // Keys are Events API type names (spec §1.7.7), except that mParticle's Python SDK spells
+        // the customer id `customerid`. IDSync's other SDK spellings are not batch keys.
+        let identity_type = if key == "customerid" {
+            Some(IdentityType::CustomerId)
         } else {
-            identity_type
+            IdentityType::parse(&key)
         };
-        if !IDENTITY_TYPES.contains(&identity_type.as_str()) {
+        let Some(identity_type) = identity_type else {
             return Err(BatchError::new(
-                format!("{field}.{identity_type}"),
+                format!("{field}.{key}"),
                 "is not a known identity type",
             ));
-        }
+        };
         match value {
             Value::Null => {}
             Value::String(identity) => out.push(json!({
-                "identity_type": identity_type,
+                "identity_type": identity_type.as_str(),
                 "identity": identity,
                 "timestamp_unixtime_ms": now_ms,
             })),
@@ -519,6 +495,64 @@ mod tests {
         assert_eq!(doc["schema_version"], json!(2));
         assert_eq!(doc["source_info"]["channel"], json!("server_to_server"));
         assert_eq!(b.event_count, 1);
+    }
+
+    /// The `user_identities` keys a batch accepts: the Events API's types, and `customerid` as
+    /// the Python SDK spells `customer_id`; IDSync's other SDK spellings are not batch keys.
+    #[test]
+    fn identity_keys_are_the_events_api_types() {
+        let types = [
+            "customer_id",
+            "email",
+            "other",
+            "other_id_2",
+            "other_id_3",
+            "other_id_4",
+            "other_id_5",
+            "other_id_6",
+            "other_id_7",
+            "other_id_8",
+            "other_id_9",
+            "other_id_10",
+            "facebook",
+            "twitter",
+            "google",
+            "microsoft",
+            "yahoo",
+            "alias",
+            "facebook_custom_audience_id",
+            "mobile_number",
+            "phone_number_2",
+            "phone_number_3",
+        ];
+        for kind in types.into_iter().chain(["customerid"]) {
+            let b = ok(json!({"user_identities": {kind: "v"}}));
+            let expected = if kind == "customerid" {
+                "customer_id"
+            } else {
+                kind
+            };
+            assert_eq!(
+                b.document["user_identities"][0]["identity_type"],
+                json!(expected),
+                "{kind}"
+            );
+        }
+        for kind in [
+            "other2",
+            "email_sha256",
+            "facebookcustomaudienceid",
+            "ios_idfv",
+            "Email",
+        ] {
+            let e = err(json!({"user_identities": {kind: "v"}}));
+            assert_eq!(e.field, format!("user_identities.{kind}"));
+            assert!(e.message.contains("not a known identity type"), "{kind}");
+        }
+        // A wrong value names the key as the Events API spells it.
+        let e = err(json!({"user_identities": {"customerid": 1}}));
+        assert_eq!(e.field, "user_identities.customer_id");
+        assert!(e.message.contains("must be a string"));
     }
 
     #[test]

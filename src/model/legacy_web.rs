@@ -6,7 +6,8 @@
 use serde_json::{Map, Value, json};
 
 use super::batch::BatchError;
-use super::mobile::{batch_header, copy, identity_type, impressions_and_cart, products};
+use super::identity::types::IdentityType;
+use super::mobile::{batch_header, copy, impressions_and_cart, products};
 
 /// Web `MessageType` numbers and the `event_type`s the v3 converter gives them.
 fn event_type(dt: i64) -> Option<&'static str> {
@@ -113,10 +114,10 @@ fn user_identities(ui: Option<&Value>) -> Option<Value> {
         let kind = record
             .get("Type")
             .and_then(Value::as_i64)
-            .and_then(identity_type);
+            .and_then(IdentityType::from_sdk_number);
         if let (Some(kind), Some(value)) = (kind, record.get("Identity").filter(|v| v.is_string()))
         {
-            identities.insert(kind.to_owned(), value.clone());
+            identities.insert(kind.as_str().into(), value.clone());
         }
     }
     Some(Value::Object(identities))

@@ -5,6 +5,7 @@
 use serde_json::{Map, Value, json};
 
 use super::batch::BatchError;
+use super::identity::types::IdentityType;
 
 /// The platform an upload says it came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,35 +175,6 @@ fn device_info(di: Option<&Value>, os: MobileOs) -> Value {
     Value::Object(info)
 }
 
-/// Identity type numbers of the mobile SDKs (`MParticle.IdentityType`).
-pub(super) fn identity_type(n: i64) -> Option<&'static str> {
-    const TYPES: [&str; 22] = [
-        "other",
-        "customer_id",
-        "facebook",
-        "twitter",
-        "google",
-        "microsoft",
-        "yahoo",
-        "email",
-        "alias",
-        "facebook_custom_audience_id",
-        "other_id_2",
-        "other_id_3",
-        "other_id_4",
-        "other_id_5",
-        "other_id_6",
-        "other_id_7",
-        "other_id_8",
-        "other_id_9",
-        "other_id_10",
-        "mobile_number",
-        "phone_number_2",
-        "phone_number_3",
-    ];
-    usize::try_from(n).ok().and_then(|n| TYPES.get(n)).copied()
-}
-
 fn user_identities(ui: Option<&Value>) -> Result<Option<Value>, BatchError> {
     let Some(Value::Array(records)) = ui else {
         return Ok(None);
@@ -211,10 +183,10 @@ fn user_identities(ui: Option<&Value>) -> Result<Option<Value>, BatchError> {
     for (i, record) in records.iter().enumerate() {
         let n = record.get("n").and_then(Value::as_i64);
         let kind = n
-            .and_then(identity_type)
+            .and_then(IdentityType::from_sdk_number)
             .ok_or_else(|| error(&format!("ui[{i}].n"), "is not a known identity type number"))?;
         if let Some(value) = record.get("i").filter(|v| v.is_string()) {
-            identities.insert(kind.to_owned(), value.clone());
+            identities.insert(kind.as_str().into(), value.clone());
         }
     }
     Ok(Some(Value::Object(identities)))
@@ -225,7 +197,11 @@ fn identity_record(record: Option<&Value>) -> Value {
         return Value::Null;
     };
     json!({
-        "identity_type": r.get("n").and_then(Value::as_i64).and_then(identity_type),
+        "identity_type": r
+            .get("n")
+            .and_then(Value::as_i64)
+            .and_then(IdentityType::from_sdk_number)
+            .map(IdentityType::as_str),
         "identity": r.get("i"),
         "timestamp_unixtime_ms": r.get("dfs"),
         "created_this_batch": r.get("f"),
@@ -563,6 +539,42 @@ fn commerce(m: &Map<String, Value>) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The mobile SDKs' identity type numbers, pinned as the SDKs define them.
+    #[test]
+    fn identity_type_numbers_are_the_sdks() {
+        let expected = [
+            "other",
+            "customer_id",
+            "facebook",
+            "twitter",
+            "google",
+            "microsoft",
+            "yahoo",
+            "email",
+            "alias",
+            "facebook_custom_audience_id",
+            "other_id_2",
+            "other_id_3",
+            "other_id_4",
+            "other_id_5",
+            "other_id_6",
+            "other_id_7",
+            "other_id_8",
+            "other_id_9",
+            "other_id_10",
+            "mobile_number",
+            "phone_number_2",
+            "phone_number_3",
+        ];
+        for (n, name) in (0i64..).zip(expected) {
+            let kind = IdentityType::from_sdk_number(n);
+            assert_eq!(kind.map(IdentityType::as_str), Some(name), "{n}");
+        }
+        for n in [-1, 22, 100, i64::MIN, i64::MAX] {
+            assert_eq!(IdentityType::from_sdk_number(n), None, "{n}");
+        }
+    }
 
     #[test]
     fn an_envelope_becomes_a_batch() {

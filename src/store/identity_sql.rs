@@ -9,6 +9,7 @@ use sqlx::FromRow;
 use super::backend::{Sql, args};
 use super::{Store, StoreError, StoreResult};
 use crate::model::identity::resolve::{Decision, Lookup, Target, UserSummary};
+use crate::model::identity::types::IdentityType;
 
 /// The answer to an IDSync call.
 #[derive(Debug, Clone)]
@@ -22,7 +23,7 @@ pub(crate) struct Resolution {
 /// A change asked by `/modify`.
 #[derive(Debug, Clone)]
 pub(crate) struct IdentityChange {
-    pub(crate) identity_type: String,
+    pub(crate) identity_type: IdentityType,
     pub(crate) old_value: Option<String>,
     pub(crate) new_value: Option<String>,
 }
@@ -65,9 +66,9 @@ const OWNER: Sql =
     Sql::shared("SELECT mpid FROM user_identities WHERE identity_type = $1 AND identity = $2");
 const DEVICE_USER: Sql = Sql::shared("SELECT mpid FROM device_users WHERE device = $1");
 const USER_EXISTS: Sql = Sql::shared("SELECT mpid FROM users WHERE mpid = $1");
-const HAS_LOGIN: Sql = Sql::shared(
-    "SELECT COUNT(*) FROM user_identities WHERE mpid = $1 AND identity_type = 'customer_id'",
-);
+/// Bound with the login type's name, so the name is spelled only by [`IdentityType::as_str`].
+const HAS_LOGIN: Sql =
+    Sql::shared("SELECT COUNT(*) FROM user_identities WHERE mpid = $1 AND identity_type = $2");
 const INSERT_USER: Sql =
     Sql::shared("INSERT INTO users (mpid, created_at, last_seen_at) VALUES ($1, $2, $2)");
 const TOUCH_USER: Sql = Sql::shared("UPDATE users SET last_seen_at = $2 WHERE mpid = $1");
@@ -108,6 +109,12 @@ fn sorted(mut keys: Vec<String>) -> Vec<String> {
     keys
 }
 
+/// Whether a user with these (stored) identities is logged in: has a customer id.
+fn logged_in(identities: &[(String, String)]) -> bool {
+    let login = IdentityType::CustomerId.as_str();
+    identities.iter().any(|(kind, _)| kind == login)
+}
+
 /// A fresh MPID: a random positive 63-bit number (what mParticle's look like).
 fn new_mpid() -> i64 {
     rand::rng().random_range(1..i64::MAX)
@@ -139,7 +146,8 @@ impl Store {
         if let Some(device) = device {
             let row: Option<(i64,)> = tx.fetch_optional(DEVICE_USER, args![device]).await?;
             if let Some((mpid,)) = row {
-                let (logins,): (i64,) = tx.fetch_one(HAS_LOGIN, args![mpid]).await?;
+                let login = IdentityType::CustomerId.as_str();
+                let (logins,): (i64,) = tx.fetch_one(HAS_LOGIN, args![mpid, login]).await?;
                 device_user = Some(UserSummary {
                     mpid,
                     logged_in: logins > 0,
@@ -150,7 +158,8 @@ impl Store {
         if let Some(mpid) = previous {
             let row: Option<(i64,)> = tx.fetch_optional(USER_EXISTS, args![mpid]).await?;
             if row.is_some() {
-                let (logins,): (i64,) = tx.fetch_one(HAS_LOGIN, args![mpid]).await?;
+                let login = IdentityType::CustomerId.as_str();
+                let (logins,): (i64,) = tx.fetch_one(HAS_LOGIN, args![mpid, login]).await?;
                 previous_user = Some(UserSummary {
                     mpid,
                     logged_in: logins > 0,
@@ -187,10 +196,9 @@ impl Store {
         }
         let identities: Vec<(String, String)> = tx.fetch_all(IDENTITIES_OF, args![mpid]).await?;
         tx.commit().await?;
-        let logged_in = identities.iter().any(|(kind, _)| kind == "customer_id");
         Ok(Resolution {
             mpid,
-            logged_in,
+            logged_in: logged_in(&identities),
             identities,
         })
     }
@@ -223,7 +231,7 @@ impl Store {
             if change.old_value == change.new_value {
                 continue;
             }
-            let kind = &change.identity_type;
+            let kind = change.identity_type.as_str();
             if let Some(new) = &change.new_value {
                 let owner: Option<(i64,)> = tx.fetch_optional(OWNER, args![kind, new]).await?;
                 if owner.is_some_and(|(owner,)| owner != mpid) {
@@ -242,10 +250,9 @@ impl Store {
         tx.execute(TOUCH_USER, args![mpid, now]).await?;
         let identities: Vec<(String, String)> = tx.fetch_all(IDENTITIES_OF, args![mpid]).await?;
         tx.commit().await?;
-        let logged_in = identities.iter().any(|(kind, _)| kind == "customer_id");
         Ok(Resolution {
             mpid,
-            logged_in,
+            logged_in: logged_in(&identities),
             identities,
         })
     }
@@ -270,11 +277,11 @@ impl Store {
     /// The user an identity belongs to.
     pub(crate) async fn find_user(
         &self,
-        identity_type: &str,
+        identity_type: IdentityType,
         value: &str,
     ) -> StoreResult<UserProfile> {
         let owner: Option<(i64,)> = self
-            .fetch_optional(OWNER, args![identity_type, value])
+            .fetch_optional(OWNER, args![identity_type.as_str(), value])
             .await?;
         let (mpid,) = owner.ok_or(StoreError::NotFound)?;
         self.get_user(mpid).await

@@ -3,7 +3,7 @@
 //!
 //! The rules (mParticle's default identity strategy, as far as the SDKs can observe it):
 //! - A known user identity resolves to its user; when several are known, the first by
-//!   [`MATCH_PRIORITY`] wins (a customer id beats an email).
+//!   [`IdentityType::match_rank`] wins (a customer id beats an email).
 //! - Unknown identities are attached to the resolved user.
 //! - When no identity is known yet: a login converts the previous user if that user is
 //!   anonymous (has no customer id), an identify converts the device's anonymous user likewise;
@@ -11,33 +11,7 @@
 //! - Without user identities (or on logout) the answer is the device's anonymous user, or a new
 //!   one when that user has since logged in.
 
-use super::names::CUSTOMER_ID;
-
-/// Match order of user identity types.
-pub(crate) const MATCH_PRIORITY: &[&str] = &[
-    "customer_id",
-    "email",
-    "mobile_number",
-    "other",
-    "other_id_2",
-    "other_id_3",
-    "other_id_4",
-    "other_id_5",
-    "other_id_6",
-    "other_id_7",
-    "other_id_8",
-    "other_id_9",
-    "other_id_10",
-    "facebook",
-    "google",
-    "microsoft",
-    "twitter",
-    "yahoo",
-    "facebook_custom_audience_id",
-    "phone_number_2",
-    "phone_number_3",
-    "alias",
-];
+use super::types::IdentityType;
 
 /// Which IDSync call is being resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,13 +57,21 @@ pub(crate) struct Decision {
     pub(crate) point_device: bool,
 }
 
-/// Decides a resolution. `identities` are the request's user identities (server type names).
+/// Decides a resolution. `identities` are the request's user identities (Events API type names,
+/// as the store keeps them).
 pub(crate) fn decide(call: Call, identities: &[(String, String)], lookup: &Lookup) -> Decision {
+    // Callers pass names already validated as types; a name that is not one (never the case
+    // today) matches last and is no login, as before types were an enum.
+    let kinds: Vec<Option<IdentityType>> = identities
+        .iter()
+        .map(|(kind, _)| IdentityType::parse(kind))
+        .collect();
+    let is_login = |kind: &Option<IdentityType>| *kind == Some(IdentityType::CustomerId);
     let anonymous = |user: Option<UserSummary>| user.filter(|u| !u.logged_in).map(|u| u.mpid);
     let known = if call == Call::Logout {
         None
     } else {
-        first_match(identities, &lookup.owners)
+        first_match(&kinds, &lookup.owners)
     };
     let target = match (call, known) {
         (Call::Logout, _) => anonymous(lookup.device_user).map_or(Target::New, Target::Existing),
@@ -109,13 +91,13 @@ pub(crate) fn decide(call: Call, identities: &[(String, String)], lookup: &Looku
             .filter(|&i| lookup.owners.get(i).copied().flatten().is_none())
             .collect()
     };
-    let gains_login = attach.iter().any(|&i| identities[i].0 == CUSTOMER_ID);
+    let gains_login = attach.iter().any(|&i| is_login(&kinds[i]));
     let target_logged_in = match target {
         Target::Existing(mpid) => {
-            let owns_login = identities
+            let owns_login = kinds
                 .iter()
                 .zip(&lookup.owners)
-                .any(|((kind, _), owner)| kind == CUSTOMER_ID && *owner == Some(mpid));
+                .any(|(kind, owner)| is_login(kind) && *owner == Some(mpid));
             owns_login || gains_login
         }
         Target::New => gains_login,
@@ -128,17 +110,12 @@ pub(crate) fn decide(call: Call, identities: &[(String, String)], lookup: &Looku
 }
 
 /// The owner of the highest-priority known identity.
-fn first_match(identities: &[(String, String)], owners: &[Option<i64>]) -> Option<i64> {
-    let rank = |kind: &str| {
-        MATCH_PRIORITY
-            .iter()
-            .position(|k| *k == kind)
-            .unwrap_or(usize::MAX)
-    };
-    identities
+fn first_match(kinds: &[Option<IdentityType>], owners: &[Option<i64>]) -> Option<i64> {
+    let rank = |kind: &Option<IdentityType>| kind.map_or(usize::MAX, IdentityType::match_rank);
+    kinds
         .iter()
         .zip(owners)
-        .filter_map(|((kind, _), owner)| owner.map(|mpid| (rank(kind), mpid)))
+        .filter_map(|(kind, owner)| owner.map(|mpid| (rank(kind), mpid)))
         .min_by_key(|(rank, _)| *rank)
         .map(|(_, mpid)| mpid)
 }
@@ -167,6 +144,58 @@ mod tests {
             decide(Call::Identify, &identities, &lookup).target,
             Target::Existing(9)
         );
+    }
+
+    /// Each identity type beats every type after it, in this order (a known identity of a type
+    /// outside the list, which validation never lets through, loses to all of them).
+    #[test]
+    fn match_priority_is_pinned() {
+        let order = [
+            "customer_id",
+            "email",
+            "mobile_number",
+            "other",
+            "other_id_2",
+            "other_id_3",
+            "other_id_4",
+            "other_id_5",
+            "other_id_6",
+            "other_id_7",
+            "other_id_8",
+            "other_id_9",
+            "other_id_10",
+            "facebook",
+            "google",
+            "microsoft",
+            "twitter",
+            "yahoo",
+            "facebook_custom_audience_id",
+            "phone_number_2",
+            "phone_number_3",
+            "alias",
+            "not_a_type",
+        ];
+        for (i, better) in order.iter().enumerate() {
+            for worse in &order[i + 1..] {
+                // Request order must not matter: try the better one second as well as first.
+                for pair in [[better, worse], [worse, better]] {
+                    let identities = ids(&[(pair[0], "a"), (pair[1], "b")]);
+                    let owners = pair
+                        .iter()
+                        .map(|k| Some(if k == &better { 1 } else { 2 }))
+                        .collect();
+                    let lookup = Lookup {
+                        owners,
+                        ..Lookup::default()
+                    };
+                    assert_eq!(
+                        decide(Call::Identify, &identities, &lookup).target,
+                        Target::Existing(1),
+                        "{better} should beat {worse}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
@@ -243,7 +272,7 @@ mod tests {
             let logged_in = self
                 .owners
                 .iter()
-                .any(|((k, _), m)| k == CUSTOMER_ID && *m == mpid);
+                .any(|((k, _), m)| k == IdentityType::CustomerId.as_str() && *m == mpid);
             UserSummary { mpid, logged_in }
         }
 
@@ -308,7 +337,7 @@ mod tests {
             let first = model.call(Call::Identify, &identities, current);
             let second = model.call(Call::Identify, &identities, Some(first));
             prop_assert_eq!(first, second);
-            if let Some(&owner) = identities.iter().find(|(k, _)| k == CUSTOMER_ID).and_then(|i| model.owners.get(i)) {
+            if let Some(&owner) = identities.iter().find(|(k, _)| k == IdentityType::CustomerId.as_str()).and_then(|i| model.owners.get(i)) {
                 prop_assert_eq!(owner, first);
                 prop_assert_eq!(model.call(Call::Login, &identities, None), owner);
             }
