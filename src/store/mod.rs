@@ -12,6 +12,9 @@ pub(crate) mod identity_sql;
 pub(crate) mod queue;
 pub(crate) mod writer;
 
+#[cfg(test)]
+mod tests;
+
 use std::str::FromStr;
 use std::time::Duration;
 

@@ -1,0 +1,5 @@
+//! The store suite: the delivery queue tested on a real database, SQLite by default and
+//! PostgreSQL when `TEST_DATABASE_URL` names a server. Deterministic tests of each operation.
+
+mod harness;
+mod queue;
