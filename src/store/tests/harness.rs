@@ -35,6 +35,10 @@ enum Database {
 pub(super) struct TestStore {
     pub(super) store: Store,
     database: Database,
+    /// The wall clock when the store was opened: time 0 of `stored`/`elapsed`.
+    base: i64,
+    /// How far `advance` has moved the clock on.
+    advanced: i64,
 }
 
 /// The PostgreSQL server to test on, if `TEST_DATABASE_URL` names one. Anything else in that
@@ -70,6 +74,7 @@ impl TestStore {
     /// Opens a fresh store. Panics when `TEST_DATABASE_URL` is set but its server cannot be
     /// used: a PostgreSQL run that quietly tested nothing would be worse than a failure.
     pub(super) async fn open() -> Self {
+        let base = crate::model::now_ms();
         let (url, database) = match postgres_server() {
             Some(server) => {
                 use sqlx::Connection;
@@ -95,7 +100,12 @@ impl TestStore {
         let store = Store::connect(&url)
             .await
             .unwrap_or_else(|e| panic!("cannot open the test store {url}: {e:#}"));
-        Self { store, database }
+        Self {
+            store,
+            database,
+            base,
+            advanced: 0,
+        }
     }
 
     /// Starts a writer on this store: a node of its own, whose new jobs are leased for `lease`.
@@ -114,7 +124,7 @@ impl TestStore {
 
     /// Moves the clock on by `by` ms. The writer reads the wall clock, so instead of waiting,
     /// every stored time moves back by `by`: to the queue that is the same thing.
-    pub(super) async fn advance(&self, by: i64) {
+    pub(super) async fn advance(&mut self, by: i64) {
         assert!(
             (0..24 * HOUR * 365).contains(&by),
             "advance by a sane amount"
@@ -123,6 +133,19 @@ impl TestStore {
             with_pool!(&self.store, pool => sqlx::query(sql).bind(by).execute(pool).await.map(|_| ()))
                 .expect("move stored times back");
         }
+        self.advanced += by;
+    }
+
+    /// The stored value of the moment `at` ms after the store was opened, on the moved clock.
+    pub(super) fn stored(&self, at: i64) -> i64 {
+        self.base + at - self.advanced
+    }
+
+    /// The moment a stored time stands for, in ms after the store was opened (the inverse of
+    /// `stored`). Times the writer took from the wall clock come out a little late: by how long
+    /// the test has run.
+    pub(super) fn elapsed(&self, stored: i64) -> i64 {
+        stored - self.base + self.advanced
     }
 
     pub(super) async fn jobs(&self) -> Vec<JobRow> {

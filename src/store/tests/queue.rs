@@ -286,7 +286,7 @@ async fn claim_leases_only_due_unleased_jobs_and_skips_the_given_connections() {
 
 #[tokio::test]
 async fn a_leased_job_is_not_claimed_again_until_its_lease_runs_out() {
-    let db = TestStore::open().await;
+    let mut db = TestStore::open().await;
     let a = db.node(LEASE);
     let b = db.node(LEASE);
     let id = stored(
@@ -316,7 +316,7 @@ async fn a_leased_job_is_not_claimed_again_until_its_lease_runs_out() {
 
 #[tokio::test]
 async fn renew_extends_only_this_nodes_leases() {
-    let db = TestStore::open().await;
+    let mut db = TestStore::open().await;
     let a = db.node(LEASE);
     let b = db.node(LEASE);
     let now = now_ms();
@@ -464,7 +464,7 @@ async fn finish_deletes_the_job_and_records_an_attempt() {
 
 #[tokio::test]
 async fn retry_keeps_the_job_with_its_progress_and_frees_its_lease() {
-    let db = TestStore::open().await;
+    let mut db = TestStore::open().await;
     let a = db.node(LEASE);
     let b = db.node(LEASE);
     let id = stored(
@@ -659,7 +659,7 @@ async fn dead_letters_are_stored_listed_and_deletable() {
 
 #[tokio::test]
 async fn prune_removes_old_rows_but_never_a_batch_a_pending_job_needs() {
-    let db = TestStore::open().await;
+    let mut db = TestStore::open().await;
     let a = db.node(LEASE);
     let then = now_ms();
     let outcomes = a
