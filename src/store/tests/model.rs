@@ -603,7 +603,11 @@ impl Runner {
             };
             jobs.insert(row.id, job);
         }
-        prop_assert_eq!(&jobs, &self.model.jobs, "jobs");
+        prop_assert_eq!(
+            &jobs,
+            &self.model.jobs,
+            "jobs (left: the store, right: the model)"
+        );
 
         let mut batches = BTreeMap::new();
         for row in self.db.batches().await {
@@ -616,7 +620,7 @@ impl Runner {
             };
             batches.insert(row.id, batch);
         }
-        prop_assert_eq!(&batches, &self.model.batches, "batches");
+        prop_assert_eq!(&batches, &self.model.batches, "batches (left: the store)");
         for (id, job) in &jobs {
             prop_assert!(
                 batches.contains_key(&job.batch_id),
@@ -631,7 +635,11 @@ impl Runner {
             let at = self.exact(row.attempted_at)?;
             attempts.push((row.job_id, row.connection_id, at, row.outcome));
         }
-        prop_assert_eq!(&attempts, &self.model.attempts, "attempts");
+        prop_assert_eq!(
+            &attempts,
+            &self.model.attempts,
+            "attempts (left: the store)"
+        );
 
         let letters: Vec<ModelLetter> = self
             .db
@@ -643,7 +651,11 @@ impl Runner {
                 (l.job_id, l.batch_id, l.connection_id, l.payload_index, at)
             })
             .collect();
-        prop_assert_eq!(&letters, &self.model.letters, "dead letters");
+        prop_assert_eq!(
+            &letters,
+            &self.model.letters,
+            "dead letters (left: the store)"
+        );
 
         let (count, oldest) = self.db.store.queue_stats().await.expect("queue stats");
         let oldest = oldest.map(|at| self.exact(at)).transpose()?;
