@@ -16,6 +16,9 @@ mod steps;
 pub(crate) mod testing;
 pub(crate) mod writer;
 
+#[cfg(test)]
+mod tests;
+
 use std::str::FromStr;
 use std::time::Duration;
 

@@ -1,0 +1,413 @@
+//! The store suite's harness: a fresh database per test (a SQLite file in a temporary directory,
+//! or a new PostgreSQL database on `TEST_DATABASE_URL`'s server), group-commit writers on it
+//! ("nodes"), a clock the tests move without sleeping, and plain reads of the queue's tables.
+//!
+//! Every use of the writer's constructor and of the `Crowded` set is in this file, so a change to
+//! how a writer is built touches the suite in one place.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::store::queue::{
+    AttemptRecord, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, Route,
+};
+use crate::store::writer::{Crowded, Writer};
+use crate::store::{Store, with_pool};
+
+pub(super) const MINUTE: i64 = 60_000;
+pub(super) const HOUR: i64 = 60 * MINUTE;
+
+/// Where a test store lives, so dropping it removes it.
+enum Database {
+    /// The file goes with its directory.
+    Sqlite {
+        _dir: tempfile::TempDir,
+    },
+    Postgres {
+        server: String,
+        name: String,
+    },
+}
+
+/// A fresh, migrated database for one test.
+pub(super) struct TestStore {
+    pub(super) store: Store,
+    database: Database,
+    /// The wall clock when the store was opened: time 0 of `stored`/`elapsed`.
+    base: i64,
+    /// How far `advance` has moved the clock on.
+    advanced: i64,
+}
+
+/// The PostgreSQL server to test on, if `TEST_DATABASE_URL` names one. Anything else in that
+/// variable is a mistake that must not quietly become a SQLite run.
+fn postgres_server() -> Option<String> {
+    match std::env::var("TEST_DATABASE_URL") {
+        Err(std::env::VarError::NotPresent) => None,
+        Ok(url) if url.is_empty() => None,
+        Ok(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => Some(url),
+        Ok(url) => panic!("TEST_DATABASE_URL must be a postgres:// URL, not {url:?}"),
+        Err(error) => panic!("TEST_DATABASE_URL is unreadable: {error}"),
+    }
+}
+
+/// Whether this run was asked to test on PostgreSQL.
+pub(super) fn on_postgres() -> bool {
+    postgres_server().is_some()
+}
+
+/// `server` with its database name replaced by `name` (any `?query` kept).
+fn database_url(server: &str, name: &str) -> String {
+    let (address, query) = server
+        .split_once('?')
+        .map_or((server, None), |(a, q)| (a, Some(q)));
+    let root = address.rsplit_once('/').map_or(address, |(root, _)| root);
+    match query {
+        Some(query) => format!("{root}/{name}?{query}"),
+        None => format!("{root}/{name}"),
+    }
+}
+
+impl TestStore {
+    /// Opens a fresh store. Panics when `TEST_DATABASE_URL` is set but its server cannot be
+    /// used: a PostgreSQL run that quietly tested nothing would be worse than a failure.
+    pub(super) async fn open() -> Self {
+        let base = crate::model::now_ms();
+        let (url, database) = match postgres_server() {
+            Some(server) => {
+                use sqlx::Connection;
+                let name = format!("boson_store_test_{}", uuid::Uuid::new_v4().simple());
+                let mut admin = sqlx::PgConnection::connect(&server)
+                    .await
+                    .unwrap_or_else(|e| {
+                        panic!("TEST_DATABASE_URL is set but PostgreSQL is unreachable: {e}")
+                    });
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    .execute(&mut admin)
+                    .await
+                    .unwrap_or_else(|e| panic!("cannot create the test database {name}: {e}"));
+                let url = database_url(&server, &name);
+                (url, Database::Postgres { server, name })
+            }
+            None => {
+                let dir = tempfile::tempdir().expect("temporary directory");
+                let url = format!("sqlite://{}/boson.db", dir.path().display());
+                (url, Database::Sqlite { _dir: dir })
+            }
+        };
+        let store = Store::connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("cannot open the test store {url}: {e:#}"));
+        Self {
+            store,
+            database,
+            base,
+            advanced: 0,
+        }
+    }
+
+    /// Starts a writer on this store: a node of its own, whose new jobs are leased for `lease`.
+    pub(super) fn node(&self, lease: Duration) -> Node {
+        let (committed, handed_over) = mpsc::unbounded_channel();
+        let crowded = Arc::new(Crowded::default());
+        // The task ends when the node (its only writer handle) is dropped.
+        let (writer, _task) =
+            Writer::spawn(self.store.clone(), lease, committed, Arc::clone(&crowded));
+        Node {
+            writer,
+            handed_over,
+            crowded,
+        }
+    }
+
+    /// Moves the clock on by `by` ms. The writer reads the wall clock, so instead of waiting,
+    /// every stored time moves back by `by`: to the queue that is the same thing.
+    pub(super) async fn advance(&mut self, by: i64) {
+        assert!(
+            (0..24 * HOUR * 365).contains(&by),
+            "advance by a sane amount"
+        );
+        for sql in ADVANCE {
+            with_pool!(&self.store, pool => sqlx::query(sql).bind(by).execute(pool).await.map(|_| ()))
+                .expect("move stored times back");
+        }
+        self.advanced += by;
+    }
+
+    /// The stored value of the moment `at` ms after the store was opened, on the moved clock.
+    pub(super) fn stored(&self, at: i64) -> i64 {
+        self.base + at - self.advanced
+    }
+
+    /// The moment a stored time stands for, in ms after the store was opened (the inverse of
+    /// `stored`). Times the writer took from the wall clock come out a little late: by how long
+    /// the test has run.
+    pub(super) fn elapsed(&self, stored: i64) -> i64 {
+        stored - self.base + self.advanced
+    }
+
+    pub(super) async fn jobs(&self) -> Vec<JobRow> {
+        with_pool!(&self.store, pool => sqlx::query_as(SELECT_JOBS).fetch_all(pool).await)
+            .expect("read jobs")
+    }
+
+    pub(super) async fn job(&self, id: i64) -> Option<JobRow> {
+        self.jobs().await.into_iter().find(|j| j.id == id)
+    }
+
+    pub(super) async fn batches(&self) -> Vec<BatchRow> {
+        with_pool!(&self.store, pool => sqlx::query_as(SELECT_BATCHES).fetch_all(pool).await)
+            .expect("read batches")
+    }
+
+    pub(super) async fn attempts(&self) -> Vec<AttemptLog> {
+        with_pool!(&self.store, pool => sqlx::query_as(SELECT_ATTEMPTS).fetch_all(pool).await)
+            .expect("read attempts")
+    }
+
+    pub(super) async fn dead_letters(&self) -> Vec<DeadLetterLog> {
+        with_pool!(&self.store, pool => sqlx::query_as(SELECT_DEAD_LETTERS).fetch_all(pool).await)
+            .expect("read dead letters")
+    }
+}
+
+impl Drop for TestStore {
+    fn drop(&mut self) {
+        let Database::Postgres { server, name } = &self.database else {
+            return;
+        };
+        let (server, name) = (server.clone(), name.clone());
+        // Drop runs inside the test's runtime, which cannot block on a future; a thread with a
+        // runtime of its own can. FORCE ends the connections the store's pool still holds.
+        let dropped = std::thread::spawn(move || {
+            use sqlx::Connection;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                let mut admin = sqlx::PgConnection::connect(&server).await?;
+                let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                sqlx::query(sqlx::AssertSqlSafe(drop))
+                    .execute(&mut admin)
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("could not drop a test database: {dropped:?}");
+        }
+    }
+}
+
+/// Moves every stored time back (see `TestStore::advance`). A lease of 0 means "not leased" and
+/// stays 0.
+const ADVANCE: [&str; 4] = [
+    "UPDATE jobs SET created_at = created_at - $1, next_attempt_at = next_attempt_at - $1, \
+     lease_until = CASE WHEN lease_until > 0 THEN lease_until - $1 ELSE 0 END",
+    "UPDATE batches SET received_at = received_at - $1",
+    "UPDATE attempts SET attempted_at = attempted_at - $1",
+    "UPDATE dead_letters SET created_at = created_at - $1",
+];
+const SELECT_JOBS: &str = "SELECT id, batch_id, connection_id, revision_id, progress, attempts, \
+     created_at, next_attempt_at, lease_until, leased_by, last_error FROM jobs ORDER BY id";
+const SELECT_BATCHES: &str = "SELECT id, input_id, source_request_id, received_at, event_count, \
+     body FROM batches ORDER BY id";
+const SELECT_ATTEMPTS: &str = "SELECT id, job_id, connection_id, attempted_at, outcome, status, \
+     error, requests, latency_ms, events FROM attempts ORDER BY id";
+const SELECT_DEAD_LETTERS: &str = "SELECT id, job_id, batch_id, connection_id, payload_index, \
+     body, status, error, created_at FROM dead_letters ORDER BY id";
+
+/// A row of `jobs`, every column.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub(super) struct JobRow {
+    pub(super) id: i64,
+    pub(super) batch_id: i64,
+    pub(super) connection_id: String,
+    pub(super) revision_id: i64,
+    pub(super) progress: i64,
+    pub(super) attempts: i64,
+    pub(super) created_at: i64,
+    pub(super) next_attempt_at: i64,
+    pub(super) lease_until: i64,
+    pub(super) leased_by: Option<String>,
+    pub(super) last_error: Option<String>,
+}
+
+impl JobRow {
+    pub(super) fn key(&self) -> JobKey {
+        JobKey {
+            id: self.id,
+            batch_id: self.batch_id,
+            connection_id: self.connection_id.clone(),
+        }
+    }
+}
+
+/// A row of `batches`.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub(super) struct BatchRow {
+    pub(super) id: i64,
+    pub(super) input_id: String,
+    pub(super) source_request_id: Option<String>,
+    pub(super) received_at: i64,
+    pub(super) event_count: i64,
+    pub(super) body: Vec<u8>,
+}
+
+/// A row of `attempts`, every column (the admin listing leaves some out).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub(super) struct AttemptLog {
+    pub(super) id: i64,
+    pub(super) job_id: i64,
+    pub(super) connection_id: String,
+    pub(super) attempted_at: i64,
+    pub(super) outcome: String,
+    pub(super) status: Option<i64>,
+    pub(super) error: Option<String>,
+    pub(super) requests: i64,
+    pub(super) latency_ms: i64,
+    pub(super) events: i64,
+}
+
+/// A row of `dead_letters`, with its connection.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub(super) struct DeadLetterLog {
+    pub(super) id: i64,
+    pub(super) job_id: i64,
+    pub(super) batch_id: i64,
+    pub(super) connection_id: String,
+    pub(super) payload_index: i64,
+    pub(super) body: Vec<u8>,
+    pub(super) status: Option<i64>,
+    pub(super) error: String,
+    pub(super) created_at: i64,
+}
+
+/// One writer on the test store, as a node's delivery uses it.
+pub(super) struct Node {
+    writer: Writer,
+    /// Jobs the writer handed over after committing their batches.
+    handed_over: mpsc::UnboundedReceiver<Vec<Job>>,
+    crowded: Arc<Crowded>,
+}
+
+impl Node {
+    pub(super) async fn ingest(&self, batches: Vec<NewBatch>) -> Vec<IngestOutcome> {
+        self.writer.ingest(batches).await.expect("ingest")
+    }
+
+    /// The jobs handed over since the last call (the writer sends them before it answers the
+    /// ingest, so they are here once `ingest` returned).
+    pub(super) fn handed_over(&mut self) -> Vec<Job> {
+        let mut jobs = Vec::new();
+        while let Ok(more) = self.handed_over.try_recv() {
+            jobs.extend(more);
+        }
+        jobs
+    }
+
+    /// Claims up to `limit` jobs, skipping the `skip` connections. A claimed job comes without
+    /// its body (delivery reads bodies separately).
+    pub(super) async fn claim(&self, limit: i64, skip: &[&str]) -> Vec<Job> {
+        let skip = skip.iter().map(|&c| c.to_owned()).collect();
+        let claimed = self.writer.claim(limit, skip).await.expect("claim");
+        claimed
+            .into_iter()
+            .map(|job| job.into_job(Arc::from(Vec::new())))
+            .collect()
+    }
+
+    /// Sends an update and waits until it is committed.
+    pub(super) async fn update(&self, update: JobUpdate) {
+        self.send_update(update).await;
+        self.settle().await;
+    }
+
+    /// Sends an update without waiting for its commit, as delivery does.
+    pub(super) async fn send_update(&self, update: JobUpdate) {
+        self.writer.update(update).await.expect("send update");
+    }
+
+    /// Renews leases and waits until that is committed.
+    pub(super) async fn renew(&self, job_ids: Vec<i64>) {
+        self.writer.renew(job_ids).await.expect("send renewal");
+        self.settle().await;
+    }
+
+    /// Waits until every command sent before is committed. The writer takes commands in order
+    /// and answers an ingest only after its group commits, so an empty ingest's answer comes
+    /// after all of theirs.
+    pub(super) async fn settle(&self) {
+        let outcomes = self.writer.ingest(Vec::new()).await.expect("settle");
+        assert!(outcomes.is_empty());
+    }
+
+    /// Marks a connection's lanes on this node as crowded (or not).
+    pub(super) fn crowd(&self, connection_id: &str, crowded: bool) {
+        self.crowded.set(connection_id, crowded);
+    }
+}
+
+/// A batch of `input` received at `received_at`, routed to `connections` (revision 10 + their
+/// index, so routes are told apart).
+pub(super) fn batch(
+    input: &str,
+    source_request_id: Option<&str>,
+    received_at: i64,
+    connections: &[&str],
+) -> NewBatch {
+    let body =
+        format!("{{\"input\":{input:?},\"request\":{source_request_id:?},\"at\":{received_at}}}");
+    NewBatch {
+        input_id: input.to_owned(),
+        source_request_id: source_request_id.map(str::to_owned),
+        received_at,
+        event_count: 3,
+        body: Arc::from(body.into_bytes()),
+        routes: connections
+            .iter()
+            .zip(10..)
+            .map(|(&connection_id, revision_id)| Route {
+                connection_id: connection_id.to_owned(),
+                revision_id,
+            })
+            .collect(),
+        profile: None,
+    }
+}
+
+/// A delivery attempt at `at`.
+pub(super) fn attempt(at: i64, outcome: &'static str, error: Option<&str>) -> AttemptRecord {
+    AttemptRecord {
+        attempted_at: at,
+        outcome,
+        status: Some(if error.is_some() { 503 } else { 200 }),
+        error: error.map(str::to_owned),
+        requests: 2,
+        latency_ms: 17,
+        events: 3,
+    }
+}
+
+/// A dead letter for the batch's `index`th request.
+pub(super) fn dead_letter(index: i64) -> DeadLetter {
+    DeadLetter {
+        payload_index: index,
+        body: format!("request {index}").into_bytes(),
+        status: Some(400),
+        error: format!("rejected request {index}"),
+    }
+}
+
+/// The key of a job handed over or claimed.
+pub(super) fn key(job: &Job) -> JobKey {
+    JobKey {
+        id: job.id,
+        batch_id: job.batch_id,
+        connection_id: job.connection_id.clone(),
+    }
+}

@@ -1,0 +1,7 @@
+//! The store suite: the delivery queue tested on a real database, SQLite by default and
+//! PostgreSQL when `TEST_DATABASE_URL` names a server. Deterministic tests of each operation,
+//! and a model-based test of random operation sequences.
+
+mod harness;
+mod model;
+mod queue;
