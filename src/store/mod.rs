@@ -12,8 +12,6 @@ mod group;
 pub(crate) mod identity_sql;
 pub(crate) mod queue;
 mod steps;
-#[cfg(test)]
-pub(crate) mod testing;
 pub(crate) mod writer;
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use crate::model::attempt::AttemptOutcome;
 use crate::store::Store;
 use crate::store::backend::Sql;
 use crate::store::queue::{AttemptRecord, DeadLetter, JobKey, NewBatch};
-use crate::store::testing::fresh_store;
+use crate::store::tests::harness::TestStore;
 
 const NODE: &str = "node-a";
 const OTHER_NODE: &str = "node-b";
@@ -49,8 +49,9 @@ fn job_row(batch_id: i64, connection_id: &str, lease_until: i64) -> JobRow<'_> {
 
 /// A store with `count` jobs of connection `conn_a` (batch ids 1..), leased until `lease_until`
 /// (0: unleased); returns their ids.
-async fn store_with_jobs(count: usize, lease_until: i64) -> (Store, tempfile::TempDir, Vec<i64>) {
-    let (store, dir) = fresh_store().await;
+async fn store_with_jobs(count: usize, lease_until: i64) -> (TestStore, Vec<i64>) {
+    let db = TestStore::open().await;
+    let store = &db.store;
     let mut tx = store.begin().await.expect("begin");
     let rows: Vec<JobRow<'_>> = (1..=count)
         .map(|b| job_row(i64::try_from(b).expect("small"), "conn_a", lease_until))
@@ -59,7 +60,7 @@ async fn store_with_jobs(count: usize, lease_until: i64) -> (Store, tempfile::Te
     tx.commit().await.expect("commit");
     let mut ids: Vec<i64> = inserted.into_iter().map(|(id, _, _)| id).collect();
     ids.sort_unstable();
-    (store, dir, ids)
+    (db, ids)
 }
 
 #[test]
@@ -89,7 +90,8 @@ fn values_lists_number_every_placeholder_once() {
 
 #[tokio::test]
 async fn batch_ids_are_fresh_and_duplicates_are_not_stored() {
-    let (store, _dir) = fresh_store().await;
+    let db = TestStore::open().await;
+    let store = &db.store;
     let mut tx = store.begin().await.expect("begin");
     let first = batch("in_1", Some("r1"));
     let again = batch("in_1", Some("r1"));
@@ -125,7 +127,8 @@ async fn batch_ids_are_fresh_and_duplicates_are_not_stored() {
 
 #[tokio::test]
 async fn large_groups_are_inserted_in_chunks() {
-    let (store, _dir) = fresh_store().await;
+    let db = TestStore::open().await;
+    let store = &db.store;
     let batches: Vec<NewBatch> = (0..70)
         .map(|i| batch("in_1", Some(&format!("r{i}"))))
         .collect();
@@ -141,7 +144,8 @@ async fn large_groups_are_inserted_in_chunks() {
 
 #[tokio::test]
 async fn inserted_jobs_are_leased_or_left_for_the_poller() {
-    let (store, _dir) = fresh_store().await;
+    let db = TestStore::open().await;
+    let store = &db.store;
     let mut tx = store.begin().await.expect("begin");
     let rows = vec![job_row(7, "conn_a", 5_000), job_row(7, "conn_b", 0)];
     let mut inserted = insert_jobs(&mut tx, &rows).await.expect("insert");
@@ -150,7 +154,7 @@ async fn inserted_jobs_are_leased_or_left_for_the_poller() {
     assert_eq!(inserted.len(), 2);
     assert_eq!((inserted[0].1, inserted[0].2.as_str()), (7, "conn_a"));
     assert_eq!((inserted[1].1, inserted[1].2.as_str()), (7, "conn_b"));
-    let state = jobs(&store).await;
+    let state = jobs(store).await;
     assert_eq!((state[0].1, state[0].2.as_deref()), (5_000, Some(NODE)));
     assert_eq!((state[1].1, state[1].2.clone()), (0, None));
     // `next_attempt_at` starts at creation: due at once.
@@ -159,7 +163,8 @@ async fn inserted_jobs_are_leased_or_left_for_the_poller() {
 
 #[tokio::test]
 async fn claims_take_due_unleased_jobs_up_to_the_limit_and_skip_crowded_connections() {
-    let (store, _dir, ids) = store_with_jobs(3, 0).await;
+    let (db, ids) = store_with_jobs(3, 0).await;
+    let store = &db.store;
     let mut tx = store.begin().await.expect("begin");
     insert_jobs(&mut tx, &[job_row(9, "conn_crowded", 0)])
         .await
@@ -175,7 +180,7 @@ async fn claims_take_due_unleased_jobs_up_to_the_limit_and_skip_crowded_connecti
     assert_eq!(second.len(), 1, "leased jobs are not claimed twice");
     let claimed: HashSet<i64> = first.iter().chain(&second).map(|c| c.key().id).collect();
     assert_eq!(claimed, ids.iter().copied().collect());
-    for job in jobs(&store).await {
+    for job in jobs(store).await {
         if claimed.contains(&job.0) {
             assert_eq!((job.1, job.2.as_deref()), (9_000, Some(NODE)));
         } else {
@@ -186,7 +191,8 @@ async fn claims_take_due_unleased_jobs_up_to_the_limit_and_skip_crowded_connecti
 
 #[tokio::test]
 async fn expired_leases_and_future_attempts_decide_what_is_due() {
-    let (store, _dir, ids) = store_with_jobs(2, 5_000).await;
+    let (db, ids) = store_with_jobs(2, 5_000).await;
+    let store = &db.store;
     let mut tx = store.begin().await.expect("begin");
     let retry = RetryRow {
         job_id: ids[1],
@@ -222,7 +228,8 @@ async fn expired_leases_and_future_attempts_decide_what_is_due() {
 
 #[tokio::test]
 async fn renewals_extend_only_this_nodes_live_leases() {
-    let (store, _dir, ids) = store_with_jobs(3, 5_000).await;
+    let (db, ids) = store_with_jobs(3, 5_000).await;
+    let store = &db.store;
     let mut tx = store.begin().await.expect("begin");
     release_jobs(&mut tx, &[ids[1]]).await.expect("release");
     // Another node took the third job over after its lease ran out.
@@ -237,13 +244,14 @@ async fn renewals_extend_only_this_nodes_live_leases() {
         .expect("renew");
     tx.commit().await.expect("commit");
     assert_eq!(renewed, 1, "only the lease this node still holds");
-    let leases: Vec<i64> = jobs(&store).await.iter().map(|job| job.1).collect();
+    let leases: Vec<i64> = jobs(store).await.iter().map(|job| job.1).collect();
     assert_eq!(leases, [9_000, 0, 5_000]);
 }
 
 #[tokio::test]
 async fn finished_jobs_leave_retried_jobs_wait_released_jobs_are_free() {
-    let (store, _dir, ids) = store_with_jobs(3, 5_000).await;
+    let (db, ids) = store_with_jobs(3, 5_000).await;
+    let store = &db.store;
     let mut tx = store.begin().await.expect("begin");
     assert_eq!(delete_jobs(&mut tx, &[ids[0]]).await.expect("delete"), 1);
     let retry = RetryRow {
@@ -256,7 +264,7 @@ async fn finished_jobs_leave_retried_jobs_wait_released_jobs_are_free() {
     retry_jobs(&mut tx, &[retry]).await.expect("retry");
     assert_eq!(release_jobs(&mut tx, &[ids[2]]).await.expect("release"), 1);
     tx.commit().await.expect("commit");
-    let state = jobs(&store).await;
+    let state = jobs(store).await;
     assert_eq!(state.len(), 2);
     assert_eq!(state[0], (ids[1], 0, Some(NODE.to_owned()), 2, 3, 77_000));
     assert_eq!((state[1].0, state[1].1), (ids[2], 0));
@@ -272,7 +280,8 @@ async fn finished_jobs_leave_retried_jobs_wait_released_jobs_are_free() {
 
 #[tokio::test]
 async fn attempts_and_dead_letters_are_logged() {
-    let (store, _dir) = fresh_store().await;
+    let db = TestStore::open().await;
+    let store = &db.store;
     let job = JobKey {
         id: 11,
         batch_id: 4,
@@ -330,7 +339,8 @@ async fn attempts_and_dead_letters_are_logged() {
 
 #[tokio::test]
 async fn profiles_merge_attributes_and_delete_nulls() {
-    let (store, _dir) = fresh_store().await;
+    let db = TestStore::open().await;
+    let store = &db.store;
     let patch = |value: serde_json::Value| match value {
         serde_json::Value::Object(map) => map,
         _ => unreachable!("test patches are objects"),

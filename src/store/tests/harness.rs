@@ -2,19 +2,25 @@
 //! or a new PostgreSQL database on `TEST_DATABASE_URL`'s server), group-commit writers on it
 //! ("nodes"), a clock the tests move without sleeping, and plain reads of the queue's tables.
 //!
-//! Every use of the writer's constructor and of the `Crowded` set is in this file, so a change to
-//! how a writer is built touches the suite in one place.
+//! Every use of the writer's constructor is in this file, so a change to how a writer is built
+//! touches the suite in one place. A node's crowded connections are a plain set here: the store
+//! only inserts the jobs it is given, leased or not, and which is delivery's choice.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use crate::model::attempt::AttemptOutcome;
+use crate::store::Store;
+use crate::store::backend::{Sql, args};
 use crate::store::queue::{
-    AttemptRecord, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, Route,
+    AttemptRecord, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, NewJob,
 };
-use crate::store::writer::{Crowded, Writer};
-use crate::store::{Store, with_pool};
+use crate::store::writer::Writer;
 
 pub(super) const MINUTE: i64 = 60_000;
 pub(super) const HOUR: i64 = 60 * MINUTE;
@@ -32,8 +38,8 @@ enum Database {
 }
 
 /// A fresh, migrated database for one test.
-pub(super) struct TestStore {
-    pub(super) store: Store,
+pub(in crate::store) struct TestStore {
+    pub(in crate::store) store: Store,
     database: Database,
     /// The wall clock when the store was opened: time 0 of `stored`/`elapsed`.
     base: i64,
@@ -73,7 +79,7 @@ fn database_url(server: &str, name: &str) -> String {
 impl TestStore {
     /// Opens a fresh store. Panics when `TEST_DATABASE_URL` is set but its server cannot be
     /// used: a PostgreSQL run that quietly tested nothing would be worse than a failure.
-    pub(super) async fn open() -> Self {
+    pub(in crate::store) async fn open() -> Self {
         let base = crate::model::now_ms();
         let (url, database) = match postgres_server() {
             Some(server) => {
@@ -111,14 +117,12 @@ impl TestStore {
     /// Starts a writer on this store: a node of its own, whose new jobs are leased for `lease`.
     pub(super) fn node(&self, lease: Duration) -> Node {
         let (committed, handed_over) = mpsc::unbounded_channel();
-        let crowded = Arc::new(Crowded::default());
         // The task ends when the node (its only writer handle) is dropped.
-        let (writer, _task) =
-            Writer::spawn(self.store.clone(), lease, committed, Arc::clone(&crowded));
+        let (writer, _task) = Writer::spawn(self.store.clone(), lease, committed);
         Node {
             writer,
             handed_over,
-            crowded,
+            crowded: Mutex::default(),
         }
     }
 
@@ -130,7 +134,9 @@ impl TestStore {
             "advance by a sane amount"
         );
         for sql in ADVANCE {
-            with_pool!(&self.store, pool => sqlx::query(sql).bind(by).execute(pool).await.map(|_| ()))
+            self.store
+                .execute(Sql::shared(sql), args![by])
+                .await
                 .expect("move stored times back");
         }
         self.advanced += by;
@@ -149,7 +155,9 @@ impl TestStore {
     }
 
     pub(super) async fn jobs(&self) -> Vec<JobRow> {
-        with_pool!(&self.store, pool => sqlx::query_as(SELECT_JOBS).fetch_all(pool).await)
+        self.store
+            .fetch_all(Sql::shared(SELECT_JOBS), &[])
+            .await
             .expect("read jobs")
     }
 
@@ -158,17 +166,23 @@ impl TestStore {
     }
 
     pub(super) async fn batches(&self) -> Vec<BatchRow> {
-        with_pool!(&self.store, pool => sqlx::query_as(SELECT_BATCHES).fetch_all(pool).await)
+        self.store
+            .fetch_all(Sql::shared(SELECT_BATCHES), &[])
+            .await
             .expect("read batches")
     }
 
     pub(super) async fn attempts(&self) -> Vec<AttemptLog> {
-        with_pool!(&self.store, pool => sqlx::query_as(SELECT_ATTEMPTS).fetch_all(pool).await)
+        self.store
+            .fetch_all(Sql::shared(SELECT_ATTEMPTS), &[])
+            .await
             .expect("read attempts")
     }
 
     pub(super) async fn dead_letters(&self) -> Vec<DeadLetterLog> {
-        with_pool!(&self.store, pool => sqlx::query_as(SELECT_DEAD_LETTERS).fetch_all(pool).await)
+        self.store
+            .fetch_all(Sql::shared(SELECT_DEAD_LETTERS), &[])
+            .await
             .expect("read dead letters")
     }
 }
@@ -292,11 +306,20 @@ pub(super) struct Node {
     writer: Writer,
     /// Jobs the writer handed over after committing their batches.
     handed_over: mpsc::UnboundedReceiver<Vec<Job>>,
-    crowded: Arc<Crowded>,
+    /// Connections whose new jobs this node leaves in the table.
+    crowded: Mutex<HashSet<String>>,
 }
 
 impl Node {
-    pub(super) async fn ingest(&self, batches: Vec<NewBatch>) -> Vec<IngestOutcome> {
+    /// Stores batches; their jobs are leased to this node unless their connection is crowded
+    /// here (as the pipeline's fan-out decides).
+    pub(super) async fn ingest(&self, mut batches: Vec<NewBatch>) -> Vec<IngestOutcome> {
+        {
+            let crowded = self.crowded.lock().expect("crowded set");
+            for job in batches.iter_mut().flat_map(|b| b.jobs.iter_mut()) {
+                job.leased = !crowded.contains(&job.connection_id);
+            }
+        }
         self.writer.ingest(batches).await.expect("ingest")
     }
 
@@ -348,7 +371,12 @@ impl Node {
 
     /// Marks a connection's lanes on this node as crowded (or not).
     pub(super) fn crowd(&self, connection_id: &str, crowded: bool) {
-        self.crowded.set(connection_id, crowded);
+        let mut set = self.crowded.lock().expect("crowded set");
+        if crowded {
+            set.insert(connection_id.to_owned());
+        } else {
+            set.remove(connection_id);
+        }
     }
 }
 
@@ -368,12 +396,13 @@ pub(super) fn batch(
         received_at,
         event_count: 3,
         body: Arc::from(body.into_bytes()),
-        routes: connections
+        jobs: connections
             .iter()
             .zip(10..)
-            .map(|(&connection_id, revision_id)| Route {
+            .map(|(&connection_id, revision_id)| NewJob {
                 connection_id: connection_id.to_owned(),
                 revision_id,
+                leased: true,
             })
             .collect(),
         profile: None,
@@ -381,7 +410,7 @@ pub(super) fn batch(
 }
 
 /// A delivery attempt at `at`.
-pub(super) fn attempt(at: i64, outcome: &'static str, error: Option<&str>) -> AttemptRecord {
+pub(super) fn attempt(at: i64, outcome: AttemptOutcome, error: Option<&str>) -> AttemptRecord {
     AttemptRecord {
         attempted_at: at,
         outcome,

@@ -18,6 +18,7 @@ use proptest::sample::Index;
 use proptest::test_runner::{RngSeed, TestCaseError};
 
 use super::harness::{JobRow, MINUTE, Node, TestStore, attempt, batch, dead_letter, on_postgres};
+use crate::model::attempt::AttemptOutcome;
 use crate::model::now_ms;
 use crate::store::queue::{IngestOutcome, JobKey, JobUpdate};
 
@@ -271,7 +272,11 @@ impl Runner {
                 };
                 let update = JobUpdate::Finished {
                     job: job.clone(),
-                    attempt: attempt(self.db.stored(self.model.clock * TICK), "delivered", None),
+                    attempt: attempt(
+                        self.db.stored(self.model.clock * TICK),
+                        AttemptOutcome::Delivered,
+                        None,
+                    ),
                     dead: (0..*dead).map(dead_letter).collect(),
                 };
                 self.nodes[0].update(update).await;
@@ -295,7 +300,11 @@ impl Runner {
                     progress: *progress,
                     attempts,
                     next_attempt_at: self.db.stored((clock + delay) * TICK),
-                    attempt: attempt(self.db.stored(clock * TICK), "failed", Some(error)),
+                    attempt: attempt(
+                        self.db.stored(clock * TICK),
+                        AttemptOutcome::Retry,
+                        Some(error),
+                    ),
                     dead: (0..*dead).map(dead_letter).collect(),
                 };
                 self.nodes[0].update(update).await;
@@ -306,7 +315,7 @@ impl Runner {
                     queued.lease_until = None;
                     queued.last_error = Some(error.to_owned());
                 }
-                self.model.record(&job, "failed", *dead);
+                self.model.record(&job, "retry", *dead);
             }
             Op::Release { pick } => {
                 let Some(job) = self.model.pick(pick) else {
@@ -426,10 +435,10 @@ impl Runner {
                     );
                     self.model.last_batch_id = batch_id;
                     let received_at = clock - spec.age;
-                    for route in &batch.routes {
+                    for job in &batch.jobs {
                         expected.insert(
-                            (batch_id, route.connection_id.clone()),
-                            (route.revision_id, received_at),
+                            (batch_id, job.connection_id.clone()),
+                            (job.revision_id, received_at),
                         );
                     }
                     self.model.batches.insert(

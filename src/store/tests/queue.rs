@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::harness::{
     BatchRow, HOUR, JobRow, MINUTE, TestStore, attempt, batch, dead_letter, key, on_postgres,
 };
+use crate::model::attempt::AttemptOutcome;
 use crate::model::now_ms;
 use crate::store::StoreError;
 use crate::store::queue::{IngestOutcome, JobUpdate};
@@ -51,7 +52,7 @@ fn ids(jobs: &[crate::store::queue::Job]) -> Vec<i64> {
 #[tokio::test]
 async fn the_suite_runs_on_the_backend_it_was_asked_for() {
     let db = TestStore::open().await;
-    assert_eq!(db.store.is_embedded(), !on_postgres());
+    assert_eq!(db.store.is_shared_by_nodes(), on_postgres());
 }
 
 #[tokio::test]
@@ -373,13 +374,13 @@ async fn renew_does_not_revive_a_released_retried_or_finished_job() {
         progress: 0,
         attempts: 1,
         next_attempt_at: now - MINUTE,
-        attempt: attempt(now, "failed", Some("status 503")),
+        attempt: attempt(now, AttemptOutcome::Retry, Some("status 503")),
         dead: Vec::new(),
     })
     .await;
     a.update(JobUpdate::Finished {
         job: finished.key(),
-        attempt: attempt(now, "delivered", None),
+        attempt: attempt(now, AttemptOutcome::Delivered, None),
         dead: Vec::new(),
     })
     .await;
@@ -416,7 +417,7 @@ async fn finish_deletes_the_job_and_records_an_attempt() {
     let at = now_ms();
     a.update(JobUpdate::Finished {
         job: done.key(),
-        attempt: attempt(at, "delivered", None),
+        attempt: attempt(at, AttemptOutcome::Delivered, None),
         dead: Vec::new(),
     })
     .await;
@@ -446,9 +447,16 @@ async fn finish_deletes_the_job_and_records_an_attempt() {
             .is_empty()
     );
     let stats = db.store.connection_stats().await.expect("stats");
+    let stats: Vec<_> = stats
+        .into_iter()
+        .map(|s| {
+            let outcome = (s.last_outcome, s.last_error, s.last_attempt_at);
+            (s.connection_id, s.events_forwarded, outcome)
+        })
+        .collect();
     assert_eq!(
         stats,
-        [("c1".to_owned(), 3, "delivered".to_owned(), None, at)]
+        [("c1".to_owned(), 3, ("delivered".to_owned(), None, at))]
     );
     assert_eq!(
         db.store.queue_stats().await.expect("stats"),
@@ -478,7 +486,7 @@ async fn retry_keeps_the_job_with_its_progress_and_frees_its_lease() {
         progress: 2,
         attempts: 1,
         next_attempt_at: at + HOUR,
-        attempt: attempt(at, "failed", Some("status 503")),
+        attempt: attempt(at, AttemptOutcome::Retry, Some("status 503")),
         dead: Vec::new(),
     })
     .await;
@@ -501,7 +509,7 @@ async fn retry_keeps_the_job_with_its_progress_and_frees_its_lease() {
             log[0].outcome.as_str(),
             log[0].error.as_deref()
         ),
-        (job.id, "failed", Some("status 503"))
+        (job.id, "retry", Some("status 503"))
     );
 
     assert!(
@@ -561,7 +569,7 @@ async fn updates_sent_before_a_claim_apply_before_it() {
     // claim must see both.
     a.send_update(JobUpdate::Finished {
         job: key(done),
-        attempt: attempt(now, "delivered", None),
+        attempt: attempt(now, AttemptOutcome::Delivered, None),
         dead: Vec::new(),
     })
     .await;
@@ -579,7 +587,7 @@ async fn dead_letters_are_stored_listed_and_deletable() {
     let (one, two) = (jobs[0].clone(), jobs[1].clone());
     a.update(JobUpdate::Finished {
         job: one.key(),
-        attempt: attempt(now, "delivered", None),
+        attempt: attempt(now, AttemptOutcome::Delivered, None),
         dead: vec![dead_letter(0), dead_letter(2)],
     })
     .await;
@@ -588,7 +596,7 @@ async fn dead_letters_are_stored_listed_and_deletable() {
         progress: 1,
         attempts: 1,
         next_attempt_at: now + HOUR,
-        attempt: attempt(now, "failed", Some("status 503")),
+        attempt: attempt(now, AttemptOutcome::Retry, Some("status 503")),
         dead: vec![dead_letter(0)],
     })
     .await;
@@ -678,7 +686,7 @@ async fn prune_removes_old_rows_but_never_a_batch_a_pending_job_needs() {
     for done in [only_job(&jobs, b1), only_job(&jobs, b3)] {
         a.update(JobUpdate::Finished {
             job: done.key(),
-            attempt: attempt(then, "delivered", None),
+            attempt: attempt(then, AttemptOutcome::Delivered, None),
             dead: vec![dead_letter(0)],
         })
         .await;
@@ -691,7 +699,7 @@ async fn prune_removes_old_rows_but_never_a_batch_a_pending_job_needs() {
     let b4 = stored(a.ingest(vec![batch("in", None, now, &["c1"])]).await[0]);
     a.update(JobUpdate::Finished {
         job: only_job(&db.jobs().await, b4).key(),
-        attempt: attempt(now, "delivered", None),
+        attempt: attempt(now, AttemptOutcome::Delivered, None),
         dead: vec![dead_letter(0)],
     })
     .await;
@@ -717,7 +725,7 @@ async fn prune_removes_old_rows_but_never_a_batch_a_pending_job_needs() {
     // Once b2's job is done, b2 and b3 go too; the recent b4 stays.
     a.update(JobUpdate::Finished {
         job: pending.key(),
-        attempt: attempt(now, "delivered", None),
+        attempt: attempt(now, AttemptOutcome::Delivered, None),
         dead: Vec::new(),
     })
     .await;
@@ -755,7 +763,7 @@ async fn release_all_leases_frees_every_lease() {
         progress: 0,
         attempts: 1,
         next_attempt_at: now + HOUR,
-        attempt: attempt(now, "failed", Some("status 503")),
+        attempt: attempt(now, AttemptOutcome::Retry, Some("status 503")),
         dead: Vec::new(),
     })
     .await;
