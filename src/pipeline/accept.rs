@@ -55,9 +55,15 @@ pub(crate) enum AcceptError {
     Unavailable,
 }
 
-/// The pipeline service; cheap to clone.
+/// The pipeline service; cheap to clone (one reference count: handlers' state is cloned per
+/// request).
 #[derive(Debug, Clone)]
 pub(crate) struct Pipeline {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
     catalog: Arc<Catalog>,
     writer: Writer,
     store: Store,
@@ -75,24 +81,27 @@ impl Pipeline {
         metrics: Arc<Metrics>,
         handoff: Arc<dyn Handoff>,
     ) -> Self {
-        Self {
+        let inner = Inner {
             catalog,
             writer,
             store,
             live,
             metrics,
             handoff,
+        };
+        Self {
+            inner: Arc::new(inner),
         }
     }
 
     /// Routing: inputs by key, connections and their settings.
     pub(crate) fn catalog(&self) -> &Arc<Catalog> {
-        &self.catalog
+        &self.inner.catalog
     }
 
     /// Whether batches can be stored (the writer is running).
     pub(crate) fn is_running(&self) -> bool {
-        self.writer.is_running()
+        self.inner.writer.is_running()
     }
 
     /// Validates, normalises and durably stores a request's documents for `input`, creating
@@ -103,17 +112,18 @@ impl Pipeline {
         documents: Vec<Document>,
         channel: Channel,
     ) -> Result<Accepted, AcceptError> {
+        let inner = &*self.inner;
         let now = now_ms();
         let mut batches = normalize_all(documents, channel, now)?;
         for batch in &mut batches {
-            identity::resolve_batch_mpid(&self.store, batch, now)
+            identity::resolve_batch_mpid(&inner.store, batch, now)
                 .await
                 .map_err(|error| {
                     tracing::error!(%error, "Resolving a batch's MPID failed.");
                     AcceptError::Unavailable
                 })?;
         }
-        let routes = self.catalog.routes(&input.id);
+        let routes = inner.catalog.routes(&input.id);
         let mut rows = Vec::with_capacity(batches.len());
         for batch in &batches {
             let body = serde_json::to_vec(&batch.document).map_err(|_| AcceptError::Unavailable)?;
@@ -125,9 +135,9 @@ impl Pipeline {
                 document: &batch.document,
                 body: Arc::from(body),
             };
-            rows.push(fan_out(accepted, &routes, self.handoff.as_ref()));
+            rows.push(fan_out(accepted, &routes, inner.handoff.as_ref()));
         }
-        let outcomes = self.writer.ingest(rows).await.map_err(|error| {
+        let outcomes = inner.writer.ingest(rows).await.map_err(|error| {
             tracing::error!(%error, input = %input.id, "Storing an accepted request failed.");
             AcceptError::Unavailable
         })?;
@@ -151,21 +161,22 @@ impl Pipeline {
                 };
                 Some((batch, batch_id))
             });
+        let inner = &*self.inner;
         let mut events_stored = 0;
-        let watched = self.live.watched();
+        let watched = inner.live.watched();
         for (batch, batch_id) in stored {
             events_stored += batch.event_count;
             if watched {
                 inbound::publish(
-                    &self.live,
-                    &self.catalog,
+                    &inner.live,
+                    &inner.catalog,
                     input_id,
                     batch_id,
                     &batch.document,
                 );
             }
         }
-        self.metrics.accepted(input_id, events_stored);
+        inner.metrics.accepted(input_id, events_stored);
         Accepted {
             outcomes,
             events_stored,

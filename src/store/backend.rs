@@ -6,7 +6,7 @@
 
 use sqlx::postgres::{PgRow, Postgres};
 use sqlx::sqlite::{Sqlite, SqliteRow};
-use sqlx::{AssertSqlSafe, FromRow, Transaction};
+use sqlx::{FromRow, Transaction};
 
 use super::Store;
 
@@ -29,6 +29,16 @@ impl Sql {
     /// A statement the dialects spell differently.
     pub(crate) const fn each(sqlite: &'static str, postgres: &'static str) -> Self {
         Self { sqlite, postgres }
+    }
+
+    /// The SQLite text (for building statements from parts).
+    pub(crate) const fn sqlite_text(self) -> &'static str {
+        self.sqlite
+    }
+
+    /// The PostgreSQL text (for building statements from parts).
+    pub(crate) const fn postgres_text(self) -> &'static str {
+        self.postgres
     }
 
     /// A statement only PostgreSQL needs (e.g. an advisory lock, where SQLite's single writer
@@ -261,21 +271,5 @@ impl Tx {
             Tx::Sqlite(tx) => tx.commit().await,
             Tx::Postgres(tx) => tx.commit().await,
         }
-    }
-
-    /// Statement text built at run time from `make`, given this backend's spelling of `head`
-    /// (e.g. a multi-row insert: a head, then as many `VALUES` tuples as rows).
-    pub(crate) async fn fetch_ids_built(
-        &mut self,
-        head: Sql,
-        make: impl Fn(&str) -> String,
-        args: &[Arg<'_>],
-    ) -> Result<Vec<i64>, sqlx::Error> {
-        dispatch!(self, Tx::Sqlite(tx) => &mut **tx, Tx::Postgres(tx) => &mut **tx, |pick, on| {
-            let text = make(pick.text(head));
-            let rows: Vec<(i64,)> =
-                bind!(sqlx::query_as(AssertSqlSafe(text)), args).fetch_all(on).await?;
-            Ok(rows.into_iter().map(|(id,)| id).collect())
-        })
     }
 }

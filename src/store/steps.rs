@@ -311,9 +311,8 @@ pub(super) async fn insert_batches(
     let mut stored = HashSet::with_capacity(batches.len());
     let mut rows = batches.iter();
     for size in chunk_sizes(batches.len()) {
-        let chunk: Vec<&(i64, &NewBatch)> = rows.by_ref().take(size).collect();
         let mut values: Vec<Arg<'_>> = Vec::with_capacity(size * BATCH_COLUMNS);
-        for (id, batch) in &chunk {
+        for (id, batch) in rows.by_ref().take(size) {
             values.extend([
                 Arg::Int(*id),
                 Arg::Text(&batch.input_id),
@@ -323,19 +322,52 @@ pub(super) async fn insert_batches(
                 Arg::Bytes(&batch.body),
             ]);
         }
-        let make = |head: &str| format!("{head}{}{ON_CONFLICT_RETURNING_ID}", values_list(size));
-        stored.extend(tx.fetch_ids_built(INSERT_BATCHES, make, &values).await?);
+        let statement = batch_inserts()[size.trailing_zeros() as usize];
+        stored.extend(tx.fetch_ids(statement, &values).await?);
     }
     Ok(stored)
 }
 
-/// `VALUES ($1, …, $6), ($7, …)` for `rows` batch rows.
-fn values_list(rows: usize) -> String {
+/// The multi-row batch insert of every chunk size (1, 2, 4, … `MAX_INSERT_ROWS` rows), built
+/// once for the life of the process (a handful of short strings). SQLite gets `?` placeholders:
+/// numbered ones make it look every parameter's name up on each bind.
+fn batch_inserts() -> &'static [Sql] {
+    static STATEMENTS: std::sync::OnceLock<Vec<Sql>> = std::sync::OnceLock::new();
+    STATEMENTS.get_or_init(|| {
+        (0..=MAX_INSERT_ROWS.trailing_zeros())
+            .map(|bit| {
+                let rows = 1 << bit;
+                let sqlite = INSERT_BATCHES.sqlite_text().to_owned()
+                    + &values_list(rows, Placeholders::Positional)
+                    + ON_CONFLICT_RETURNING_ID;
+                let postgres = INSERT_BATCHES.postgres_text().to_owned()
+                    + &values_list(rows, Placeholders::Numbered)
+                    + ON_CONFLICT_RETURNING_ID;
+                Sql::each(sqlite.leak(), postgres.leak())
+            })
+            .collect()
+    })
+}
+
+/// How a statement's parameters are written.
+#[derive(Debug, Clone, Copy)]
+enum Placeholders {
+    /// `?`: each takes the next argument.
+    Positional,
+    /// `$1`, `$2`, …
+    Numbered,
+}
+
+/// `VALUES (…), (…)` for `rows` batch rows of `BATCH_COLUMNS` parameters each.
+fn values_list(rows: usize, placeholders: Placeholders) -> String {
     let tuples: Vec<String> = (0..rows)
         .map(|row| {
             let first = row * BATCH_COLUMNS + 1;
             let params: Vec<String> = (first..first + BATCH_COLUMNS)
-                .map(|n| format!("${n}"))
+                .map(|n| match placeholders {
+                    Placeholders::Positional => "?".to_owned(),
+                    Placeholders::Numbered => format!("${n}"),
+                })
                 .collect();
             format!("({})", params.join(", "))
         })

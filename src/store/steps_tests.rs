@@ -80,12 +80,20 @@ fn chunks_cover_every_row_with_few_distinct_sizes() {
 }
 
 #[test]
-fn values_lists_number_every_placeholder_once() {
-    assert_eq!(values_list(1), "VALUES ($1, $2, $3, $4, $5, $6)");
+fn values_lists_have_one_placeholder_per_column() {
     assert_eq!(
-        values_list(2),
+        values_list(1, Placeholders::Numbered),
+        "VALUES ($1, $2, $3, $4, $5, $6)"
+    );
+    assert_eq!(
+        values_list(2, Placeholders::Numbered),
         "VALUES ($1, $2, $3, $4, $5, $6), ($7, $8, $9, $10, $11, $12)"
     );
+    assert_eq!(
+        values_list(2, Placeholders::Positional),
+        "VALUES (?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?)"
+    );
+    assert_eq!(batch_inserts().len(), 7, "one statement per chunk size");
 }
 
 #[tokio::test]
