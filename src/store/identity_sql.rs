@@ -6,7 +6,7 @@
 use rand::Rng;
 use sqlx::FromRow;
 
-use super::backend::{Sql, args};
+use super::backend::{Sql, Tx, args};
 use super::{Store, StoreError, StoreResult};
 use crate::model::identity::resolve::{Decision, Lookup, Target, UserSummary};
 use crate::model::identity::types::IdentityType;
@@ -120,6 +120,17 @@ fn new_mpid() -> i64 {
     rand::rng().random_range(1..i64::MAX)
 }
 
+/// Reads the user's identities and commits: the answer to a resolution or a modify.
+async fn answer(mut tx: Tx, mpid: i64) -> StoreResult<Resolution> {
+    let identities: Vec<(String, String)> = tx.fetch_all(IDENTITIES_OF, args![mpid]).await?;
+    tx.commit().await?;
+    Ok(Resolution {
+        mpid,
+        logged_in: logged_in(&identities),
+        identities,
+    })
+}
+
 impl Store {
     /// Resolves a request's identities to a user: looks up who owns them, the device's user and
     /// the previous user, lets `decide` choose from that, and applies its decision.
@@ -194,13 +205,7 @@ impl Store {
         {
             tx.execute(POINT_DEVICE, args![device, mpid, now]).await?;
         }
-        let identities: Vec<(String, String)> = tx.fetch_all(IDENTITIES_OF, args![mpid]).await?;
-        tx.commit().await?;
-        Ok(Resolution {
-            mpid,
-            logged_in: logged_in(&identities),
-            identities,
-        })
+        answer(tx, mpid).await
     }
 
     /// Applies `/modify` changes to a user, recording each in its history. A new value that
@@ -248,13 +253,7 @@ impl Store {
             tx.execute(RECORD_CHANGE, record).await?;
         }
         tx.execute(TOUCH_USER, args![mpid, now]).await?;
-        let identities: Vec<(String, String)> = tx.fetch_all(IDENTITIES_OF, args![mpid]).await?;
-        tx.commit().await?;
-        Ok(Resolution {
-            mpid,
-            logged_in: logged_in(&identities),
-            identities,
-        })
+        answer(tx, mpid).await
     }
 
     /// A user's profile.
