@@ -37,11 +37,6 @@ impl Platform {
     }
 }
 
-/// A fresh, time-ordered identifier with a readable prefix, e.g. `conn_0190…`.
-pub(crate) fn new_id(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
-}
-
 /// Current wall-clock time in Unix milliseconds, the one time unit Boson stores.
 pub(crate) fn now_ms() -> i64 {
     let since_epoch = std::time::SystemTime::now()

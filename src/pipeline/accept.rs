@@ -11,6 +11,7 @@ use super::fanout::{self, fan_out};
 use super::{identity, inbound};
 use crate::live::LiveStream;
 use crate::model::batch::{Channel, NormalizedBatch, normalize};
+use crate::model::ids::InputId;
 use crate::model::now_ms;
 use crate::store::Store;
 use crate::store::queue::IngestOutcome;
@@ -148,7 +149,7 @@ impl Pipeline {
     /// Counts what was stored and shows it on the Live Stream (built only while watched).
     fn report(
         &self,
-        input_id: &str,
+        input_id: &InputId,
         batches: &[NormalizedBatch],
         outcomes: Vec<IngestOutcome>,
     ) -> Accepted {

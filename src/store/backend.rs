@@ -326,13 +326,16 @@ statements!(Store, [&self], self, Store::Sqlite(pool) => pool, Store::Postgres(p
 statements!(Tx, [&mut self], self, Tx::Sqlite(tx) => &mut **tx, Tx::Postgres(tx) => &mut **tx);
 
 impl Tx {
-    /// The integers in the first column of every row (ids, mostly).
-    pub(crate) async fn fetch_ids(
+    /// The first column of every row (ids, mostly).
+    pub(crate) async fn fetch_ids<I>(
         &mut self,
         sql: Sql,
         args: &[Arg<'_>],
-    ) -> Result<Vec<i64>, sqlx::Error> {
-        let rows: Vec<(i64,)> = self.fetch_all(sql, args).await?;
+    ) -> Result<Vec<I>, sqlx::Error>
+    where
+        (I,): Row,
+    {
+        let rows: Vec<(I,)> = self.fetch_all(sql, args).await?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
