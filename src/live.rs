@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+use crate::model::ids::{BatchId, ConnectionId, InputId, Mpid};
 use crate::model::settings::SettingName;
 
 /// Items buffered per watcher; a watcher that falls further behind skips ahead (and is told).
@@ -37,16 +38,16 @@ pub(crate) enum Outcome {
 pub(crate) struct LiveItem {
     pub(crate) direction: Direction,
     pub(crate) at: i64,
-    pub(crate) input_id: String,
+    pub(crate) input_id: InputId,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) connection_id: Option<String>,
-    pub(crate) batch_id: i64,
+    pub(crate) connection_id: Option<ConnectionId>,
+    pub(crate) batch_id: BatchId,
     /// Position of the event in its batch.
     pub(crate) index: usize,
     pub(crate) event_type: String,
     /// As a string: MPIDs exceed JavaScript's exact integer range.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "as_string")]
-    pub(crate) mpid: Option<i64>,
+    pub(crate) mpid: Option<Mpid>,
     /// The event itself (inbound only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) event: Option<Value>,
@@ -97,7 +98,7 @@ impl LiveStream {
     }
 }
 
-fn as_string<S: serde::Serializer>(mpid: &Option<i64>, serializer: S) -> Result<S::Ok, S::Error> {
+fn as_string<S: serde::Serializer>(mpid: &Option<Mpid>, serializer: S) -> Result<S::Ok, S::Error> {
     match mpid {
         Some(mpid) => serializer.serialize_str(&mpid.to_string()),
         None => serializer.serialize_none(),
@@ -121,4 +122,56 @@ pub(crate) fn event_type_of(event: &Value) -> String {
         .and_then(Value::as_str)
         .unwrap_or("unknown")
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The dashboard reads these items: typed ids must leave the JSON as it always was (ids as
+    /// strings, the batch id a number, the MPID a decimal string).
+    #[test]
+    fn items_keep_their_json() {
+        let item = LiveItem {
+            direction: Direction::Outbound,
+            at: 1_700_000_000_000,
+            input_id: InputId::trusted("inp_0192d3b4c5e67f8091a2b3c4d5e6f708"),
+            connection_id: Some(ConnectionId::trusted(
+                "conn_0192d3b4c5e67f8091a2b3c4d5e6f709",
+            )),
+            batch_id: BatchId::new(42),
+            index: 3,
+            event_type: "custom_event".into(),
+            mpid: Some(Mpid::new(i64::MAX)),
+            event: None,
+            outcome: Some(Outcome::Filtered),
+            setting: Some(SettingName::Status),
+            status: None,
+            latency_ms: None,
+            error: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&item).expect("serialise"),
+            concat!(
+                r#"{"direction":"outbound","at":1700000000000,"#,
+                r#""input_id":"inp_0192d3b4c5e67f8091a2b3c4d5e6f708","#,
+                r#""connection_id":"conn_0192d3b4c5e67f8091a2b3c4d5e6f709","batch_id":42,"#,
+                r#""index":3,"event_type":"custom_event","mpid":"9223372036854775807","#,
+                r#""outcome":"filtered","setting":"status"}"#
+            )
+        );
+        let inbound = LiveItem {
+            direction: Direction::Inbound,
+            connection_id: None,
+            mpid: None,
+            event: Some(json!({"event_type": "custom_event"})),
+            outcome: None,
+            setting: None,
+            ..item
+        };
+        let value = serde_json::to_value(&inbound).expect("serialise");
+        assert!(value.get("connection_id").is_none() && value.get("mpid").is_none());
+    }
 }

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::AtomicU64;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -14,6 +14,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::model::attempt::AttemptOutcome;
+use crate::model::ids::{ConnectionId, InputId};
 use crate::model::now_ms;
 
 /// Installs the tracing subscriber: `RUST_LOG`-style filtering (default `info`), and JSON lines
@@ -32,14 +33,30 @@ pub fn init_logging() {
     };
 }
 
+/// Ids are label values as the strings they are. Labels hold the ids themselves, not copies
+/// of their text: building a label set to count one delivery then costs no allocation.
+macro_rules! id_label_values {
+    ($($id:ty),*) => {
+        $(
+            impl EncodeLabelValue for $id {
+                fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+                    EncodeLabelValue::encode(&self.as_str(), encoder)
+                }
+            }
+        )*
+    };
+}
+
+id_label_values!(InputId, ConnectionId);
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct InputLabels {
-    input: String,
+    input: InputId,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EndpointLabels {
-    input: String,
+    input: InputId,
     endpoint: &'static str,
 }
 
@@ -51,13 +68,13 @@ struct RejectLabels {
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeliveryLabels {
-    connection: String,
+    connection: ConnectionId,
     outcome: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ConnectionLabels {
-    connection: String,
+    connection: ConnectionId,
 }
 
 /// Boson's metrics. Label values are input and connection ids and fixed reasons, all bounded.
@@ -136,44 +153,44 @@ impl Metrics {
         }
     }
 
-    pub(crate) fn accepted(&self, input: &str, events: usize) {
+    pub(crate) fn accepted(&self, input: &InputId, events: usize) {
         let labels = InputLabels {
-            input: input.to_owned(),
+            input: input.clone(),
         };
         self.events_accepted
             .get_or_create(&labels)
             .inc_by(events as u64);
     }
 
-    pub(crate) fn ingest_request(&self, input: &str, endpoint: &'static str) {
+    pub(crate) fn ingest_request(&self, input: &InputId, endpoint: &'static str) {
         let labels = EndpointLabels {
-            input: input.to_owned(),
+            input: input.clone(),
             endpoint,
         };
         self.ingest_requests.get_or_create(&labels).inc();
     }
 
-    pub(crate) fn rejected(&self, input: Option<&str>, reason: &'static str) {
+    pub(crate) fn rejected(&self, input: Option<&InputId>, reason: &'static str) {
         let labels = RejectLabels {
-            input: input.unwrap_or("unknown").to_owned(),
+            input: input.map_or("unknown", InputId::as_str).to_owned(),
             reason,
         };
         self.events_rejected.get_or_create(&labels).inc();
     }
 
-    pub(crate) fn delivery(&self, connection: &str, outcome: AttemptOutcome) {
+    pub(crate) fn delivery(&self, connection: &ConnectionId, outcome: AttemptOutcome) {
         let labels = DeliveryLabels {
-            connection: connection.to_owned(),
+            connection: connection.clone(),
             outcome: outcome.as_str(),
         };
         self.deliveries.get_or_create(&labels).inc();
     }
 
     /// Records a delivered request carrying `events` events of a batch accepted at `accepted_at`.
-    pub(crate) fn delivered(&self, connection: &str, events: usize, accepted_at: i64) {
+    pub(crate) fn delivered(&self, connection: &ConnectionId, events: usize, accepted_at: i64) {
         self.delivery(connection, AttemptOutcome::Delivered);
         let labels = ConnectionLabels {
-            connection: connection.to_owned(),
+            connection: connection.clone(),
         };
         self.events_delivered
             .get_or_create(&labels)

@@ -9,16 +9,19 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::reload;
+use super::{path_id, reload};
 use crate::error::{ApiError, AppJson};
+use crate::model::ids::{ConnectionId, InputId, OutputId};
+use crate::model::now_ms;
 use crate::model::settings::{ConnectionSettings, SettingsError, metadata_paths};
-use crate::model::{new_id, now_ms};
 use crate::state::AppState;
 use crate::store::{ConnectionRow, StoreError};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ConnectionIn {
+    // Ids stay text until the handler parses them: a malformed one is answered as an unknown
+    // one (`unknown_input`), not as an unreadable body.
     input_id: String,
     output_id: String,
     #[serde(default)]
@@ -35,9 +38,9 @@ pub(crate) struct ConnectionPatch {
 
 #[derive(Debug, Serialize)]
 pub(crate) struct ConnectionOut {
-    id: String,
-    input_id: String,
-    output_id: String,
+    id: ConnectionId,
+    input_id: InputId,
+    output_id: OutputId,
     settings: Value,
     created_at: i64,
     updated_at: i64,
@@ -65,6 +68,11 @@ fn not_found(error: crate::store::StoreError) -> ApiError {
     ApiError::from_store(error, "connection_not_found", "connection")
 }
 
+/// The connection a path names.
+fn connection_id(raw: &str) -> Result<ConnectionId, ApiError> {
+    path_id(raw, "connection_not_found", "connection")
+}
+
 fn settings_error(error: &SettingsError) -> ApiError {
     let code = match error {
         SettingsError::UnknownMetadataField { .. } => "invalid_metadata_field",
@@ -78,33 +86,50 @@ fn to_text(settings: &ConnectionSettings) -> Result<String, ApiError> {
         .map_err(|e| ApiError::bad_request("invalid_settings", e.to_string()))
 }
 
-/// Checks that an id in a request body names an existing row.
-async fn must_exist(
-    state: &AppState,
-    input_id: Option<&str>,
-    output_id: &str,
-) -> Result<(), ApiError> {
-    let unknown = |code: &'static str, what: &'static str, id: &str| {
-        let id = id.to_owned();
-        move |error: StoreError| match error {
-            StoreError::NotFound => {
-                ApiError::bad_request(code, format!("no {what} with id {id:?}"))
-            }
-            other => ApiError::from_store(other, code, what),
-        }
-    };
-    if let Some(input_id) = input_id {
-        state.store.get_input(input_id).await.map_err(unknown(
-            "unknown_input",
-            "input",
-            input_id,
-        ))?;
+/// An id in a request body that names no row (a malformed one names none either).
+fn unknown(code: &'static str, what: &'static str, id: &str) -> ApiError {
+    ApiError::bad_request(code, format!("no {what} with id {id:?}"))
+}
+
+/// What a failed look-up of a row named in a request body answers.
+fn lookup_error(
+    code: &'static str,
+    what: &'static str,
+    id: &str,
+) -> impl FnOnce(StoreError) -> ApiError {
+    let id = id.to_owned();
+    move |error| match error {
+        StoreError::NotFound => unknown(code, what, &id),
+        other => ApiError::from_store(other, code, what),
     }
-    state.store.get_output(output_id).await.map_err(unknown(
-        "unknown_output",
-        "output",
-        output_id,
-    ))?;
+}
+
+/// The input a request body names, if it exists.
+async fn existing_input(state: &AppState, raw: &str) -> Result<InputId, ApiError> {
+    let id: InputId = raw
+        .parse()
+        .map_err(|_| unknown("unknown_input", "input", raw))?;
+    state
+        .store
+        .get_input(&id)
+        .await
+        .map_err(lookup_error("unknown_input", "input", raw))?;
+    Ok(id)
+}
+
+/// The output a request body names, parsed.
+fn output_of_body(raw: &str) -> Result<OutputId, ApiError> {
+    raw.parse()
+        .map_err(|_| unknown("unknown_output", "output", raw))
+}
+
+/// Checks that an output still exists.
+async fn must_exist(state: &AppState, output_id: &OutputId) -> Result<(), ApiError> {
+    state
+        .store
+        .get_output(output_id)
+        .await
+        .map_err(lookup_error("unknown_output", "output", output_id.as_str()))?;
     Ok(())
 }
 
@@ -114,18 +139,14 @@ pub(crate) async fn create(
 ) -> Result<(StatusCode, Json<ConnectionOut>), ApiError> {
     let settings = ConnectionSettings::from_json(connection.settings.unwrap_or_else(|| json!({})))
         .map_err(|e| settings_error(&e))?;
-    must_exist(&state, Some(&connection.input_id), &connection.output_id).await?;
-    let id = new_id("conn");
+    let input_id = existing_input(&state, &connection.input_id).await?;
+    let output_id = output_of_body(&connection.output_id)?;
+    must_exist(&state, &output_id).await?;
+    let id = ConnectionId::new();
     let text = to_text(&settings)?;
     state
         .store
-        .insert_connection(
-            &id,
-            &connection.input_id,
-            &connection.output_id,
-            &text,
-            now_ms(),
-        )
+        .insert_connection(&id, &input_id, &output_id, &text, now_ms())
         .await
         .map_err(not_found)?;
     reload(&state).await?;
@@ -153,6 +174,7 @@ pub(crate) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<ConnectionOut>, ApiError> {
+    let id = connection_id(&id)?;
     Ok(Json(
         state
             .store
@@ -168,6 +190,7 @@ pub(crate) async fn update(
     Path(id): Path<String>,
     AppJson(patch): AppJson<ConnectionPatch>,
 ) -> Result<Json<ConnectionOut>, ApiError> {
+    let id = connection_id(&id)?;
     let current = state.store.get_connection(&id).await.map_err(not_found)?;
     let settings =
         ConnectionSettings::from_json_str(&current.settings).map_err(|e| settings_error(&e))?;
@@ -175,8 +198,11 @@ pub(crate) async fn update(
         Some(changes) => settings.merged(changes).map_err(|e| settings_error(&e))?,
         None => settings,
     };
-    let output_id = patch.output_id.unwrap_or(current.output_id);
-    must_exist(&state, None, &output_id).await?;
+    let output_id = match patch.output_id {
+        Some(raw) => output_of_body(&raw)?,
+        None => current.output_id,
+    };
+    must_exist(&state, &output_id).await?;
     state
         .store
         .update_connection(&id, &output_id, &to_text(&settings)?, now_ms())
@@ -197,6 +223,7 @@ pub(crate) async fn delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    let id = connection_id(&id)?;
     state
         .store
         .delete_connection(&id)
@@ -223,6 +250,7 @@ pub(crate) async fn attempts(
     Path(id): Path<String>,
     Query(page): Query<Page>,
 ) -> Result<Json<Value>, ApiError> {
+    let id = connection_id(&id)?;
     state.store.get_connection(&id).await.map_err(not_found)?;
     let rows = state
         .store
@@ -246,6 +274,7 @@ pub(crate) async fn dead_letters(
     Path(id): Path<String>,
     Query(page): Query<Page>,
 ) -> Result<Json<Value>, ApiError> {
+    let id = connection_id(&id)?;
     state.store.get_connection(&id).await.map_err(not_found)?;
     let rows = state
         .store
@@ -292,6 +321,7 @@ pub(crate) async fn replay(
     State(state): State<AppState>,
     Path((id, letter)): Path<(String, i64)>,
 ) -> Result<Json<Value>, ApiError> {
+    let id = connection_id(&id)?;
     let letter_not_found = |e| ApiError::from_store(e, "dead_letter_not_found", "dead letter");
     let connection = state.store.get_connection(&id).await.map_err(not_found)?;
     let body = state

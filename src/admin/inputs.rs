@@ -7,10 +7,11 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{check_name, reload};
+use super::{check_name, path_id, reload};
 use crate::error::{ApiError, AppJson};
+use crate::model::ids::InputId;
 use crate::model::settings::InputSettings;
-use crate::model::{Platform, new_id, now_ms};
+use crate::model::{Platform, now_ms};
 use crate::state::AppState;
 use crate::store::InputRow;
 
@@ -33,7 +34,7 @@ pub(crate) struct InputPatch {
 
 #[derive(Debug, Serialize)]
 pub(crate) struct InputOut {
-    id: String,
+    id: InputId,
     name: String,
     platform: String,
     api_key: String,
@@ -59,6 +60,11 @@ impl From<InputRow> for InputOut {
     }
 }
 
+/// The input a path names.
+fn input_id(raw: &str) -> Result<InputId, ApiError> {
+    path_id(raw, "input_not_found", "input")
+}
+
 fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     rand::rng().fill_bytes(&mut buf);
@@ -79,7 +85,7 @@ pub(crate) async fn create(
     let settings = input_settings(input.settings)?;
     let row = InputRow {
         settings,
-        id: new_id("inp"),
+        id: InputId::new(),
         name,
         platform: platform.as_str().to_owned(),
         api_key: random_hex(16),
@@ -110,6 +116,7 @@ pub(crate) async fn update(
     Path(id): Path<String>,
     AppJson(patch): AppJson<InputPatch>,
 ) -> Result<Json<InputOut>, ApiError> {
+    let id = input_id(&id)?;
     let not_found = |e| ApiError::from_store(e, "input_not_found", "input");
     let current = state.store.get_input(&id).await.map_err(not_found)?;
     let name = match patch.name {
@@ -144,6 +151,7 @@ pub(crate) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<InputOut>, ApiError> {
+    let id = input_id(&id)?;
     let row = state
         .store
         .get_input(&id)
@@ -156,6 +164,7 @@ pub(crate) async fn delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    let id = input_id(&id)?;
     state
         .store
         .delete_input(&id)
@@ -170,6 +179,7 @@ pub(crate) async fn rotate_secret(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<InputOut>, ApiError> {
+    let id = input_id(&id)?;
     let not_found = |e| ApiError::from_store(e, "input_not_found", "input");
     state
         .store
@@ -186,6 +196,7 @@ pub(crate) async fn forwarding_stats(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    let id = input_id(&id)?;
     let not_found = |e| ApiError::from_store(e, "input_not_found", "input");
     state.store.get_input(&id).await.map_err(not_found)?;
     let rows = state.store.forwarding_stats(&id).await.map_err(not_found)?;

@@ -14,6 +14,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::access::{Sessions, session_id};
 use crate::live::{Direction, LiveItem};
+use crate::model::ids::{ConnectionId, InputId, Mpid};
 use crate::state::AppState;
 
 /// Items sent per second per watcher; more are skipped and counted.
@@ -22,16 +23,18 @@ const MAX_PER_SECOND: u32 = 200;
 /// The Live Stream's filters; all optional.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub(crate) struct LiveFilter {
+    // Ids stay text: a malformed one matches nothing, as an unknown one does, rather than
+    // refusing the stream.
     input_id: Option<String>,
     connection_id: Option<String>,
     /// `inbound`, `outbound` or `both` (the default).
     direction: Option<String>,
     event_type: Option<String>,
-    mpid: Option<i64>,
+    mpid: Option<Mpid>,
 }
 
 impl LiveFilter {
-    fn admits(&self, item: &LiveItem, connection_input: Option<&str>) -> bool {
+    fn admits(&self, item: &LiveItem, connection_input: Option<&InputId>) -> bool {
         let direction = match self.direction.as_deref() {
             Some("inbound") => item.direction == Direction::Inbound,
             Some("outbound") => item.direction == Direction::Outbound,
@@ -39,15 +42,19 @@ impl LiveFilter {
         };
         let connection = match (&self.connection_id, item.direction) {
             (None, _) => true,
-            (Some(wanted), Direction::Outbound) => {
-                item.connection_id.as_deref() == Some(wanted.as_str())
-            }
+            (Some(wanted), Direction::Outbound) => item
+                .connection_id
+                .as_ref()
+                .is_some_and(|id| id.as_str() == wanted),
             // Inbound events of the connection's input are what the connection acts on.
-            (Some(_), _) => connection_input == Some(item.input_id.as_str()),
+            (Some(_), _) => connection_input == Some(&item.input_id),
         };
         direction
             && connection
-            && self.input_id.as_ref().is_none_or(|i| *i == item.input_id)
+            && self
+                .input_id
+                .as_ref()
+                .is_none_or(|i| i == item.input_id.as_str())
             && self
                 .event_type
                 .as_ref()
@@ -62,7 +69,7 @@ struct Watch {
     stopping: tokio_util::sync::CancellationToken,
     receiver: tokio::sync::broadcast::Receiver<LiveItem>,
     filter: LiveFilter,
-    connection_input: Option<String>,
+    connection_input: Option<InputId>,
     window: Instant,
     sent: u32,
     skipped: u64,
@@ -73,10 +80,12 @@ pub(crate) async fn stream(
     headers: axum::http::HeaderMap,
     Query(filter): Query<LiveFilter>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    // A malformed connection id names no connection: it admits nothing, as an unknown one.
     let connection_input = filter
         .connection_id
         .as_deref()
-        .and_then(|id| state.catalog().connection(id))
+        .and_then(|id| ConnectionId::parse(id).ok())
+        .and_then(|id| state.catalog().connection(&id))
         .map(|(connection, _)| connection.input_id);
     let session = session_id(&headers)
         .filter(|id| state.access.sessions.is_live(id))
@@ -112,10 +121,7 @@ pub(crate) async fn stream(
             {
                 return None;
             }
-            if !watch
-                .filter
-                .admits(&item, watch.connection_input.as_deref())
-            {
+            if !watch.filter.admits(&item, watch.connection_input.as_ref()) {
                 continue;
             }
             if watch.window.elapsed() >= Duration::from_secs(1) {

@@ -9,6 +9,8 @@ mod outputs;
 mod settings;
 mod users;
 
+use std::str::FromStr;
+
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::Method;
@@ -92,6 +94,15 @@ async fn reload(state: &AppState) -> Result<(), ApiError> {
         .reload()
         .await
         .map_err(|e| ApiError::from_store(e, "not_found", "catalog"))
+}
+
+/// Parses an id in a request path. A malformed id names nothing, so it gets the answer an
+/// unknown one gets (404 with `not_found`) without a trip to the store. Handlers parse after
+/// their other extractors ran, so a request with a bad body and a bad id still hears about its
+/// body first.
+fn path_id<T: FromStr>(raw: &str, not_found: &'static str, what: &str) -> Result<T, ApiError> {
+    raw.parse()
+        .map_err(|_| ApiError::not_found(not_found, what))
 }
 
 /// Checks a human-given name.

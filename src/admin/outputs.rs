@@ -7,11 +7,12 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{check_name, reload};
+use super::{check_name, path_id, reload};
 use crate::delivery::webhook::check_destination;
 use crate::error::{ApiError, AppJson};
+use crate::model::ids::OutputId;
+use crate::model::now_ms;
 use crate::model::settings::WebhookSettings;
-use crate::model::{new_id, now_ms};
 use crate::state::AppState;
 use crate::store::OutputRow;
 
@@ -35,7 +36,7 @@ pub(crate) struct OutputPatch {
 
 #[derive(Debug, Serialize)]
 pub(crate) struct OutputOut {
-    id: String,
+    id: OutputId,
     name: String,
     kind: String,
     settings: Value,
@@ -58,6 +59,11 @@ impl From<OutputRow> for OutputOut {
 
 fn not_found(error: crate::store::StoreError) -> ApiError {
     ApiError::from_store(error, "output_not_found", "output")
+}
+
+/// The output a path names.
+fn output_id(raw: &str) -> Result<OutputId, ApiError> {
+    path_id(raw, "output_not_found", "output")
 }
 
 /// Parses and checks webhook settings, returning them as stored JSON text.
@@ -86,7 +92,7 @@ pub(crate) async fn create(
     let settings = webhook_settings(&state, output.settings).await?;
     let now = now_ms();
     let row = OutputRow {
-        id: new_id("out"),
+        id: OutputId::new(),
         name,
         kind: WEBHOOK.into(),
         settings,
@@ -107,6 +113,7 @@ pub(crate) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<OutputOut>, ApiError> {
+    let id = output_id(&id)?;
     Ok(Json(
         state.store.get_output(&id).await.map_err(not_found)?.into(),
     ))
@@ -117,6 +124,7 @@ pub(crate) async fn update(
     Path(id): Path<String>,
     AppJson(patch): AppJson<OutputPatch>,
 ) -> Result<Json<OutputOut>, ApiError> {
+    let id = output_id(&id)?;
     let current = state.store.get_output(&id).await.map_err(not_found)?;
     let name = match patch.name {
         Some(name) => check_name(&name)?,
@@ -152,6 +160,7 @@ pub(crate) async fn delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    let id = output_id(&id)?;
     state.store.delete_output(&id).await.map_err(not_found)?;
     reload(&state).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
 use crate::model::identity::names::{Kind, classify};
+use crate::model::ids::Mpid;
 use crate::state::AppState;
 use crate::store::identity_sql::UserProfile;
 
@@ -47,7 +48,7 @@ pub(crate) async fn get(
     State(state): State<AppState>,
     Path(mpid): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let mpid: i64 = mpid
+    let mpid: Mpid = mpid
         .parse()
         .map_err(|_| ApiError::bad_request("invalid_mpid", "the MPID must be a 64-bit integer"))?;
     Ok(Json(profile_json(

@@ -7,43 +7,44 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{PoisonError, RwLock};
 
+use crate::model::ids::ConnectionId;
 use crate::pipeline::Handoff;
 
 /// Connections whose delivery queues on this node are crowded.
 #[derive(Debug, Default)]
 pub(crate) struct Crowded {
-    connections: RwLock<HashSet<String>>,
+    connections: RwLock<HashSet<ConnectionId>>,
     /// The set's size, so the common case (nothing crowded) takes no lock.
     len: AtomicUsize,
 }
 
 impl Crowded {
-    pub(crate) fn contains(&self, connection_id: &str) -> bool {
+    pub(crate) fn contains(&self, connection_id: &ConnectionId) -> bool {
         self.len.load(Ordering::Acquire) > 0 && self.read().contains(connection_id)
     }
 
     /// Marks or unmarks a connection as crowded.
-    pub(crate) fn set(&self, connection_id: &str, crowded: bool) {
+    pub(crate) fn set(&self, connection_id: &ConnectionId, crowded: bool) {
         let mut connections = self
             .connections
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         if crowded {
-            connections.insert(connection_id.to_owned());
+            connections.insert(connection_id.clone());
         } else {
             connections.remove(connection_id);
         }
         self.len.store(connections.len(), Ordering::Release);
     }
 
-    pub(crate) fn snapshot(&self) -> HashSet<String> {
+    pub(crate) fn snapshot(&self) -> HashSet<ConnectionId> {
         if self.len.load(Ordering::Acquire) == 0 {
             return HashSet::new();
         }
         self.read().clone()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashSet<String>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashSet<ConnectionId>> {
         self.connections
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -51,7 +52,7 @@ impl Crowded {
 }
 
 impl Handoff for Crowded {
-    fn takes_now(&self, connection_id: &str) -> bool {
+    fn takes_now(&self, connection_id: &ConnectionId) -> bool {
         !self.contains(connection_id)
     }
 }

@@ -27,6 +27,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::DeliveryConfig;
 use crate::live::LiveStream;
+use crate::model::ids::{BatchId, ConnectionId};
 use crate::pipeline::catalog::Catalog;
 use crate::store::queue::{AttemptRecord, Job, JobUpdate};
 use crate::store::writer::Writer;
@@ -84,7 +85,7 @@ impl DeliveryContext {
 #[derive(Debug)]
 struct Lanes {
     ctx: Arc<DeliveryContext>,
-    lanes: Mutex<HashMap<String, mpsc::Sender<Job>>>,
+    lanes: Mutex<HashMap<ConnectionId, mpsc::Sender<Job>>>,
     max_in_flight: usize,
     /// Jobs a lane holds beyond those in flight; a job offered to a full lane is released.
     capacity: usize,
@@ -210,7 +211,7 @@ impl Lanes {
         if crowded.is_empty() {
             return;
         }
-        let roomy: Vec<String> = {
+        let roomy: Vec<ConnectionId> = {
             let lanes = self
                 .lanes
                 .lock()
@@ -243,7 +244,7 @@ impl Lanes {
         CLAIM_LIMIT.min(self.capacity / 4)
     }
 
-    fn lane(self: &Arc<Self>, connection_id: &str) -> mpsc::Sender<Job> {
+    fn lane(self: &Arc<Self>, connection_id: &ConnectionId) -> mpsc::Sender<Job> {
         let mut lanes = self
             .lanes
             .lock()
@@ -252,14 +253,18 @@ impl Lanes {
             return lane.clone();
         }
         let (sender, receiver) = mpsc::channel(self.capacity);
-        lanes.insert(connection_id.to_owned(), sender.clone());
+        lanes.insert(connection_id.clone(), sender.clone());
         self.tracker
-            .spawn(Arc::clone(self).drive_lane(connection_id.to_owned(), receiver));
+            .spawn(Arc::clone(self).drive_lane(connection_id.clone(), receiver));
         sender
     }
 
     /// Takes jobs off one connection's queue, at most `max_in_flight` at a time.
-    async fn drive_lane(self: Arc<Self>, connection_id: String, mut jobs: mpsc::Receiver<Job>) {
+    async fn drive_lane(
+        self: Arc<Self>,
+        connection_id: ConnectionId,
+        mut jobs: mpsc::Receiver<Job>,
+    ) {
         let budget = Arc::new(Semaphore::new(self.max_in_flight));
         loop {
             let job = tokio::select! {
@@ -378,7 +383,7 @@ async fn claim(lanes: &Lanes) -> Result<Vec<Job>, StoreError> {
             lanes.crowded.snapshot().into_iter().collect(),
         )
         .await?;
-    let batch_ids: Vec<i64> = claimed.iter().map(|c| c.batch_id()).collect();
+    let batch_ids: Vec<BatchId> = claimed.iter().map(|c| c.batch_id()).collect();
     let bodies = lanes.ctx.store.batch_bodies(&batch_ids).await?;
     let mut jobs = Vec::with_capacity(claimed.len());
     for claim in claimed {

@@ -15,6 +15,7 @@ use super::retry::{Classification, classify};
 use super::webhook::SendError;
 use crate::live::{Direction, LiveItem, Outcome, event_type_of};
 use crate::model::attempt::AttemptOutcome;
+use crate::model::ids::{InputId, Mpid};
 use crate::model::now_ms;
 use crate::pipeline::filter;
 use crate::store::queue::{AttemptRecord, DeadLetter, Job, JobKey, JobUpdate};
@@ -146,7 +147,7 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
 struct Live<'a> {
     ctx: &'a DeliveryContext,
     job: &'a Job,
-    input_id: &'a str,
+    input_id: &'a InputId,
     document: &'a serde_json::Value,
 }
 
@@ -156,7 +157,7 @@ impl Live<'_> {
         LiveItem {
             direction: Direction::Outbound,
             at: now_ms(),
-            input_id: self.input_id.to_owned(),
+            input_id: self.input_id.clone(),
             connection_id: Some(self.job.connection_id.clone()),
             batch_id: self.job.batch_id,
             index,
@@ -164,7 +165,8 @@ impl Live<'_> {
             mpid: self
                 .document
                 .get("mpid")
-                .and_then(serde_json::Value::as_i64),
+                .and_then(serde_json::Value::as_i64)
+                .map(Mpid::new),
             event: None,
             outcome: Some(outcome),
             setting: None,

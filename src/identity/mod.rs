@@ -19,6 +19,7 @@ use crate::ingest::cors::{self, X_MP_KEY};
 use crate::model::batch::Channel;
 use crate::model::identity::names::{Kind, classify, device_rank};
 use crate::model::identity::resolve::Call;
+use crate::model::ids::Mpid;
 use crate::model::{Platform, now_ms};
 use crate::pipeline::catalog::InputEntry;
 use crate::pipeline::{Document, identity};
@@ -159,7 +160,7 @@ async fn resolve_call(
         Call::Logout => Some("logout"),
     };
     if let Some(kind) = profile_event {
-        let previous = previous.unwrap_or(0);
+        let previous = previous.unwrap_or(Mpid::new(0));
         record_profile_event(
             state,
             &input,
@@ -182,7 +183,7 @@ async fn modify(
 ) -> Response {
     let result = async {
         let input = input_of(&state, &headers)?;
-        let mpid: i64 = mpid.parse().map_err(|_| {
+        let mpid: Mpid = mpid.parse().map_err(|_| {
             IdentityError::bad_request("The MPID in the path is not a 64-bit integer.")
         })?;
         let request = parse(&gunzip(&state, &headers, &body)?)?;
@@ -338,7 +339,7 @@ async fn record_profile_event(
     resolution: &Resolution,
     device: Option<&str>,
     kind: &str,
-    previous_mpid: i64,
+    previous_mpid: Mpid,
 ) {
     let now = now_ms();
     let identities: Map<String, Value> = resolution

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::model::Platform;
+use crate::model::ids::InputId;
 use crate::pipeline::AcceptError;
 use crate::state::AppState;
 
@@ -135,7 +136,7 @@ pub(crate) fn accepted() -> Response {
 }
 
 /// Counts a refused request and renders mParticle's error.
-pub(crate) fn reject(state: &AppState, input: Option<&str>, error: IngestError) -> Response {
+pub(crate) fn reject(state: &AppState, input: Option<&InputId>, error: IngestError) -> Response {
     state.metrics.rejected(input, error.reason);
     error.into_response()
 }

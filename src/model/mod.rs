@@ -5,6 +5,7 @@ pub(crate) mod attempt;
 pub(crate) mod batch;
 pub(crate) mod event_type;
 pub(crate) mod identity;
+pub(crate) mod ids;
 pub(crate) mod legacy_web;
 pub(crate) mod mobile;
 pub(crate) mod settings;
@@ -34,11 +35,6 @@ impl Platform {
     pub(crate) fn parse(s: &str) -> Option<Self> {
         serde_json::from_value(serde_json::Value::String(s.to_owned())).ok()
     }
-}
-
-/// A fresh, time-ordered identifier with a readable prefix, e.g. `conn_0190…`.
-pub(crate) fn new_id(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
 }
 
 /// Current wall-clock time in Unix milliseconds, the one time unit Boson stores.

@@ -11,6 +11,7 @@ use super::fanout::{self, fan_out};
 use super::{identity, inbound};
 use crate::live::LiveStream;
 use crate::model::batch::{Channel, NormalizedBatch, normalize};
+use crate::model::ids::InputId;
 use crate::model::now_ms;
 use crate::store::Store;
 use crate::store::queue::IngestOutcome;
@@ -155,7 +156,7 @@ impl Pipeline {
     /// event count, and its document if someone watched when it was accepted.
     fn report(
         &self,
-        input_id: &str,
+        input_id: &InputId,
         batches: &[(usize, Option<Value>)],
         outcomes: Vec<IngestOutcome>,
     ) -> Accepted {

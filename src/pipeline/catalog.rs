@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::model::Platform;
+use crate::model::ids::{ConnectionId, InputId, OutputId};
 use crate::model::settings::{
     ConnectionSettings, ConnectionStatus, InputSettings, WebhookSettings,
 };
@@ -19,7 +20,7 @@ use crate::store::{Store, StoreError, StoreResult};
 /// An input as ingest needs it.
 #[derive(Debug, Clone)]
 pub(crate) struct InputEntry {
-    pub(crate) id: String,
+    pub(crate) id: InputId,
     pub(crate) secret: String,
     pub(crate) name: String,
     pub(crate) platform: Platform,
@@ -29,17 +30,17 @@ pub(crate) struct InputEntry {
 /// A connection as delivery needs it.
 #[derive(Debug, Clone)]
 pub(crate) struct ConnectionEntry {
-    pub(crate) input_id: String,
-    pub(crate) output_id: String,
+    pub(crate) input_id: InputId,
+    pub(crate) output_id: OutputId,
 }
 
 #[derive(Debug, Default)]
 struct Snapshot {
     inputs_by_key: HashMap<String, InputEntry>,
-    routes_by_input: HashMap<String, Vec<Route>>,
-    inactive_by_input: HashMap<String, Vec<String>>,
-    connections: HashMap<String, ConnectionEntry>,
-    outputs: HashMap<String, Arc<WebhookSettings>>,
+    routes_by_input: HashMap<InputId, Vec<Route>>,
+    inactive_by_input: HashMap<InputId, Vec<ConnectionId>>,
+    connections: HashMap<ConnectionId, ConnectionEntry>,
+    outputs: HashMap<OutputId, Arc<WebhookSettings>>,
 }
 
 /// The catalog; shared by reference.
@@ -166,7 +167,7 @@ impl Catalog {
     }
 
     /// The active connections of an input, each with its current settings revision.
-    pub(crate) fn routes(&self, input_id: &str) -> Vec<Route> {
+    pub(crate) fn routes(&self, input_id: &InputId) -> Vec<Route> {
         self.current()
             .routes_by_input
             .get(input_id)
@@ -175,7 +176,7 @@ impl Catalog {
     }
 
     /// The inactive connections of an input (for the Live Stream's "filtered: status").
-    pub(crate) fn inactive_connections(&self, input_id: &str) -> Vec<String> {
+    pub(crate) fn inactive_connections(&self, input_id: &InputId) -> Vec<ConnectionId> {
         self.current()
             .inactive_by_input
             .get(input_id)
@@ -184,7 +185,10 @@ impl Catalog {
     }
 
     /// A connection and its output's settings, if both still exist.
-    pub(crate) fn connection(&self, id: &str) -> Option<(ConnectionEntry, Arc<WebhookSettings>)> {
+    pub(crate) fn connection(
+        &self,
+        id: &ConnectionId,
+    ) -> Option<(ConnectionEntry, Arc<WebhookSettings>)> {
         let snapshot = self.current();
         let connection = snapshot.connections.get(id)?.clone();
         let output = Arc::clone(snapshot.outputs.get(&connection.output_id)?);
@@ -193,7 +197,7 @@ impl Catalog {
 
     /// Whether a connection and its output still exist in the store (for a catalog miss, which
     /// may only mean this node has not reloaded yet).
-    pub(crate) async fn connection_exists(&self, id: &str) -> StoreResult<bool> {
+    pub(crate) async fn connection_exists(&self, id: &ConnectionId) -> StoreResult<bool> {
         match self.store.get_connection(id).await {
             Ok(connection) => match self.store.get_output(&connection.output_id).await {
                 Ok(_) => Ok(true),

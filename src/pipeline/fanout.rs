@@ -7,12 +7,13 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::Handoff;
+use crate::model::ids::{InputId, Mpid};
 use crate::store::queue::{NewBatch, NewJob, ProfileUpdate, Route};
 
 /// A normalised batch, serialised, as the store will keep it.
 #[derive(Debug, Clone)]
 pub(crate) struct Accepted<'a> {
-    pub(crate) input_id: &'a str,
+    pub(crate) input_id: &'a InputId,
     pub(crate) source_request_id: Option<String>,
     pub(crate) received_at: i64,
     pub(crate) event_count: usize,
@@ -24,7 +25,7 @@ pub(crate) struct Accepted<'a> {
 /// The batch row, one job per route (in route order), and the batch's profile update.
 pub(crate) fn fan_out(batch: Accepted<'_>, routes: &[Route], handoff: &dyn Handoff) -> NewBatch {
     NewBatch {
-        input_id: batch.input_id.to_owned(),
+        input_id: batch.input_id.clone(),
         source_request_id: batch.source_request_id,
         received_at: batch.received_at,
         event_count: i64::try_from(batch.event_count).unwrap_or(i64::MAX),
@@ -49,7 +50,7 @@ pub(crate) fn jobs_for(routes: &[Route], handoff: &dyn Handoff) -> Vec<NewJob> {
 /// The batch's user attributes as a merge patch on its user's profile (deletions as `null`);
 /// none for a batch without a user (MPID missing or 0).
 pub(crate) fn profile_update(document: &Value) -> Option<ProfileUpdate> {
-    let mpid = document.get("mpid")?.as_i64().filter(|m| *m != 0)?;
+    let mpid = Mpid::new(document.get("mpid")?.as_i64().filter(|m| *m != 0)?);
     let mut patch = document
         .get("user_attributes")
         .and_then(Value::as_object)
@@ -76,14 +77,15 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::model::ids::ConnectionId;
 
     /// A hand-off that leaves the named connections in the table.
     #[derive(Debug)]
     struct Crowded(HashSet<String>);
 
     impl Handoff for Crowded {
-        fn takes_now(&self, connection_id: &str) -> bool {
-            !self.0.contains(connection_id)
+        fn takes_now(&self, connection_id: &ConnectionId) -> bool {
+            !self.0.contains(connection_id.as_str())
         }
     }
 
@@ -92,7 +94,7 @@ mod tests {
             routes
                 .into_iter()
                 .map(|(c, revision_id)| Route {
-                    connection_id: format!("conn_{c}"),
+                    connection_id: ConnectionId::trusted(format!("conn_{c}")),
                     revision_id,
                 })
                 .collect()
@@ -118,7 +120,7 @@ mod tests {
             for (job, route) in jobs.iter().zip(&routes) {
                 prop_assert_eq!(&job.connection_id, &route.connection_id);
                 prop_assert_eq!(job.revision_id, route.revision_id);
-                prop_assert_eq!(job.leased, !crowded.contains(&route.connection_id));
+                prop_assert_eq!(job.leased, !crowded.contains(route.connection_id.as_str()));
             }
         }
 
@@ -145,7 +147,7 @@ mod tests {
                 prop_assert!(update.is_none());
             } else {
                 let update = update.expect("a batch with a user updates its profile");
-                prop_assert_eq!(update.mpid, mpid);
+                prop_assert_eq!(update.mpid, Mpid::new(mpid));
                 prop_assert_eq!(update.patch.len(), attributes.len());
                 for (name, value) in &attributes {
                     let expected = value.map_or(Value::Null, |v| json!(v));
@@ -160,12 +162,12 @@ mod tests {
         let document = json!({"mpid": 7, "events": []});
         let body: Arc<[u8]> = Arc::from(b"{}".as_slice());
         let routes = vec![Route {
-            connection_id: "conn_a".into(),
+            connection_id: ConnectionId::trusted("conn_a"),
             revision_id: 3,
         }];
         let batch = fan_out(
             Accepted {
-                input_id: "in_1",
+                input_id: &InputId::trusted("in_1"),
                 source_request_id: Some("r1".into()),
                 received_at: 42,
                 event_count: 5,
@@ -180,6 +182,6 @@ mod tests {
         assert_eq!((batch.received_at, batch.event_count), (42, 5));
         assert!(Arc::ptr_eq(&batch.body, &body));
         assert_eq!(batch.jobs.len(), 1);
-        assert_eq!(batch.profile.map(|p| p.mpid), Some(7));
+        assert_eq!(batch.profile.map(|p| p.mpid), Some(Mpid::new(7)));
     }
 }

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use serde_json::{Map, Value, json};
 
 use crate::model::event_type::EventType;
+use crate::model::ids::BatchId;
 use crate::model::settings::{ConnectionSettings, ConnectionStatus, SettingName, WebhookSettings};
 
 /// What the filter did with one inbound event.
@@ -95,7 +96,7 @@ pub(crate) fn verdict(settings: &ConnectionSettings, event: &Value) -> Verdict {
 pub(crate) fn plan(
     settings: &ConnectionSettings,
     webhook: &WebhookSettings,
-    batch_id: i64,
+    batch_id: BatchId,
     document: &Value,
 ) -> Plan {
     let empty = Vec::new();
@@ -148,7 +149,7 @@ pub(crate) fn plan(
 fn outbound_base(
     settings: &ConnectionSettings,
     webhook: &WebhookSettings,
-    batch_id: i64,
+    batch_id: BatchId,
     document: &Value,
 ) -> Map<String, Value> {
     let mut base: Map<String, Value> = document
@@ -276,7 +277,12 @@ mod tests {
     #[test]
     fn real_time_sends_one_body_per_event_with_the_batch_fields() {
         let s = ConnectionSettings::default();
-        let p = plan(&s, &webhook(), 7, &doc(&["custom_event", "screen_view"]));
+        let p = plan(
+            &s,
+            &webhook(),
+            BatchId::new(7),
+            &doc(&["custom_event", "screen_view"]),
+        );
         assert_eq!(p.payloads.len(), 2);
         for payload in &p.payloads {
             assert_eq!(json_of(payload)["events"].as_array().unwrap().len(), 1);
@@ -294,7 +300,8 @@ mod tests {
             include_metadata: false,
             ..ConnectionSettings::default()
         };
-        let body = &json_of(&plan(&s, &webhook(), 1, &doc(&["custom_event"])).payloads[0]);
+        let body =
+            &json_of(&plan(&s, &webhook(), BatchId::new(1), &doc(&["custom_event"])).payloads[0]);
         for key in [
             "application_info",
             "device_info",
@@ -310,7 +317,8 @@ mod tests {
             unique_id: Some("u1".into()),
             ..ConnectionSettings::default()
         };
-        let body = &json_of(&plan(&s, &webhook(), 1, &doc(&["custom_event"])).payloads[0]);
+        let body =
+            &json_of(&plan(&s, &webhook(), BatchId::new(1), &doc(&["custom_event"])).payloads[0]);
         assert!(body.get("ip").is_none());
         assert!(body["device_info"].get("device").is_none());
         assert_eq!(body["device_info"]["platform"], json!("iOS"));
@@ -322,26 +330,37 @@ mod tests {
     #[test]
     fn the_batch_location_has_its_own_switch() {
         let off = ConnectionSettings::default();
-        let body = json_of(&plan(&off, &webhook(), 1, &doc(&["custom_event"])).payloads[0]);
+        let body =
+            json_of(&plan(&off, &webhook(), BatchId::new(1), &doc(&["custom_event"])).payloads[0]);
         assert!(body["context"].get("location").is_none());
         assert!(body["events"][0]["data"].get("location").is_some());
         let on = ConnectionSettings {
             include_event_batch_location: true,
             ..off
         };
-        let body = json_of(&plan(&on, &webhook(), 1, &doc(&["custom_event"])).payloads[0]);
+        let body =
+            json_of(&plan(&on, &webhook(), BatchId::new(1), &doc(&["custom_event"])).payloads[0]);
         assert_eq!(body["context"]["location"]["latitude"], json!(1.0));
     }
 
     #[test]
     fn batches_without_events_follow_their_setting() {
         let on = ConnectionSettings::default();
-        assert_eq!(plan(&on, &webhook(), 1, &doc(&[])).payloads.len(), 1);
+        assert_eq!(
+            plan(&on, &webhook(), BatchId::new(1), &doc(&[]))
+                .payloads
+                .len(),
+            1
+        );
         let off = ConnectionSettings {
             send_batches_without_events: false,
             ..on
         };
-        assert!(plan(&off, &webhook(), 1, &doc(&[])).payloads.is_empty());
+        assert!(
+            plan(&off, &webhook(), BatchId::new(1), &doc(&[]))
+                .payloads
+                .is_empty()
+        );
     }
 
     #[test]
@@ -386,7 +405,7 @@ mod tests {
             settings in arb_settings(),
             types in proptest::collection::vec(proptest::sample::select(EventType::ALL.map(EventType::as_str).to_vec()), 0..20),
         ) {
-            let p = plan(&settings, &webhook(), 1, &doc(&types));
+            let p = plan(&settings, &webhook(), BatchId::new(1), &doc(&types));
             let forwarded = p.verdicts.iter().filter(|v| **v == Verdict::Forwarded).count();
             let sent: usize = p.payloads.iter().map(|x| x.event_count).sum();
             prop_assert_eq!(sent, if settings.status == ConnectionStatus::Active { forwarded } else { 0 });

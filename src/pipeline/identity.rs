@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::model::batch::NormalizedBatch;
 use crate::model::identity::resolve::{Call, decide};
+use crate::model::ids::Mpid;
 use crate::store::identity_sql::Resolution;
 use crate::store::{Store, StoreResult};
 
@@ -15,7 +16,7 @@ pub(crate) async fn resolve(
     call: Call,
     identities: &[(String, String)],
     device: Option<&str>,
-    previous: Option<i64>,
+    previous: Option<Mpid>,
     now: i64,
 ) -> StoreResult<Resolution> {
     store
@@ -71,6 +72,6 @@ pub(crate) async fn resolve_batch_mpid(
         now,
     )
     .await?;
-    document.insert("mpid".into(), Value::from(resolution.mpid));
+    document.insert("mpid".into(), Value::from(resolution.mpid.get()));
     Ok(())
 }

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::catalog::Catalog;
 use crate::live::{Direction, LiveItem, LiveStream, Outcome, event_type_of};
+use crate::model::ids::{BatchId, InputId, Mpid};
 use crate::model::now_ms;
 use crate::model::settings::SettingName;
 
@@ -13,11 +14,11 @@ use crate::model::settings::SettingName;
 pub(crate) fn publish(
     live: &LiveStream,
     catalog: &Catalog,
-    input_id: &str,
-    batch_id: i64,
+    input_id: &InputId,
+    batch_id: BatchId,
     document: &Value,
 ) {
-    let mpid = document.get("mpid").and_then(Value::as_i64);
+    let mpid = document.get("mpid").and_then(Value::as_i64).map(Mpid::new);
     let inactive = catalog.inactive_connections(input_id);
     let now = now_ms();
     for (index, event) in document
@@ -30,7 +31,7 @@ pub(crate) fn publish(
         let item = LiveItem {
             direction: Direction::Inbound,
             at: now,
-            input_id: input_id.to_owned(),
+            input_id: input_id.clone(),
             connection_id: None,
             batch_id,
             index,

@@ -26,9 +26,11 @@ mod inbound;
 
 pub(crate) use accept::{AcceptError, Document, Pipeline};
 
+use crate::model::ids::ConnectionId;
+
 /// Whether delivery takes a new job of a connection at once (leased to this node, handed over
 /// after the commit) or leaves it in the table for its poller. Delivery implements it; the
 /// pipeline only asks, so it needs no knowledge of lanes.
 pub(crate) trait Handoff: std::fmt::Debug + Send + Sync {
-    fn takes_now(&self, connection_id: &str) -> bool;
+    fn takes_now(&self, connection_id: &ConnectionId) -> bool;
 }

@@ -4,11 +4,13 @@
 //! column types Boson's tables hold. The rest of the store runs statements through
 //! [`Store`] (on the pool) or [`Tx`] (in a transaction) and never asks which backend it is on.
 
+use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgRow, Postgres};
 use sqlx::sqlite::{Sqlite, SqliteRow};
-use sqlx::{FromRow, Transaction};
+use sqlx::{Database, Decode, FromRow, Transaction, Type};
 
 use super::Store;
+use crate::model::ids::{BatchId, ConnectionId, InputId, Mpid, OutputId};
 
 /// A statement, as each backend spells it.
 #[derive(Debug, Clone, Copy)]
@@ -102,6 +104,74 @@ impl<'a> From<&'a [u8]> for Arg<'a> {
         Arg::Bytes(value)
     }
 }
+
+/// The typed ids bind as the text or integer they are stored as, and decode back from it, so
+/// row structs hold typed ids and the model needs no knowledge of sqlx.
+macro_rules! id_columns {
+    (text: $($text:ty),*; integer: $($integer:ty),*) => {
+        $(
+            impl<'a> From<&'a $text> for Arg<'a> {
+                fn from(id: &'a $text) -> Self {
+                    Arg::Text(id.as_str())
+                }
+            }
+
+            impl<DB: Database> Type<DB> for $text
+            where
+                str: Type<DB>,
+            {
+                fn type_info() -> DB::TypeInfo {
+                    <str as Type<DB>>::type_info()
+                }
+
+                fn compatible(ty: &DB::TypeInfo) -> bool {
+                    <str as Type<DB>>::compatible(ty)
+                }
+            }
+
+            impl<'r, DB: Database> Decode<'r, DB> for $text
+            where
+                &'r str: Decode<'r, DB>,
+            {
+                fn decode(value: DB::ValueRef<'r>) -> Result<Self, BoxDynError> {
+                    // Ids in the store were made by Boson (or written by a test): trusted.
+                    Ok(Self::trusted(<&'r str as Decode<'r, DB>>::decode(value)?))
+                }
+            }
+        )*
+        $(
+            impl From<$integer> for Arg<'_> {
+                fn from(id: $integer) -> Self {
+                    Arg::Int(id.get())
+                }
+            }
+
+            impl<DB: Database> Type<DB> for $integer
+            where
+                i64: Type<DB>,
+            {
+                fn type_info() -> DB::TypeInfo {
+                    <i64 as Type<DB>>::type_info()
+                }
+
+                fn compatible(ty: &DB::TypeInfo) -> bool {
+                    <i64 as Type<DB>>::compatible(ty)
+                }
+            }
+
+            impl<'r, DB: Database> Decode<'r, DB> for $integer
+            where
+                i64: Decode<'r, DB>,
+            {
+                fn decode(value: DB::ValueRef<'r>) -> Result<Self, BoxDynError> {
+                    Ok(Self::new(<i64 as Decode<'r, DB>>::decode(value)?))
+                }
+            }
+        )*
+    };
+}
+
+id_columns!(text: InputId, OutputId, ConnectionId; integer: BatchId, Mpid);
 
 /// `args![a, b, …]`: the arguments of a statement, each converted with `Arg::from`.
 macro_rules! args {
@@ -256,13 +326,16 @@ statements!(Store, [&self], self, Store::Sqlite(pool) => pool, Store::Postgres(p
 statements!(Tx, [&mut self], self, Tx::Sqlite(tx) => &mut **tx, Tx::Postgres(tx) => &mut **tx);
 
 impl Tx {
-    /// The integers in the first column of every row (ids, mostly).
-    pub(crate) async fn fetch_ids(
+    /// The first column of every row (ids, mostly).
+    pub(crate) async fn fetch_ids<I>(
         &mut self,
         sql: Sql,
         args: &[Arg<'_>],
-    ) -> Result<Vec<i64>, sqlx::Error> {
-        let rows: Vec<(i64,)> = self.fetch_all(sql, args).await?;
+    ) -> Result<Vec<I>, sqlx::Error>
+    where
+        (I,): Row,
+    {
+        let rows: Vec<(I,)> = self.fetch_all(sql, args).await?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 

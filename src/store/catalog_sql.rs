@@ -5,11 +5,12 @@ use sqlx::FromRow;
 
 use super::backend::{Sql, args};
 use super::{Store, StoreError, StoreResult};
+use crate::model::ids::{ConnectionId, InputId, OutputId};
 
 /// An input row.
 #[derive(Debug, Clone, FromRow)]
 pub(crate) struct InputRow {
-    pub(crate) id: String,
+    pub(crate) id: InputId,
     pub(crate) name: String,
     pub(crate) platform: String,
     pub(crate) api_key: String,
@@ -22,7 +23,7 @@ pub(crate) struct InputRow {
 /// An output row; `settings` is the JSON of the output's kind-specific settings.
 #[derive(Debug, Clone, FromRow)]
 pub(crate) struct OutputRow {
-    pub(crate) id: String,
+    pub(crate) id: OutputId,
     pub(crate) name: String,
     pub(crate) kind: String,
     pub(crate) settings: String,
@@ -33,9 +34,9 @@ pub(crate) struct OutputRow {
 /// A connection row joined with its current settings revision.
 #[derive(Debug, Clone, FromRow)]
 pub(crate) struct ConnectionRow {
-    pub(crate) id: String,
-    pub(crate) input_id: String,
-    pub(crate) output_id: String,
+    pub(crate) id: ConnectionId,
+    pub(crate) input_id: InputId,
+    pub(crate) output_id: OutputId,
     pub(crate) revision_id: i64,
     pub(crate) settings: String,
     pub(crate) created_at: i64,
@@ -147,14 +148,14 @@ impl Store {
         Ok(self.fetch_all(SELECT_INPUTS, &[]).await?)
     }
 
-    pub(crate) async fn get_input(&self, id: &str) -> StoreResult<InputRow> {
+    pub(crate) async fn get_input(&self, id: &InputId) -> StoreResult<InputRow> {
         let row = self.fetch_optional(SELECT_INPUT, args![id]).await?;
         row.ok_or(StoreError::NotFound)
     }
 
     pub(crate) async fn update_input(
         &self,
-        id: &str,
+        id: &InputId,
         name: &str,
         settings: &str,
     ) -> StoreResult<()> {
@@ -164,12 +165,12 @@ impl Store {
         )
     }
 
-    pub(crate) async fn set_input_secret(&self, id: &str, secret: &str) -> StoreResult<()> {
+    pub(crate) async fn set_input_secret(&self, id: &InputId, secret: &str) -> StoreResult<()> {
         changed_one(self.execute(UPDATE_INPUT_SECRET, args![id, secret]).await?)
     }
 
     /// Deletes an input that no connection uses.
-    pub(crate) async fn delete_input(&self, id: &str) -> StoreResult<()> {
+    pub(crate) async fn delete_input(&self, id: &InputId) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         let (used,): (i64,) = tx.fetch_one(COUNT_CONNECTIONS_OF_INPUT, args![id]).await?;
         if used > 0 {
@@ -190,14 +191,14 @@ impl Store {
         Ok(self.fetch_all(SELECT_OUTPUTS, &[]).await?)
     }
 
-    pub(crate) async fn get_output(&self, id: &str) -> StoreResult<OutputRow> {
+    pub(crate) async fn get_output(&self, id: &OutputId) -> StoreResult<OutputRow> {
         let row = self.fetch_optional(SELECT_OUTPUT, args![id]).await?;
         row.ok_or(StoreError::NotFound)
     }
 
     pub(crate) async fn update_output(
         &self,
-        id: &str,
+        id: &OutputId,
         name: &str,
         settings: &str,
         now: i64,
@@ -207,7 +208,7 @@ impl Store {
     }
 
     /// Deletes an output that no connection uses.
-    pub(crate) async fn delete_output(&self, id: &str) -> StoreResult<()> {
+    pub(crate) async fn delete_output(&self, id: &OutputId) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         let (used,): (i64,) = tx.fetch_one(COUNT_CONNECTIONS_OF_OUTPUT, args![id]).await?;
         if used > 0 {
@@ -221,9 +222,9 @@ impl Store {
     /// Creates a connection and its first settings revision in one transaction.
     pub(crate) async fn insert_connection(
         &self,
-        id: &str,
-        input_id: &str,
-        output_id: &str,
+        id: &ConnectionId,
+        input_id: &InputId,
+        output_id: &OutputId,
         settings: &str,
         now: i64,
     ) -> StoreResult<()> {
@@ -244,8 +245,8 @@ impl Store {
     /// Saves a new settings revision (and possibly a new output) for a connection.
     pub(crate) async fn update_connection(
         &self,
-        id: &str,
-        output_id: &str,
+        id: &ConnectionId,
+        output_id: &OutputId,
         settings: &str,
         now: i64,
     ) -> StoreResult<()> {
@@ -263,13 +264,13 @@ impl Store {
         Ok(self.fetch_all(SELECT_CONNECTIONS, &[]).await?)
     }
 
-    pub(crate) async fn get_connection(&self, id: &str) -> StoreResult<ConnectionRow> {
+    pub(crate) async fn get_connection(&self, id: &ConnectionId) -> StoreResult<ConnectionRow> {
         let row = self.fetch_optional(SELECT_CONNECTION, args![id]).await?;
         row.ok_or(StoreError::NotFound)
     }
 
     /// Deletes a connection and its pending deliveries.
-    pub(crate) async fn delete_connection(&self, id: &str) -> StoreResult<()> {
+    pub(crate) async fn delete_connection(&self, id: &ConnectionId) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         changed_one(tx.execute(DELETE_CONNECTION, args![id]).await?)?;
         tx.execute(DELETE_CONNECTION_JOBS, args![id]).await?;
@@ -286,7 +287,7 @@ impl Store {
     /// Adds `events` forwarded by kit `module_id` to an input's statistics.
     pub(crate) async fn record_forwarding(
         &self,
-        input_id: &str,
+        input_id: &InputId,
         module_id: i64,
         events: i64,
         now: i64,
@@ -299,7 +300,7 @@ impl Store {
     /// An input's kit forwarding statistics: (module id, events, last report).
     pub(crate) async fn forwarding_stats(
         &self,
-        input_id: &str,
+        input_id: &InputId,
     ) -> StoreResult<Vec<(i64, i64, i64)>> {
         Ok(self.fetch_all(SELECT_FORWARDING, args![input_id]).await?)
     }

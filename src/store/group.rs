@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 use super::queue::{ClaimedJob, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch};
 use super::steps::{self, AttemptRow, JobRow, ProfileRow, RetryRow};
 use super::{Store, StoreResult};
+use crate::model::ids::{BatchId, ConnectionId, Mpid};
 use crate::model::now_ms;
 
 /// One piece of work the writer was given, committed in a group with others.
@@ -73,7 +74,7 @@ pub(super) async fn commit(
     }
     let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();
     let ids = steps::allocate_batch_ids(&mut tx, batches.len()).await?;
-    let rows: Vec<(i64, &NewBatch)> = ids.iter().copied().zip(batches).collect();
+    let rows: Vec<(BatchId, &NewBatch)> = ids.iter().copied().zip(batches).collect();
     let stored = steps::insert_batches(&mut tx, &rows).await?;
     let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, lease_until, node);
     steps::upsert_profiles(&mut tx, &profile_rows(commands, &outcomes), now).await?;
@@ -162,11 +163,11 @@ fn answers(
     commands: &[Command],
     claims: Vec<Vec<ClaimedJob>>,
     outcomes: Vec<Vec<IngestOutcome>>,
-    job_ids: &[(i64, i64, String)],
+    job_ids: &[(i64, BatchId, ConnectionId)],
 ) -> Vec<Done> {
-    let job_ids: HashMap<(i64, &str), i64> = job_ids
+    let job_ids: HashMap<(BatchId, &ConnectionId), i64> = job_ids
         .iter()
-        .map(|(id, batch_id, connection)| ((*batch_id, connection.as_str()), *id))
+        .map(|(id, batch_id, connection)| ((*batch_id, connection), *id))
         .collect();
     let mut claims = claims.into_iter();
     commands
@@ -188,8 +189,8 @@ fn answers(
 /// `lease_until` where the job is to be leased, else left in the table.
 fn settle_batches<'a>(
     commands: &'a [Command],
-    ids: &[i64],
-    stored: &HashSet<i64>,
+    ids: &[BatchId],
+    stored: &HashSet<BatchId>,
     lease_until: i64,
     node: &'a str,
 ) -> (Vec<Vec<IngestOutcome>>, Vec<JobRow<'a>>) {
@@ -228,7 +229,7 @@ fn settle_batches<'a>(
 /// earlier ones. (One row per user: PostgreSQL cannot update a row twice in one statement.)
 fn profile_rows(commands: &[Command], outcomes: &[Vec<IngestOutcome>]) -> Vec<ProfileRow> {
     // Sorted by MPID so concurrent group commits (several nodes) lock users in one order.
-    let mut by_user: BTreeMap<i64, serde_json::Map<String, serde_json::Value>> = BTreeMap::new();
+    let mut by_user: BTreeMap<Mpid, serde_json::Map<String, serde_json::Value>> = BTreeMap::new();
     for (command, outcomes) in commands.iter().zip(outcomes) {
         let Command::Ingest { batches, .. } = command else {
             continue;
@@ -253,7 +254,7 @@ fn profile_rows(commands: &[Command], outcomes: &[Vec<IngestOutcome>]) -> Vec<Pr
 fn jobs_of(
     batches: &[NewBatch],
     outcomes: &[IngestOutcome],
-    ids: &HashMap<(i64, &str), i64>,
+    ids: &HashMap<(BatchId, &ConnectionId), i64>,
 ) -> Vec<Job> {
     let mut jobs = Vec::new();
     for (batch, outcome) in batches.iter().zip(outcomes) {
@@ -261,7 +262,7 @@ fn jobs_of(
             continue;
         };
         for job in batch.jobs.iter().filter(|job| job.leased) {
-            let Some(&id) = ids.get(&(batch_id, job.connection_id.as_str())) else {
+            let Some(&id) = ids.get(&(batch_id, &job.connection_id)) else {
                 continue;
             };
             jobs.push(Job {

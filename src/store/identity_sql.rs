@@ -10,11 +10,12 @@ use super::backend::{Sql, Tx, args};
 use super::{Store, StoreError, StoreResult};
 use crate::model::identity::resolve::{Decision, Lookup, Target, UserSummary};
 use crate::model::identity::types::IdentityType;
+use crate::model::ids::{InputId, Mpid};
 
 /// The answer to an IDSync call.
 #[derive(Debug, Clone)]
 pub(crate) struct Resolution {
-    pub(crate) mpid: i64,
+    pub(crate) mpid: Mpid,
     pub(crate) logged_in: bool,
     /// The user's identities, as (type, value).
     pub(crate) identities: Vec<(String, String)>,
@@ -31,7 +32,7 @@ pub(crate) struct IdentityChange {
 /// A user's profile, as the admin API shows it.
 #[derive(Debug, Clone)]
 pub(crate) struct UserProfile {
-    pub(crate) mpid: i64,
+    pub(crate) mpid: Mpid,
     pub(crate) created_at: i64,
     pub(crate) last_seen_at: i64,
     pub(crate) user_attributes: String,
@@ -51,9 +52,9 @@ pub(crate) struct HistoryRow {
 /// An alias request.
 #[derive(Debug, Clone)]
 pub(crate) struct NewAlias {
-    pub(crate) input_id: String,
-    pub(crate) source_mpid: i64,
-    pub(crate) destination_mpid: i64,
+    pub(crate) input_id: InputId,
+    pub(crate) source_mpid: Mpid,
+    pub(crate) destination_mpid: Mpid,
     pub(crate) start_ms: Option<i64>,
     pub(crate) end_ms: Option<i64>,
 }
@@ -116,12 +117,12 @@ fn logged_in(identities: &[(String, String)]) -> bool {
 }
 
 /// A fresh MPID: a random positive 63-bit number (what mParticle's look like).
-fn new_mpid() -> i64 {
-    rand::rng().random_range(1..i64::MAX)
+fn new_mpid() -> Mpid {
+    Mpid::new(rand::rng().random_range(1..i64::MAX))
 }
 
 /// Reads the user's identities and commits: the answer to a resolution or a modify.
-async fn answer(mut tx: Tx, mpid: i64) -> StoreResult<Resolution> {
+async fn answer(mut tx: Tx, mpid: Mpid) -> StoreResult<Resolution> {
     let identities: Vec<(String, String)> = tx.fetch_all(IDENTITIES_OF, args![mpid]).await?;
     tx.commit().await?;
     Ok(Resolution {
@@ -138,7 +139,7 @@ impl Store {
         &self,
         identities: &[(String, String)],
         device: Option<&str>,
-        previous: Option<i64>,
+        previous: Option<Mpid>,
         now: i64,
         decide: impl FnOnce(&Lookup) -> Decision + Send,
     ) -> StoreResult<Resolution> {
@@ -150,12 +151,12 @@ impl Store {
         }
         let mut owners = Vec::with_capacity(identities.len());
         for (kind, value) in identities {
-            let owner: Option<(i64,)> = tx.fetch_optional(OWNER, args![kind, value]).await?;
+            let owner: Option<(Mpid,)> = tx.fetch_optional(OWNER, args![kind, value]).await?;
             owners.push(owner.map(|(m,)| m));
         }
         let mut device_user = None;
         if let Some(device) = device {
-            let row: Option<(i64,)> = tx.fetch_optional(DEVICE_USER, args![device]).await?;
+            let row: Option<(Mpid,)> = tx.fetch_optional(DEVICE_USER, args![device]).await?;
             if let Some((mpid,)) = row {
                 let login = IdentityType::CustomerId.as_str();
                 let (logins,): (i64,) = tx.fetch_one(HAS_LOGIN, args![mpid, login]).await?;
@@ -167,7 +168,7 @@ impl Store {
         }
         let mut previous_user = None;
         if let Some(mpid) = previous {
-            let row: Option<(i64,)> = tx.fetch_optional(USER_EXISTS, args![mpid]).await?;
+            let row: Option<(Mpid,)> = tx.fetch_optional(USER_EXISTS, args![mpid]).await?;
             if row.is_some() {
                 let login = IdentityType::CustomerId.as_str();
                 let (logins,): (i64,) = tx.fetch_one(HAS_LOGIN, args![mpid, login]).await?;
@@ -212,7 +213,7 @@ impl Store {
     /// belongs to another user is a conflict, and nothing is changed.
     pub(crate) async fn modify_identities(
         &self,
-        mpid: i64,
+        mpid: Mpid,
         changes: &[IdentityChange],
         now: i64,
     ) -> StoreResult<Resolution> {
@@ -228,7 +229,7 @@ impl Store {
         for key in sorted(keys) {
             tx.execute(LOCK_KEY, args![&key]).await?;
         }
-        let exists: Option<(i64,)> = tx.fetch_optional(USER_EXISTS, args![mpid]).await?;
+        let exists: Option<(Mpid,)> = tx.fetch_optional(USER_EXISTS, args![mpid]).await?;
         if exists.is_none() {
             return Err(StoreError::NotFound);
         }
@@ -238,7 +239,7 @@ impl Store {
             }
             let kind = change.identity_type.as_str();
             if let Some(new) = &change.new_value {
-                let owner: Option<(i64,)> = tx.fetch_optional(OWNER, args![kind, new]).await?;
+                let owner: Option<(Mpid,)> = tx.fetch_optional(OWNER, args![kind, new]).await?;
                 if owner.is_some_and(|(owner,)| owner != mpid) {
                     return Err(StoreError::Conflict("identity_taken"));
                 }
@@ -257,8 +258,8 @@ impl Store {
     }
 
     /// A user's profile.
-    pub(crate) async fn get_user(&self, mpid: i64) -> StoreResult<UserProfile> {
-        let user: Option<(i64, i64, i64, String)> =
+    pub(crate) async fn get_user(&self, mpid: Mpid) -> StoreResult<UserProfile> {
+        let user: Option<(Mpid, i64, i64, String)> =
             self.fetch_optional(SELECT_USER, args![mpid]).await?;
         let (mpid, created_at, last_seen_at, user_attributes) = user.ok_or(StoreError::NotFound)?;
         let identities = self.fetch_all(IDENTITIES_OF, args![mpid]).await?;
@@ -279,7 +280,7 @@ impl Store {
         identity_type: IdentityType,
         value: &str,
     ) -> StoreResult<UserProfile> {
-        let owner: Option<(i64,)> = self
+        let owner: Option<(Mpid,)> = self
             .fetch_optional(OWNER, args![identity_type.as_str(), value])
             .await?;
         let (mpid,) = owner.ok_or(StoreError::NotFound)?;

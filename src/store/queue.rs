@@ -10,11 +10,12 @@ use sqlx::FromRow;
 use super::backend::{Sql, args};
 use super::{Store, StoreError, StoreResult};
 use crate::model::attempt::AttemptOutcome;
+use crate::model::ids::{BatchId, ConnectionId, InputId, Mpid};
 
 /// A batch to store, with the delivery jobs to create if it is stored (not a duplicate).
 #[derive(Debug, Clone)]
 pub(crate) struct NewBatch {
-    pub(crate) input_id: String,
+    pub(crate) input_id: InputId,
     pub(crate) source_request_id: Option<String>,
     pub(crate) received_at: i64,
     pub(crate) event_count: i64,
@@ -28,21 +29,21 @@ pub(crate) struct NewBatch {
 /// merge patch).
 #[derive(Debug, Clone)]
 pub(crate) struct ProfileUpdate {
-    pub(crate) mpid: i64,
+    pub(crate) mpid: Mpid,
     pub(crate) patch: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A connection a batch is routed to, with the settings revision current at acceptance.
 #[derive(Debug, Clone)]
 pub(crate) struct Route {
-    pub(crate) connection_id: String,
+    pub(crate) connection_id: ConnectionId,
     pub(crate) revision_id: i64,
 }
 
 /// A delivery job to create with a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NewJob {
-    pub(crate) connection_id: String,
+    pub(crate) connection_id: ConnectionId,
     pub(crate) revision_id: i64,
     /// Leased to this node at once, and handed to delivery after the commit; otherwise left
     /// in the table for a poller to claim.
@@ -53,7 +54,7 @@ pub(crate) struct NewJob {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum IngestOutcome {
     Stored {
-        batch_id: i64,
+        batch_id: BatchId,
     },
     /// Its `source_request_id` was seen before for this input; nothing new was stored.
     Duplicate,
@@ -63,8 +64,8 @@ pub(crate) enum IngestOutcome {
 #[derive(Debug, Clone)]
 pub(crate) struct Job {
     pub(crate) id: i64,
-    pub(crate) batch_id: i64,
-    pub(crate) connection_id: String,
+    pub(crate) batch_id: BatchId,
+    pub(crate) connection_id: ConnectionId,
     pub(crate) revision_id: i64,
     /// How many of the batch's webhook requests were already delivered (or dead-lettered).
     pub(crate) progress: i64,
@@ -121,8 +122,8 @@ pub(crate) enum JobUpdate {
 #[derive(Debug, Clone)]
 pub(crate) struct JobKey {
     pub(crate) id: i64,
-    pub(crate) batch_id: i64,
-    pub(crate) connection_id: String,
+    pub(crate) batch_id: BatchId,
+    pub(crate) connection_id: ConnectionId,
 }
 
 /// A dead letter as listed by the admin API.
@@ -130,7 +131,7 @@ pub(crate) struct JobKey {
 pub(crate) struct DeadLetterRow {
     pub(crate) id: i64,
     pub(crate) job_id: i64,
-    pub(crate) batch_id: i64,
+    pub(crate) batch_id: BatchId,
     pub(crate) payload_index: i64,
     pub(crate) body: Vec<u8>,
     pub(crate) status: Option<i64>,
@@ -141,7 +142,7 @@ pub(crate) struct DeadLetterRow {
 /// A connection's delivery summary.
 #[derive(Debug, Clone, FromRow)]
 pub(crate) struct ConnectionStats {
-    pub(crate) connection_id: String,
+    pub(crate) connection_id: ConnectionId,
     /// Events delivered within the retention.
     pub(crate) events_forwarded: i64,
     /// The last attempt's outcome, error and time.
@@ -167,8 +168,8 @@ pub(crate) struct AttemptRow {
 #[derive(Debug, FromRow)]
 pub(crate) struct ClaimedJob {
     id: i64,
-    batch_id: i64,
-    connection_id: String,
+    batch_id: BatchId,
+    connection_id: ConnectionId,
     revision_id: i64,
     progress: i64,
     attempts: i64,
@@ -176,7 +177,7 @@ pub(crate) struct ClaimedJob {
 }
 
 impl ClaimedJob {
-    pub(crate) fn batch_id(&self) -> i64 {
+    pub(crate) fn batch_id(&self) -> BatchId {
         self.batch_id
     }
 
@@ -275,13 +276,13 @@ impl Store {
     /// The bodies of those of `batch_ids` still kept, by id, in one query.
     pub(crate) async fn batch_bodies(
         &self,
-        batch_ids: &[i64],
-    ) -> StoreResult<HashMap<i64, Arc<[u8]>>> {
+        batch_ids: &[BatchId],
+    ) -> StoreResult<HashMap<BatchId, Arc<[u8]>>> {
         if batch_ids.is_empty() {
             return Ok(HashMap::new());
         }
         let ids = serde_json::to_string(batch_ids).unwrap_or_else(|_| "[]".to_owned());
-        let rows: Vec<(i64, Vec<u8>)> = self.fetch_all(SELECT_BODIES, args![&ids]).await?;
+        let rows: Vec<(BatchId, Vec<u8>)> = self.fetch_all(SELECT_BODIES, args![&ids]).await?;
         Ok(rows
             .into_iter()
             .map(|(id, body)| (id, body.into()))
@@ -314,7 +315,7 @@ impl Store {
     pub(crate) async fn dead_letter_body(
         &self,
         id: i64,
-        connection_id: &str,
+        connection_id: &ConnectionId,
     ) -> StoreResult<Vec<u8>> {
         let row: Option<(Vec<u8>,)> = self
             .fetch_optional(DEAD_LETTER_BODY, args![id, connection_id])
@@ -334,7 +335,7 @@ impl Store {
 
     pub(crate) async fn dead_letters(
         &self,
-        connection_id: &str,
+        connection_id: &ConnectionId,
         limit: i64,
     ) -> StoreResult<Vec<DeadLetterRow>> {
         Ok(self
@@ -344,7 +345,7 @@ impl Store {
 
     pub(crate) async fn attempts(
         &self,
-        connection_id: &str,
+        connection_id: &ConnectionId,
         limit: i64,
     ) -> StoreResult<Vec<AttemptRow>> {
         Ok(self

@@ -11,12 +11,13 @@ use serde::Serialize;
 
 use super::backend::{Arg, Sql, Tx, args};
 use super::queue::{AttemptRecord, ClaimedJob, DeadLetter, JobKey, NewBatch};
+use crate::model::ids::{BatchId, ConnectionId, Mpid};
 
 /// A job row to insert.
 #[derive(Debug, Serialize)]
 pub(super) struct JobRow<'a> {
-    pub(super) batch_id: i64,
-    pub(super) connection_id: &'a str,
+    pub(super) batch_id: BatchId,
+    pub(super) connection_id: &'a ConnectionId,
     pub(super) revision_id: i64,
     pub(super) created_at: i64,
     /// 0 for a job left in the table for a poller.
@@ -28,7 +29,7 @@ pub(super) struct JobRow<'a> {
 #[derive(Debug, Serialize)]
 pub(super) struct AttemptRow<'a> {
     job_id: i64,
-    connection_id: &'a str,
+    connection_id: &'a ConnectionId,
     attempted_at: i64,
     outcome: &'a str,
     status: Option<i64>,
@@ -57,7 +58,7 @@ impl<'a> AttemptRow<'a> {
 /// A user's attributes as the group's stored batches change them (a JSON merge patch).
 #[derive(Debug, Serialize)]
 pub(super) struct ProfileRow {
-    pub(super) mpid: i64,
+    pub(super) mpid: Mpid,
     pub(super) patch: serde_json::Map<String, serde_json::Value>,
 }
 
@@ -283,7 +284,10 @@ pub(super) async fn claim_jobs(
 }
 
 /// `count` fresh batch ids, increasing.
-pub(super) async fn allocate_batch_ids(tx: &mut Tx, count: usize) -> Result<Vec<i64>, sqlx::Error> {
+pub(super) async fn allocate_batch_ids(
+    tx: &mut Tx,
+    count: usize,
+) -> Result<Vec<BatchId>, sqlx::Error> {
     if count == 0 {
         return Ok(Vec::new());
     }
@@ -306,16 +310,16 @@ pub(super) async fn allocate_batch_ids(tx: &mut Tx, count: usize) -> Result<Vec<
 /// `source_request_id` the input already used is not).
 pub(super) async fn insert_batches(
     tx: &mut Tx,
-    batches: &[(i64, &NewBatch)],
-) -> Result<HashSet<i64>, sqlx::Error> {
+    batches: &[(BatchId, &NewBatch)],
+) -> Result<HashSet<BatchId>, sqlx::Error> {
     let mut stored = HashSet::with_capacity(batches.len());
     let mut rows = batches.iter();
     for size in chunk_sizes(batches.len()) {
         let mut values: Vec<Arg<'_>> = Vec::with_capacity(size * BATCH_COLUMNS);
         for (id, batch) in rows.by_ref().take(size) {
             values.extend([
-                Arg::Int(*id),
-                Arg::Text(&batch.input_id),
+                Arg::from(*id),
+                Arg::from(&batch.input_id),
                 Arg::OptText(batch.source_request_id.as_deref()),
                 Arg::Int(batch.received_at),
                 Arg::Int(batch.event_count),
@@ -323,7 +327,7 @@ pub(super) async fn insert_batches(
             ]);
         }
         let statement = batch_inserts()[size.trailing_zeros() as usize];
-        stored.extend(tx.fetch_ids(statement, &values).await?);
+        stored.extend(tx.fetch_ids::<BatchId>(statement, &values).await?);
     }
     Ok(stored)
 }
@@ -406,7 +410,7 @@ pub(super) async fn upsert_profiles(
 pub(super) async fn insert_jobs(
     tx: &mut Tx,
     jobs: &[JobRow<'_>],
-) -> Result<Vec<(i64, i64, String)>, sqlx::Error> {
+) -> Result<Vec<(i64, BatchId, ConnectionId)>, sqlx::Error> {
     if jobs.is_empty() {
         return Ok(Vec::new());
     }

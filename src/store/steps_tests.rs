@@ -1,10 +1,11 @@
 //! Each group-commit step on its own, against a real database: SQLite by default, PostgreSQL
 //! when `TEST_DATABASE_URL` is set (CI runs both).
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use super::*;
 use crate::model::attempt::AttemptOutcome;
+use crate::model::ids::InputId;
 use crate::store::Store;
 use crate::store::backend::Sql;
 use crate::store::queue::{AttemptRecord, DeadLetter, JobKey, NewBatch};
@@ -12,6 +13,11 @@ use crate::store::tests::harness::TestStore;
 
 const NODE: &str = "node-a";
 const OTHER_NODE: &str = "node-b";
+
+static CONN_A: LazyLock<ConnectionId> = LazyLock::new(|| ConnectionId::trusted("conn_a"));
+static CONN_B: LazyLock<ConnectionId> = LazyLock::new(|| ConnectionId::trusted("conn_b"));
+static CONN_CROWDED: LazyLock<ConnectionId> =
+    LazyLock::new(|| ConnectionId::trusted("conn_crowded"));
 
 /// A job as the table holds it: id, lease end, lease owner, progress, attempts, next attempt.
 type JobState = (i64, i64, Option<String>, i64, i64, i64);
@@ -26,7 +32,7 @@ async fn jobs(store: &Store) -> Vec<JobState> {
 
 fn batch(input: &str, request: Option<&str>) -> NewBatch {
     NewBatch {
-        input_id: input.to_owned(),
+        input_id: InputId::trusted(input),
         source_request_id: request.map(str::to_owned),
         received_at: 1_000,
         event_count: 2,
@@ -36,9 +42,9 @@ fn batch(input: &str, request: Option<&str>) -> NewBatch {
     }
 }
 
-fn job_row(batch_id: i64, connection_id: &str, lease_until: i64) -> JobRow<'_> {
+fn job_row(batch_id: i64, connection_id: &ConnectionId, lease_until: i64) -> JobRow<'_> {
     JobRow {
-        batch_id,
+        batch_id: BatchId::new(batch_id),
         connection_id,
         revision_id: 1,
         created_at: 1_000,
@@ -54,7 +60,7 @@ async fn store_with_jobs(count: usize, lease_until: i64) -> (TestStore, Vec<i64>
     let store = &db.store;
     let mut tx = store.begin().await.expect("begin");
     let rows: Vec<JobRow<'_>> = (1..=count)
-        .map(|b| job_row(i64::try_from(b).expect("small"), "conn_a", lease_until))
+        .map(|b| job_row(i64::try_from(b).expect("small"), &CONN_A, lease_until))
         .collect();
     let inserted = insert_jobs(&mut tx, &rows).await.expect("insert jobs");
     tx.commit().await.expect("commit");
@@ -120,7 +126,7 @@ async fn batch_ids_are_fresh_and_duplicates_are_not_stored() {
         .expect("allocate again");
     tx.commit().await.expect("commit");
 
-    let expected: HashSet<i64> = [ids[0], ids[2], ids[3]].into();
+    let expected: HashSet<BatchId> = [ids[0], ids[2], ids[3]].into();
     assert_eq!(stored, expected, "the repeated request id is not stored");
     assert!(
         later[0] > ids[3],
@@ -144,7 +150,7 @@ async fn large_groups_are_inserted_in_chunks() {
     let ids = allocate_batch_ids(&mut tx, batches.len())
         .await
         .expect("allocate");
-    let rows: Vec<(i64, &NewBatch)> = ids.iter().copied().zip(&batches).collect();
+    let rows: Vec<(BatchId, &NewBatch)> = ids.iter().copied().zip(&batches).collect();
     let stored = insert_batches(&mut tx, &rows).await.expect("insert");
     tx.commit().await.expect("commit");
     assert_eq!(stored, ids.iter().copied().collect::<HashSet<_>>());
@@ -155,13 +161,13 @@ async fn inserted_jobs_are_leased_or_left_for_the_poller() {
     let db = TestStore::open().await;
     let store = &db.store;
     let mut tx = store.begin().await.expect("begin");
-    let rows = vec![job_row(7, "conn_a", 5_000), job_row(7, "conn_b", 0)];
+    let rows = vec![job_row(7, &CONN_A, 5_000), job_row(7, &CONN_B, 0)];
     let mut inserted = insert_jobs(&mut tx, &rows).await.expect("insert");
     tx.commit().await.expect("commit");
     inserted.sort();
     assert_eq!(inserted.len(), 2);
-    assert_eq!((inserted[0].1, inserted[0].2.as_str()), (7, "conn_a"));
-    assert_eq!((inserted[1].1, inserted[1].2.as_str()), (7, "conn_b"));
+    assert_eq!((inserted[0].1.get(), inserted[0].2.as_str()), (7, "conn_a"));
+    assert_eq!((inserted[1].1.get(), inserted[1].2.as_str()), (7, "conn_b"));
     let state = jobs(store).await;
     assert_eq!((state[0].1, state[0].2.as_deref()), (5_000, Some(NODE)));
     assert_eq!((state[1].1, state[1].2.clone()), (0, None));
@@ -174,7 +180,7 @@ async fn claims_take_due_unleased_jobs_up_to_the_limit_and_skip_crowded_connecti
     let (db, ids) = store_with_jobs(3, 0).await;
     let store = &db.store;
     let mut tx = store.begin().await.expect("begin");
-    insert_jobs(&mut tx, &[job_row(9, "conn_crowded", 0)])
+    insert_jobs(&mut tx, &[job_row(9, &CONN_CROWDED, 0)])
         .await
         .expect("insert");
     let first = claim_jobs(&mut tx, 2, r#"["conn_crowded"]"#, 2_000, 9_000, NODE)
@@ -292,8 +298,8 @@ async fn attempts_and_dead_letters_are_logged() {
     let store = &db.store;
     let job = JobKey {
         id: 11,
-        batch_id: 4,
-        connection_id: "conn_a".into(),
+        batch_id: BatchId::new(4),
+        connection_id: CONN_A.clone(),
     };
     let attempt = AttemptRecord {
         attempted_at: 3_000,
@@ -319,7 +325,7 @@ async fn attempts_and_dead_letters_are_logged() {
         .expect("dead letters");
     tx.commit().await.expect("commit");
 
-    let attempts = store.attempts("conn_a", 10).await.expect("attempts");
+    let attempts = store.attempts(&CONN_A, 10).await.expect("attempts");
     assert_eq!(attempts.len(), 1);
     let logged = &attempts[0];
     assert_eq!(
@@ -332,12 +338,12 @@ async fn attempts_and_dead_letters_are_logged() {
         (11, "dead_letter", Some(400), 2)
     );
     assert_eq!(logged.error.as_deref(), Some("receiver answered 400"));
-    let letters = store.dead_letters("conn_a", 10).await.expect("letters");
+    let letters = store.dead_letters(&CONN_A, 10).await.expect("letters");
     assert_eq!(letters.len(), 1);
     assert_eq!(
         (
             letters[0].job_id,
-            letters[0].batch_id,
+            letters[0].batch_id.get(),
             letters[0].payload_index
         ),
         (11, 4, 1)
@@ -355,21 +361,21 @@ async fn profiles_merge_attributes_and_delete_nulls() {
     };
     let mut tx = store.begin().await.expect("begin");
     let first = ProfileRow {
-        mpid: 42,
+        mpid: Mpid::new(42),
         patch: patch(serde_json::json!({"plan": "free", "age": 30})),
     };
     upsert_profiles(&mut tx, &[first], 1_000)
         .await
         .expect("first");
     let second = ProfileRow {
-        mpid: 42,
+        mpid: Mpid::new(42),
         patch: patch(serde_json::json!({"plan": "pro", "age": null})),
     };
     upsert_profiles(&mut tx, &[second], 2_000)
         .await
         .expect("second");
     tx.commit().await.expect("commit");
-    let user = store.get_user(42).await.expect("user");
+    let user = store.get_user(Mpid::new(42)).await.expect("user");
     let attributes: serde_json::Value = serde_json::from_str(&user.user_attributes).expect("json");
     assert_eq!(attributes, serde_json::json!({"plan": "pro"}));
     assert_eq!((user.created_at, user.last_seen_at), (1_000, 2_000));

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::group::{Command, Done, commit};
 use super::queue::{ClaimedJob, IngestOutcome, Job, JobUpdate, NewBatch};
 use super::{Store, StoreError, StoreResult};
+use crate::model::ids::ConnectionId;
 
 /// Most commands committed in one transaction; bounds the latency one group adds to the next.
 const MAX_GROUP: usize = 256;
@@ -63,7 +64,7 @@ impl Writer {
     pub(crate) async fn claim(
         &self,
         limit: i64,
-        skip: Vec<String>,
+        skip: Vec<ConnectionId>,
     ) -> StoreResult<Vec<ClaimedJob>> {
         let (reply, answer) = oneshot::channel();
         let skip = serde_json::to_string(&skip).unwrap_or_else(|_| "[]".to_owned());

@@ -166,6 +166,96 @@ async fn bad_admin_requests_get_clear_errors_and_store_nothing() {
     app.stop().await.unwrap();
 }
 
+/// An id that names nothing gets the same answer whether it is well formed or not: ids are
+/// parsed at the edge, and a malformed one is answered as an unknown one.
+#[tokio::test]
+async fn ids_that_name_nothing_are_answered_as_unknown_ones() {
+    let app = spawn_app().await;
+    let receiver = Receiver::start().await;
+    let input = app.create_input("web").await;
+    let output = app.create_webhook(&receiver.url("/hook")).await;
+    let unknown = "0192d3b4c5e67f8091a2b3c4d5e6f708";
+    let ids = |prefix: &str| {
+        [
+            format!("{prefix}_{unknown}"),
+            format!("{prefix}_x"),
+            "nope".to_owned(),
+            format!("{}_{unknown}", if prefix == "inp" { "out" } else { "inp" }),
+        ]
+    };
+    for id in ids("inp") {
+        for (method, path) in [
+            (Method::GET, format!("/api/v1/inputs/{id}")),
+            (Method::DELETE, format!("/api/v1/inputs/{id}")),
+            (Method::POST, format!("/api/v1/inputs/{id}/rotate-secret")),
+            (Method::GET, format!("/api/v1/inputs/{id}/forwarding-stats")),
+        ] {
+            let (status, body) = call(&app, method, &path, None).await;
+            assert_error(status, &body, 404, "input_not_found");
+        }
+        let path = format!("/api/v1/inputs/{id}");
+        let (status, body) = call(&app, Method::PATCH, &path, Some(json!({"name": "y"}))).await;
+        assert_error(status, &body, 404, "input_not_found");
+        // The body is read before the id: a bad body is reported first, as before.
+        let (status, body) = call(&app, Method::PATCH, &path, Some(json!({"colour": 1}))).await;
+        assert_error(status, &body, 400, "invalid_body");
+    }
+    for id in ids("out") {
+        let path = format!("/api/v1/outputs/{id}");
+        for method in [Method::GET, Method::DELETE] {
+            let (status, body) = call(&app, method, &path, None).await;
+            assert_error(status, &body, 404, "output_not_found");
+        }
+        let (status, body) = call(&app, Method::PATCH, &path, Some(json!({"name": "y"}))).await;
+        assert_error(status, &body, 404, "output_not_found");
+        let connect = json!({"input_id": input["id"], "output_id": id});
+        let (status, body) = call(&app, Method::POST, "/api/v1/connections", Some(connect)).await;
+        assert_error(status, &body, 400, "unknown_output");
+        assert_eq!(
+            body["error"]["message"],
+            format!("no output with id {id:?}"),
+            "{body}"
+        );
+    }
+    for id in ids("inp") {
+        let connect = json!({"input_id": id, "output_id": output["id"]});
+        let (status, body) = call(&app, Method::POST, "/api/v1/connections", Some(connect)).await;
+        assert_error(status, &body, 400, "unknown_input");
+        assert_eq!(body["error"]["message"], format!("no input with id {id:?}"));
+    }
+    for id in ids("conn") {
+        for (method, path) in [
+            (Method::GET, format!("/api/v1/connections/{id}")),
+            (Method::DELETE, format!("/api/v1/connections/{id}")),
+            (Method::GET, format!("/api/v1/connections/{id}/attempts")),
+            (
+                Method::GET,
+                format!("/api/v1/connections/{id}/dead-letters"),
+            ),
+            (
+                Method::POST,
+                format!("/api/v1/connections/{id}/dead-letters/1/replay"),
+            ),
+        ] {
+            let (status, body) = call(&app, method, &path, None).await;
+            assert_error(status, &body, 404, "connection_not_found");
+        }
+        let path = format!("/api/v1/connections/{id}");
+        let (status, body) = call(&app, Method::PATCH, &path, Some(json!({}))).await;
+        assert_error(status, &body, 404, "connection_not_found");
+    }
+
+    // A known connection given a malformed output is told the output is unknown.
+    let connection = app.connect(&input, &output, json!({})).await;
+    let path = format!("/api/v1/connections/{}", connection["id"].as_str().unwrap());
+    let patch = json!({"output_id": "out_x"});
+    let (status, body) = call(&app, Method::PATCH, &path, Some(patch)).await;
+    assert_error(status, &body, 400, "unknown_output");
+    let (status, body) = call(&app, Method::GET, "/api/v1/users/abc", None).await;
+    assert_error(status, &body, 400, "invalid_mpid");
+    app.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn connection_settings_are_validated() {
     let app = spawn_app().await;

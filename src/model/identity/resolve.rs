@@ -12,6 +12,7 @@
 //!   one when that user has since logged in.
 
 use super::types::IdentityType;
+use crate::model::ids::Mpid;
 
 /// Which IDSync call is being resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +25,7 @@ pub(crate) enum Call {
 /// A user the store knows, as resolution needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct UserSummary {
-    pub(crate) mpid: i64,
+    pub(crate) mpid: Mpid,
     /// Has a customer id (a login identity).
     pub(crate) logged_in: bool,
 }
@@ -33,7 +34,7 @@ pub(crate) struct UserSummary {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Lookup {
     /// For each known user identity, in request order, the MPID that owns it.
-    pub(crate) owners: Vec<Option<i64>>,
+    pub(crate) owners: Vec<Option<Mpid>>,
     /// The device's anonymous user.
     pub(crate) device_user: Option<UserSummary>,
     /// The user named by `previous_mpid`.
@@ -43,7 +44,7 @@ pub(crate) struct Lookup {
 /// The user that answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Target {
-    Existing(i64),
+    Existing(Mpid),
     New,
 }
 
@@ -110,7 +111,7 @@ pub(crate) fn decide(call: Call, identities: &[(String, String)], lookup: &Looku
 }
 
 /// The owner of the highest-priority known identity.
-fn first_match(kinds: &[Option<IdentityType>], owners: &[Option<i64>]) -> Option<i64> {
+fn first_match(kinds: &[Option<IdentityType>], owners: &[Option<Mpid>]) -> Option<Mpid> {
     let rank = |kind: &Option<IdentityType>| kind.map_or(usize::MAX, IdentityType::match_rank);
     kinds
         .iter()
@@ -126,6 +127,10 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::HashMap;
 
+    fn m(id: i64) -> Mpid {
+        Mpid::new(id)
+    }
+
     fn ids(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
             .iter()
@@ -137,12 +142,12 @@ mod tests {
     fn a_customer_id_beats_an_email() {
         let identities = ids(&[("email", "a@x"), ("customer_id", "c1")]);
         let lookup = Lookup {
-            owners: vec![Some(7), Some(9)],
+            owners: vec![Some(m(7)), Some(m(9))],
             ..Lookup::default()
         };
         assert_eq!(
             decide(Call::Identify, &identities, &lookup).target,
-            Target::Existing(9)
+            Target::Existing(m(9))
         );
     }
 
@@ -182,7 +187,7 @@ mod tests {
                     let identities = ids(&[(pair[0], "a"), (pair[1], "b")]);
                     let owners = pair
                         .iter()
-                        .map(|k| Some(if k == &better { 1 } else { 2 }))
+                        .map(|k| Some(m(if k == &better { 1 } else { 2 })))
                         .collect();
                     let lookup = Lookup {
                         owners,
@@ -190,7 +195,7 @@ mod tests {
                     };
                     assert_eq!(
                         decide(Call::Identify, &identities, &lookup).target,
-                        Target::Existing(1),
+                        Target::Existing(m(1)),
                         "{better} should beat {worse}"
                     );
                 }
@@ -202,7 +207,7 @@ mod tests {
     fn login_converts_an_anonymous_previous_user_but_not_a_known_one() {
         let identities = ids(&[("customer_id", "c1")]);
         let anonymous = UserSummary {
-            mpid: 5,
+            mpid: m(5),
             logged_in: false,
         };
         let lookup = Lookup {
@@ -211,14 +216,14 @@ mod tests {
             ..Lookup::default()
         };
         let d = decide(Call::Login, &identities, &lookup);
-        assert_eq!(d.target, Target::Existing(5));
+        assert_eq!(d.target, Target::Existing(m(5)));
         assert_eq!(d.attach, vec![0]);
         assert!(
             !d.point_device,
             "a logged-in user is no longer the device's anonymous user"
         );
         let someone = UserSummary {
-            mpid: 5,
+            mpid: m(5),
             logged_in: true,
         };
         let lookup = Lookup {
@@ -235,7 +240,7 @@ mod tests {
     #[test]
     fn logout_returns_the_devices_anonymous_user() {
         let anonymous = UserSummary {
-            mpid: 3,
+            mpid: m(3),
             logged_in: false,
         };
         let lookup = Lookup {
@@ -244,10 +249,10 @@ mod tests {
         };
         assert_eq!(
             decide(Call::Logout, &[], &lookup).target,
-            Target::Existing(3)
+            Target::Existing(m(3))
         );
         let converted = UserSummary {
-            mpid: 3,
+            mpid: m(3),
             logged_in: true,
         };
         let lookup = Lookup {
@@ -262,13 +267,13 @@ mod tests {
     /// A tiny in-memory store applying decisions, to check sequences of calls.
     #[derive(Default)]
     struct Model {
-        owners: HashMap<(String, String), i64>,
-        device: Option<i64>,
+        owners: HashMap<(String, String), Mpid>,
+        device: Option<Mpid>,
         next: i64,
     }
 
     impl Model {
-        fn summary(&self, mpid: i64) -> UserSummary {
+        fn summary(&self, mpid: Mpid) -> UserSummary {
             let logged_in = self
                 .owners
                 .iter()
@@ -280,8 +285,8 @@ mod tests {
             &mut self,
             call: Call,
             identities: &[(String, String)],
-            previous: Option<i64>,
-        ) -> i64 {
+            previous: Option<Mpid>,
+        ) -> Mpid {
             let lookup = Lookup {
                 owners: identities
                     .iter()
@@ -295,7 +300,7 @@ mod tests {
                 Target::Existing(m) => m,
                 Target::New => {
                     self.next += 1;
-                    self.next
+                    m(self.next)
                 }
             };
             for i in d.attach {

@@ -15,6 +15,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use crate::model::attempt::AttemptOutcome;
+use crate::model::ids::{BatchId, ConnectionId, InputId};
 use crate::store::Store;
 use crate::store::backend::{Sql, args};
 use crate::store::queue::{
@@ -239,8 +240,8 @@ const SELECT_DEAD_LETTERS: &str = "SELECT id, job_id, batch_id, connection_id, p
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub(super) struct JobRow {
     pub(super) id: i64,
-    pub(super) batch_id: i64,
-    pub(super) connection_id: String,
+    pub(super) batch_id: BatchId,
+    pub(super) connection_id: ConnectionId,
     pub(super) revision_id: i64,
     pub(super) progress: i64,
     pub(super) attempts: i64,
@@ -264,8 +265,8 @@ impl JobRow {
 /// A row of `batches`.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub(super) struct BatchRow {
-    pub(super) id: i64,
-    pub(super) input_id: String,
+    pub(super) id: BatchId,
+    pub(super) input_id: InputId,
     pub(super) source_request_id: Option<String>,
     pub(super) received_at: i64,
     pub(super) event_count: i64,
@@ -277,7 +278,7 @@ pub(super) struct BatchRow {
 pub(super) struct AttemptLog {
     pub(super) id: i64,
     pub(super) job_id: i64,
-    pub(super) connection_id: String,
+    pub(super) connection_id: ConnectionId,
     pub(super) attempted_at: i64,
     pub(super) outcome: String,
     pub(super) status: Option<i64>,
@@ -292,8 +293,8 @@ pub(super) struct AttemptLog {
 pub(super) struct DeadLetterLog {
     pub(super) id: i64,
     pub(super) job_id: i64,
-    pub(super) batch_id: i64,
-    pub(super) connection_id: String,
+    pub(super) batch_id: BatchId,
+    pub(super) connection_id: ConnectionId,
     pub(super) payload_index: i64,
     pub(super) body: Vec<u8>,
     pub(super) status: Option<i64>,
@@ -317,7 +318,7 @@ impl Node {
         {
             let crowded = self.crowded.lock().expect("crowded set");
             for job in batches.iter_mut().flat_map(|b| b.jobs.iter_mut()) {
-                job.leased = !crowded.contains(&job.connection_id);
+                job.leased = !crowded.contains(job.connection_id.as_str());
             }
         }
         self.writer.ingest(batches).await.expect("ingest")
@@ -336,7 +337,7 @@ impl Node {
     /// Claims up to `limit` jobs, skipping the `skip` connections. A claimed job comes without
     /// its body (delivery reads bodies separately).
     pub(super) async fn claim(&self, limit: i64, skip: &[&str]) -> Vec<Job> {
-        let skip = skip.iter().map(|&c| c.to_owned()).collect();
+        let skip = skip.iter().map(|&c| ConnectionId::trusted(c)).collect();
         let claimed = self.writer.claim(limit, skip).await.expect("claim");
         claimed
             .into_iter()
@@ -391,7 +392,7 @@ pub(super) fn batch(
     let body =
         format!("{{\"input\":{input:?},\"request\":{source_request_id:?},\"at\":{received_at}}}");
     NewBatch {
-        input_id: input.to_owned(),
+        input_id: InputId::trusted(input),
         source_request_id: source_request_id.map(str::to_owned),
         received_at,
         event_count: 3,
@@ -400,7 +401,7 @@ pub(super) fn batch(
             .iter()
             .zip(10..)
             .map(|(&connection_id, revision_id)| NewJob {
-                connection_id: connection_id.to_owned(),
+                connection_id: ConnectionId::trusted(connection_id),
                 revision_id,
                 leased: true,
             })

@@ -19,6 +19,7 @@ use proptest::test_runner::{RngSeed, TestCaseError};
 
 use super::harness::{JobRow, MINUTE, Node, TestStore, attempt, batch, dead_letter, on_postgres};
 use crate::model::attempt::AttemptOutcome;
+use crate::model::ids::{BatchId, ConnectionId, InputId};
 use crate::model::now_ms;
 use crate::store::queue::{IngestOutcome, JobKey, JobUpdate};
 
@@ -123,8 +124,8 @@ fn op() -> impl Strategy<Value = Op> {
 /// A queued job as the model sees it; times in ticks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ModelJob {
-    batch_id: i64,
-    connection_id: String,
+    batch_id: BatchId,
+    connection_id: ConnectionId,
     revision_id: i64,
     progress: i64,
     attempts: i64,
@@ -139,16 +140,16 @@ struct ModelJob {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ModelBatch {
-    input_id: String,
+    input_id: InputId,
     source_request_id: Option<String>,
     received_at: i64,
     body: Vec<u8>,
 }
 
 /// An attempt log entry: (job, connection, attempted at, outcome).
-type ModelAttempt = (i64, String, i64, String);
+type ModelAttempt = (i64, ConnectionId, i64, String);
 /// A dead letter: (job, batch, connection, payload index, created at).
-type ModelLetter = (i64, i64, String, i64, i64);
+type ModelLetter = (i64, BatchId, ConnectionId, i64, i64);
 
 #[derive(Debug, Default)]
 struct Model {
@@ -157,7 +158,7 @@ struct Model {
     jobs: BTreeMap<i64, ModelJob>,
     /// Keys of jobs that left the queue, for late updates.
     gone: BTreeMap<i64, JobKey>,
-    batches: BTreeMap<i64, ModelBatch>,
+    batches: BTreeMap<BatchId, ModelBatch>,
     attempts: Vec<ModelAttempt>,
     letters: Vec<ModelLetter>,
     crowded: [HashSet<String>; NODES],
@@ -384,7 +385,7 @@ impl Runner {
                 model.letters.retain(|l| l.4 >= cutoff);
                 // Every batch from the oldest one a queued job needs on is kept.
                 let needed = model.jobs.values().map(|j| j.batch_id).min();
-                let needed = needed.unwrap_or(i64::MAX);
+                let needed = needed.unwrap_or(BatchId::new(i64::MAX));
                 model
                     .batches
                     .retain(|&id, b| b.received_at >= cutoff || id >= needed);
@@ -429,11 +430,11 @@ impl Runner {
                 IngestOutcome::Stored { batch_id } => {
                     prop_assert!(!duplicate, "duplicate {:?} stored", batch);
                     prop_assert!(
-                        batch_id > self.model.last_batch_id,
+                        batch_id.get() > self.model.last_batch_id,
                         "batch id {} reused",
                         batch_id
                     );
-                    self.model.last_batch_id = batch_id;
+                    self.model.last_batch_id = batch_id.get();
                     let received_at = clock - spec.age;
                     for job in &batch.jobs {
                         expected.insert(
@@ -462,7 +463,7 @@ impl Runner {
             .iter()
             .filter(|r| r.id > self.model.last_job_id)
             .collect();
-        let mut found: Vec<(i64, String)> = new
+        let mut found: Vec<(BatchId, ConnectionId)> = new
             .iter()
             .map(|r| (r.batch_id, r.connection_id.clone()))
             .collect();
@@ -471,7 +472,7 @@ impl Runner {
         let mut leased = Vec::new();
         for row in new {
             let (revision_id, created_at) = expected[&(row.batch_id, row.connection_id.clone())];
-            let crowded = self.model.crowded[node].contains(&row.connection_id);
+            let crowded = self.model.crowded[node].contains(row.connection_id.as_str());
             if !crowded {
                 self.learn(node, row.leased_by.as_ref())?;
                 leased.push(row.id);

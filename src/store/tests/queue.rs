@@ -7,6 +7,7 @@ use super::harness::{
     BatchRow, HOUR, JobRow, MINUTE, TestStore, attempt, batch, dead_letter, key, on_postgres,
 };
 use crate::model::attempt::AttemptOutcome;
+use crate::model::ids::{BatchId, ConnectionId};
 use crate::model::now_ms;
 use crate::store::StoreError;
 use crate::store::queue::{IngestOutcome, JobUpdate};
@@ -16,7 +17,7 @@ const LEASE_MS: i64 = HOUR;
 const DAY: i64 = 24 * HOUR;
 
 /// The batch id of a stored outcome.
-fn stored(outcome: IngestOutcome) -> i64 {
+fn stored(outcome: IngestOutcome) -> BatchId {
     match outcome {
         IngestOutcome::Stored { batch_id } => batch_id,
         IngestOutcome::Duplicate => panic!("expected the batch to be stored"),
@@ -24,12 +25,12 @@ fn stored(outcome: IngestOutcome) -> i64 {
 }
 
 /// The jobs of `batch_id`, in id order.
-fn of_batch(jobs: &[JobRow], batch_id: i64) -> Vec<&JobRow> {
+fn of_batch(jobs: &[JobRow], batch_id: BatchId) -> Vec<&JobRow> {
     jobs.iter().filter(|j| j.batch_id == batch_id).collect()
 }
 
 /// The one job of `batch_id`.
-fn only_job(jobs: &[JobRow], batch_id: i64) -> JobRow {
+fn only_job(jobs: &[JobRow], batch_id: BatchId) -> JobRow {
     match of_batch(jobs, batch_id)[..] {
         [job] => job.clone(),
         ref other => panic!("expected one job of batch {batch_id}, found {other:?}"),
@@ -37,10 +38,15 @@ fn only_job(jobs: &[JobRow], batch_id: i64) -> JobRow {
 }
 
 /// A listed dead letter: job, batch, payload index, body, status, error.
-type Listed<'a> = (i64, i64, i64, &'a [u8], Option<i64>, &'a str);
+type Listed<'a> = (i64, BatchId, i64, &'a [u8], Option<i64>, &'a str);
 
-fn batch_ids(rows: &[BatchRow]) -> Vec<i64> {
+fn batch_ids(rows: &[BatchRow]) -> Vec<BatchId> {
     rows.iter().map(|b| b.id).collect()
+}
+
+/// A connection the tests name.
+fn conn(id: &str) -> ConnectionId {
+    ConnectionId::trusted(id)
 }
 
 fn ids(jobs: &[crate::store::queue::Job]) -> Vec<i64> {
@@ -85,7 +91,7 @@ async fn ingest_stores_batches_and_leases_their_jobs_to_this_node() {
     assert_eq!(batches[1].source_request_id, None);
 
     let jobs = db.jobs().await;
-    let shape: Vec<(i64, &str, i64, i64, i64)> = jobs
+    let shape: Vec<(BatchId, &str, i64, i64, i64)> = jobs
         .iter()
         .map(|j| {
             let c = j.connection_id.as_str();
@@ -138,7 +144,7 @@ async fn ingest_stores_batches_and_leases_their_jobs_to_this_node() {
     }
     let bodies = db
         .store
-        .batch_bodies(&[first, second, second + 100])
+        .batch_bodies(&[first, second, BatchId::new(second.get() + 100)])
         .await
         .expect("bodies");
     assert_eq!(bodies.len(), 2);
@@ -436,12 +442,12 @@ async fn finish_deletes_the_job_and_records_an_attempt() {
     );
     assert_eq!((entry.status, &entry.error), (Some(200), &None));
     assert_eq!((entry.requests, entry.latency_ms, entry.events), (2, 17, 3));
-    let listed = db.store.attempts("c1", 10).await.expect("attempts");
+    let listed = db.store.attempts(&conn("c1"), 10).await.expect("attempts");
     assert_eq!(listed.len(), 1);
     assert_eq!((listed[0].id, listed[0].job_id), (entry.id, done.id));
     assert!(
         db.store
-            .attempts("c2", 10)
+            .attempts(&conn("c2"), 10)
             .await
             .expect("attempts")
             .is_empty()
@@ -454,10 +460,7 @@ async fn finish_deletes_the_job_and_records_an_attempt() {
             (s.connection_id, s.events_forwarded, outcome)
         })
         .collect();
-    assert_eq!(
-        stats,
-        [("c1".to_owned(), 3, ("delivered".to_owned(), None, at))]
-    );
+    assert_eq!(stats, [(conn("c1"), 3, ("delivered".to_owned(), None, at))]);
     assert_eq!(
         db.store.queue_stats().await.expect("stats"),
         (1, Some(now - MINUTE))
@@ -601,7 +604,7 @@ async fn dead_letters_are_stored_listed_and_deletable() {
     })
     .await;
 
-    let c1 = db.store.dead_letters("c1", 10).await.expect("list");
+    let c1 = db.store.dead_letters(&conn("c1"), 10).await.expect("list");
     let listed: Vec<Listed<'_>> = c1
         .iter()
         .map(|d| {
@@ -638,24 +641,28 @@ async fn dead_letters_are_stored_listed_and_deletable() {
         "newest first"
     );
     assert!(c1.iter().all(|d| d.created_at >= now));
-    let limited = db.store.dead_letters("c1", 1).await.expect("list");
+    let limited = db.store.dead_letters(&conn("c1"), 1).await.expect("list");
     assert_eq!(limited.iter().map(|d| d.id).collect::<Vec<_>>(), [c1[0].id]);
-    let c2 = db.store.dead_letters("c2", 10).await.expect("list");
+    let c2 = db.store.dead_letters(&conn("c2"), 10).await.expect("list");
     assert_eq!(c2.len(), 1);
     assert_eq!((c2[0].job_id, c2[0].payload_index), (two.id, 0));
 
     let letter = c1[0].id;
-    let body = db.store.dead_letter_body(letter, "c1").await.expect("body");
+    let body = db
+        .store
+        .dead_letter_body(letter, &conn("c1"))
+        .await
+        .expect("body");
     assert_eq!(body, b"request 2");
     assert!(matches!(
-        db.store.dead_letter_body(letter, "c2").await,
+        db.store.dead_letter_body(letter, &conn("c2")).await,
         Err(StoreError::NotFound)
     ));
     db.store.delete_dead_letter(letter).await.expect("delete");
-    let left = db.store.dead_letters("c1", 10).await.expect("list");
+    let left = db.store.dead_letters(&conn("c1"), 10).await.expect("list");
     assert_eq!(left.iter().map(|d| d.id).collect::<Vec<_>>(), [c1[1].id]);
     assert!(matches!(
-        db.store.dead_letter_body(letter, "c1").await,
+        db.store.dead_letter_body(letter, &conn("c1")).await,
         Err(StoreError::NotFound)
     ));
     assert_eq!(
