@@ -27,15 +27,54 @@ fn module_of(path: &std::path::Path, src: &std::path::Path) -> Option<String> {
     Some(first.trim_end_matches(".rs").to_owned())
 }
 
-/// Every `crate::<module>` a file names.
-fn uses_of(text: &str) -> impl Iterator<Item = &str> {
-    text.match_indices("crate::").filter_map(|(at, _)| {
+/// Every top-level module a file names through `crate::`: `crate::store::…`, and each module
+/// of a grouped `crate::{store::…, model::{…}}`.
+fn uses_of(text: &str) -> Vec<&str> {
+    let mut used = Vec::new();
+    for (at, _) in text.match_indices("crate::") {
         let rest = &text[at + "crate::".len()..];
-        let end = rest
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(rest.len());
-        (end > 0).then(|| &rest[..end])
-    })
+        match rest.strip_prefix('{') {
+            Some(group) => used.extend(grouped_modules(group)),
+            None => used.extend(leading_name(rest)),
+        }
+    }
+    used
+}
+
+/// The first path segment of each item of a `{…}` group (`group` starts after the brace).
+fn grouped_modules(group: &str) -> Vec<&str> {
+    let mut names = Vec::new();
+    let mut depth = 0;
+    let mut item_start = true;
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => item_start = true,
+            c if item_start && !c.is_whitespace() => {
+                item_start = false;
+                names.extend(leading_name(&group[i..]));
+            }
+            _ => {}
+        }
+    }
+    names
+}
+
+/// The identifier `text` starts with, if any.
+fn leading_name(text: &str) -> Option<&str> {
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    (end > 0).then(|| &text[..end])
+}
+
+#[test]
+fn grouped_and_plain_uses_are_both_seen() {
+    let text =
+        "use crate::store::Store;\nuse crate::{model::ids::Mpid, pipeline::{catalog, fanout}};";
+    assert_eq!(uses_of(text), ["store", "model", "pipeline"]);
 }
 
 fn source_files(dir: &std::path::Path, files: &mut Vec<std::path::PathBuf>) {

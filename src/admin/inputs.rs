@@ -202,7 +202,10 @@ pub(crate) async fn forwarding_stats(
     let rows = state.store.forwarding_stats(&id).await.map_err(not_found)?;
     let items: Vec<Value> = rows
         .into_iter()
-        .map(|(module_id, events, last_at)| serde_json::json!({"module_id": module_id, "events": events, "last_reported_at": last_at}))
+        .map(|row| {
+            serde_json::json!({"module_id": row.module_id, "events": row.events,
+                               "last_reported_at": row.last_reported_at})
+        })
         .collect();
     Ok(Json(serde_json::json!({ "items": items })))
 }

@@ -3,7 +3,8 @@
 //! Jobs reach a connection's *lane* two ways: straight from the writer when their batch commits
 //! (already leased to this node, so real-time delivery costs no queue round trip), and from the
 //! poller, which claims due retries and jobs nobody holds (after a restart, or while a lane was
-//! crowded: then the writer leaves the connection's new jobs in the table). Each lane has its own
+//! crowded: then the pipeline's fan-out, asking [`Crowded`] through its hand-off, has the
+//! connection's new jobs left in the table). Each lane has its own
 //! bounded queue and in-flight budget, so a slow or failing endpoint only ever delays its own
 //! connection. The leases of every job this node holds are renewed while it holds them.
 //!

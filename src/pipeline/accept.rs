@@ -133,7 +133,7 @@ impl Pipeline {
         let mut stored = Vec::with_capacity(batches.len());
         for batch in batches {
             let body = serde_json::to_vec(&batch.document).map_err(|_| AcceptError::Unavailable)?;
-            let accepted = fanout::Accepted {
+            let accepted = fanout::AcceptedBatch {
                 input_id: &input.id,
                 source_request_id: batch.source_request_id,
                 received_at: now,

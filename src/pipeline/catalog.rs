@@ -14,8 +14,14 @@ use crate::model::ids::{ConnectionId, InputId, OutputId};
 use crate::model::settings::{
     ConnectionSettings, ConnectionStatus, InputSettings, WebhookSettings,
 };
-use crate::store::queue::Route;
 use crate::store::{Store, StoreError, StoreResult};
+
+/// A connection a batch is routed to, with the settings revision current at acceptance.
+#[derive(Debug, Clone)]
+pub(crate) struct Route {
+    pub(crate) connection_id: ConnectionId,
+    pub(crate) revision_id: i64,
+}
 
 /// An input as ingest needs it.
 #[derive(Debug, Clone)]

@@ -1,18 +1,22 @@
-//! Fan-out: the rows one accepted batch becomes. A pure function of the batch, its input's
-//! routes and delivery's hand-off answer, so what a batch creates can be tested without a
-//! database.
+//! Fan-out: the rows one accepted batch becomes, as a function of the batch, its input's routes
+//! and delivery's [`Handoff`] answers, with no I/O, so what a batch creates can be tested without
+//! a database. The hand-off is the one input that reads live state (which lanes are crowded
+//! now); it is asked when the request is accepted, a few milliseconds before the commit, where
+//! the writer used to ask at the commit: a lane that fills in between releases the job it gets,
+//! as one that filled between the commit and the hand-over always did.
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::Handoff;
+use super::catalog::Route;
 use crate::model::ids::{InputId, Mpid};
-use crate::store::queue::{NewBatch, NewJob, ProfileUpdate, Route};
+use crate::store::queue::{NewBatch, NewJob, ProfileUpdate};
 
 /// A normalised batch, serialised, as the store will keep it.
 #[derive(Debug, Clone)]
-pub(crate) struct Accepted<'a> {
+pub(crate) struct AcceptedBatch<'a> {
     pub(crate) input_id: &'a InputId,
     pub(crate) source_request_id: Option<String>,
     pub(crate) received_at: i64,
@@ -23,7 +27,11 @@ pub(crate) struct Accepted<'a> {
 }
 
 /// The batch row, one job per route (in route order), and the batch's profile update.
-pub(crate) fn fan_out(batch: Accepted<'_>, routes: &[Route], handoff: &dyn Handoff) -> NewBatch {
+pub(crate) fn fan_out(
+    batch: AcceptedBatch<'_>,
+    routes: &[Route],
+    handoff: &dyn Handoff,
+) -> NewBatch {
     NewBatch {
         input_id: batch.input_id.clone(),
         source_request_id: batch.source_request_id,
@@ -166,7 +174,7 @@ mod tests {
             revision_id: 3,
         }];
         let batch = fan_out(
-            Accepted {
+            AcceptedBatch {
                 input_id: &InputId::trusted("in_1"),
                 source_request_id: Some("r1".into()),
                 received_at: 42,

@@ -34,17 +34,18 @@ impl Sql {
     }
 
     /// The SQLite text (for building statements from parts).
-    pub(crate) const fn sqlite_text(self) -> &'static str {
+    pub(in crate::store) const fn sqlite_text(self) -> &'static str {
         self.sqlite
     }
 
     /// The PostgreSQL text (for building statements from parts).
-    pub(crate) const fn postgres_text(self) -> &'static str {
+    pub(in crate::store) const fn postgres_text(self) -> &'static str {
         self.postgres
     }
 
     /// A statement only PostgreSQL needs (e.g. an advisory lock, where SQLite's single writer
-    /// already serialises); on SQLite it does nothing.
+    /// already serialises); on SQLite it does nothing: `execute` changes no row, the fetches
+    /// return no row.
     pub(crate) const fn postgres_only(postgres: &'static str) -> Self {
         Self {
             sqlite: "",
@@ -271,7 +272,11 @@ macro_rules! statements {
                 args: &[Arg<'_>],
             ) -> Result<Vec<R>, sqlx::Error> {
                 dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
-                    bind!(sqlx::query_as(pick.text(sql)), args).fetch_all(on).await
+                    let text = pick.text(sql);
+                    if text.is_empty() {
+                        return Ok(Vec::new());
+                    }
+                    bind!(sqlx::query_as(text), args).fetch_all(on).await
                 })
             }
 
@@ -282,7 +287,11 @@ macro_rules! statements {
                 args: &[Arg<'_>],
             ) -> Result<Option<R>, sqlx::Error> {
                 dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
-                    bind!(sqlx::query_as(pick.text(sql)), args).fetch_optional(on).await
+                    let text = pick.text(sql);
+                    if text.is_empty() {
+                        return Ok(None);
+                    }
+                    bind!(sqlx::query_as(text), args).fetch_optional(on).await
                 })
             }
 
@@ -293,7 +302,11 @@ macro_rules! statements {
                 args: &[Arg<'_>],
             ) -> Result<R, sqlx::Error> {
                 dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
-                    bind!(sqlx::query_as(pick.text(sql)), args).fetch_one(on).await
+                    let text = pick.text(sql);
+                    if text.is_empty() {
+                        return Err(sqlx::Error::RowNotFound);
+                    }
+                    bind!(sqlx::query_as(text), args).fetch_one(on).await
                 })
             }
         }

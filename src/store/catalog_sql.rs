@@ -43,6 +43,14 @@ pub(crate) struct ConnectionRow {
     pub(crate) updated_at: i64,
 }
 
+/// What one client-side kit reported forwarding for an input.
+#[derive(Debug, Clone, FromRow)]
+pub(crate) struct ForwardingStats {
+    pub(crate) module_id: i64,
+    pub(crate) events: i64,
+    pub(crate) last_reported_at: i64,
+}
+
 const INSERT_INPUT: Sql = Sql::shared(
     "INSERT INTO inputs \
      (id, name, platform, api_key, api_secret, created_at, settings) VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -105,7 +113,8 @@ const RECORD_FORWARDING: Sql = Sql::shared(
      events = forwarding_stats.events + excluded.events, last_at = excluded.last_at",
 );
 const SELECT_FORWARDING: Sql = Sql::shared(
-    "SELECT module_id, events, last_at FROM forwarding_stats WHERE input_id = $1 ORDER BY module_id",
+    "SELECT module_id, events, last_at AS last_reported_at FROM forwarding_stats \
+     WHERE input_id = $1 ORDER BY module_id",
 );
 
 const SELECT_META: Sql = Sql::shared("SELECT value FROM meta WHERE key = $1");
@@ -297,11 +306,11 @@ impl Store {
         Ok(())
     }
 
-    /// An input's kit forwarding statistics: (module id, events, last report).
+    /// An input's kit forwarding statistics, by kit.
     pub(crate) async fn forwarding_stats(
         &self,
         input_id: &InputId,
-    ) -> StoreResult<Vec<(i64, i64, i64)>> {
+    ) -> StoreResult<Vec<ForwardingStats>> {
         Ok(self.fetch_all(SELECT_FORWARDING, args![input_id]).await?)
     }
 

@@ -33,13 +33,6 @@ pub(crate) struct ProfileUpdate {
     pub(crate) patch: serde_json::Map<String, serde_json::Value>,
 }
 
-/// A connection a batch is routed to, with the settings revision current at acceptance.
-#[derive(Debug, Clone)]
-pub(crate) struct Route {
-    pub(crate) connection_id: ConnectionId,
-    pub(crate) revision_id: i64,
-}
-
 /// A delivery job to create with a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NewJob {

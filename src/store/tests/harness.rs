@@ -70,7 +70,12 @@ fn database_url(server: &str, name: &str) -> String {
     let (address, query) = server
         .split_once('?')
         .map_or((server, None), |(a, q)| (a, Some(q)));
-    let root = address.rsplit_once('/').map_or(address, |(root, _)| root);
+    // The database name is the path after the host; a URL may have none (`postgres://host`).
+    let host_start = address.find("://").map_or(0, |i| i + 3);
+    let root = match address[host_start..].find('/') {
+        Some(path) => &address[..host_start + path],
+        None => address,
+    };
     match query {
         Some(query) => format!("{root}/{name}?{query}"),
         None => format!("{root}/{name}"),
@@ -440,4 +445,21 @@ pub(super) fn key(job: &Job) -> JobKey {
         batch_id: job.batch_id,
         connection_id: job.connection_id.clone(),
     }
+}
+
+#[test]
+fn test_database_urls_keep_the_server_and_its_options() {
+    let name = "boson_store_test_x";
+    assert_eq!(
+        database_url("postgres://postgres@127.0.0.1:5432/postgres", name),
+        "postgres://postgres@127.0.0.1:5432/boson_store_test_x"
+    );
+    assert_eq!(
+        database_url("postgres://u@host:5432", name),
+        "postgres://u@host:5432/boson_store_test_x"
+    );
+    assert_eq!(
+        database_url("postgresql://u@host/db?sslmode=disable", name),
+        "postgresql://u@host/boson_store_test_x?sslmode=disable"
+    );
 }
