@@ -184,6 +184,40 @@ impl Lanes {
             .insert(job_id)
     }
 
+    /// Lets go of the jobs a renewal found this node no longer holds (another node claimed
+    /// them after this one stalled past their lease, or they are gone): nothing more is sent for
+    /// them, and a queued one is skipped when its lane reaches it.
+    fn drop_lost(&self, asked: &[i64], renewed: &[i64]) {
+        let renewed: HashSet<i64> = renewed.iter().copied().collect();
+        let lost: Vec<i64> = asked
+            .iter()
+            .copied()
+            .filter(|id| !renewed.contains(id))
+            .collect();
+        if lost.is_empty() {
+            return;
+        }
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for id in &lost {
+            held.remove(id);
+        }
+        tracing::warn!(
+            jobs = lost.len(),
+            "Leases lost to another node; this node stops delivering those jobs."
+        );
+    }
+
+    /// Whether this node still holds a job (renewals drop the jobs it lost).
+    fn holds(&self, job_id: i64) -> bool {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&job_id)
+    }
+
     fn forget(&self, job_id: i64) {
         self.held
             .lock()
@@ -272,6 +306,10 @@ impl Lanes {
                 () = self.cancel.cancelled() => break,
                 job = jobs.recv() => match job { Some(job) => job, None => break },
             };
+            if !self.holds(job.id) {
+                // Lost to another node while it waited here (see `drop_lost`).
+                continue;
+            }
             if self.is_roomy(jobs.capacity()) && self.crowded.contains(&connection_id) {
                 self.crowded.set(&connection_id, false);
             }
@@ -283,7 +321,8 @@ impl Lanes {
             self.tracker.spawn(async move {
                 let job_id = job.id;
                 // A panic (a bug) must not leave the job held, and so renewed, for ever.
-                let update = AssertUnwindSafe(worker::work(&lanes.ctx, job))
+                let still_held = || lanes.holds(job_id);
+                let update = AssertUnwindSafe(worker::work(&lanes.ctx, job, still_held))
                     .catch_unwind()
                     .await
                     .unwrap_or_else(|_| {
@@ -366,10 +405,12 @@ async fn renew_leases(lanes: Arc<Lanes>, every: Duration, stop: CancellationToke
         // In id order: rows are then locked in a consistent order on PostgreSQL, which keeps
         // deadlocks with other multi-row updates of the same jobs rare.
         held.sort_unstable();
-        if !held.is_empty()
-            && let Err(error) = lanes.ctx.writer.renew(held).await
-        {
-            tracing::warn!(%error, "Could not renew leases.");
+        if held.is_empty() {
+            continue;
+        }
+        match lanes.ctx.writer.renew(held.clone()).await {
+            Ok(renewed) => lanes.drop_lost(&held, &renewed),
+            Err(error) => tracing::warn!(%error, "Could not renew leases."),
         }
     }
 }

@@ -20,8 +20,14 @@ use crate::model::now_ms;
 use crate::pipeline::filter;
 use crate::store::queue::{AttemptRecord, DeadLetter, Job, JobKey, JobUpdate};
 
-/// Delivers what is left of `job` and returns the update to record.
-pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
+/// Delivers what is left of `job` and returns the update to record. `still_held` says whether
+/// this node still holds the job's lease (a renewal may find another node took it over); it is
+/// asked before every request, so a lost job sends nothing more.
+pub(crate) async fn work(
+    ctx: &DeliveryContext,
+    job: Job,
+    still_held: impl Fn() -> bool,
+) -> JobUpdate {
     let mut attempt = Attempt::new(ctx, &job);
     let Some((connection, output)) = ctx.catalog.connection(&job.connection_id) else {
         // A miss may only mean another node created the connection after our last reload: drop
@@ -94,6 +100,10 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job) -> JobUpdate {
         .collect();
 
     for (position, (index, event_count, body, events)) in bodies.iter().enumerate() {
+        if !still_held() {
+            // Another node delivers it now. The release is fenced: it changes nothing there.
+            return JobUpdate::Release { job_id: job.id };
+        }
         attempt.requests += 1;
         let delivery_id = format!("{}-{index}", job.id);
         let sent = Instant::now();

@@ -26,8 +26,12 @@ pub(super) enum Command {
         reply: oneshot::Sender<StoreResult<Vec<IngestOutcome>>>,
     },
     Update(JobUpdate),
-    /// Extends the leases of jobs this node still holds (queued or in flight).
-    Renew(Vec<i64>),
+    /// Extends the leases of jobs this node still holds (queued or in flight); answers the ids
+    /// it still held.
+    Renew {
+        job_ids: Vec<i64>,
+        reply: oneshot::Sender<StoreResult<Vec<i64>>>,
+    },
     Claim {
         limit: i64,
         /// JSON array of connection ids to skip.
@@ -39,6 +43,7 @@ pub(super) enum Command {
 pub(super) enum Done {
     Ingest(Vec<IngestOutcome>, Vec<Job>),
     Update,
+    Renew(Vec<i64>),
     Claim(Vec<ClaimedJob>),
 }
 
@@ -47,7 +52,7 @@ impl std::fmt::Debug for Command {
         f.write_str(match self {
             Command::Ingest { .. } => "Ingest",
             Command::Update(_) => "Update",
-            Command::Renew(_) => "Renew",
+            Command::Renew { .. } => "Renew",
             Command::Claim { .. } => "Claim",
         })
     }
@@ -64,8 +69,8 @@ pub(super) async fn commit(
     let lease_until = now + lease_ms;
     let mut tx = store.begin().await?;
 
-    steps::renew_leases(&mut tx, &renewals(commands), lease_until, node).await?;
-    apply_updates(&mut tx, commands, now).await?;
+    let renewed = steps::renew_leases(&mut tx, &renewals(commands), lease_until, node).await?;
+    apply_updates(&mut tx, commands, now, node).await?;
     let mut claims = Vec::new();
     for command in commands {
         if let Command::Claim { limit, skip, .. } = command {
@@ -81,7 +86,7 @@ pub(super) async fn commit(
     let job_ids = steps::insert_jobs(&mut tx, &new_jobs).await?;
     tx.commit().await?;
 
-    Ok(answers(commands, claims, outcomes, &job_ids))
+    Ok(answers(commands, claims, outcomes, &job_ids, &renewed))
 }
 
 impl Command {
@@ -99,7 +104,7 @@ fn renewals(commands: &[Command]) -> Vec<i64> {
     commands
         .iter()
         .filter_map(|c| match c {
-            Command::Renew(ids) => Some(ids),
+            Command::Renew { job_ids, .. } => Some(job_ids),
             _ => None,
         })
         .flatten()
@@ -109,10 +114,14 @@ fn renewals(commands: &[Command]) -> Vec<i64> {
 
 /// Records what workers reported: finished jobs leave the queue, retries wait, released jobs
 /// are claimable again; every attempt is logged and every request given up on kept.
+///
+/// Each change to a job is fenced by `node`: it applies only while the job is still this node's
+/// (the attempt and dead letters are logged either way, since the requests were made).
 async fn apply_updates(
     tx: &mut super::backend::Tx,
     commands: &[Command],
     now: i64,
+    node: &str,
 ) -> Result<(), sqlx::Error> {
     let mut finished = Vec::new();
     let mut released = Vec::new();
@@ -150,20 +159,21 @@ async fn apply_updates(
             JobUpdate::Release { job_id } => released.push(*job_id),
         }
     }
-    steps::retry_jobs(tx, &retries).await?;
-    steps::delete_jobs(tx, &finished).await?;
-    steps::release_jobs(tx, &released).await?;
+    steps::retry_jobs(tx, &retries, node).await?;
+    steps::delete_jobs(tx, &finished, node).await?;
+    steps::release_jobs(tx, &released, node).await?;
     steps::insert_attempts(tx, &attempts).await?;
     steps::insert_dead_letters(tx, &letters, now).await
 }
 
-/// One answer per command, in order: claims get their jobs, ingest commands their outcomes and
-/// the leased jobs to hand to delivery.
+/// One answer per command, in order: claims get their jobs, renewals the jobs still held,
+/// ingest commands their outcomes and the leased jobs to hand to delivery.
 fn answers(
     commands: &[Command],
     claims: Vec<Vec<ClaimedJob>>,
     outcomes: Vec<Vec<IngestOutcome>>,
     job_ids: &[(i64, BatchId, ConnectionId)],
+    renewed: &HashSet<i64>,
 ) -> Vec<Done> {
     let job_ids: HashMap<(BatchId, &ConnectionId), i64> = job_ids
         .iter()
@@ -179,7 +189,14 @@ fn answers(
                 Done::Ingest(outcomes, jobs)
             }
             Command::Claim { .. } => Done::Claim(claims.next().unwrap_or_default()),
-            Command::Update(_) | Command::Renew(_) => Done::Update,
+            Command::Renew { job_ids, .. } => Done::Renew(
+                job_ids
+                    .iter()
+                    .copied()
+                    .filter(|id| renewed.contains(id))
+                    .collect(),
+            ),
+            Command::Update(_) => Done::Update,
         })
         .collect()
 }

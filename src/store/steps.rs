@@ -72,27 +72,37 @@ pub(super) struct RetryRow<'a> {
     pub(super) error: Option<&'a str>,
 }
 
+// Fencing: every statement that changes a job a node worked on names the node (`leased_by`),
+// so a node that stalled past its lease cannot finish, retry, release or renew a job another
+// node has claimed since.
+
 /// `$1` job ids, `$2` the new lease end, `$3` this node: released jobs (lease 0) stay released,
-/// and a lease another node has taken meanwhile stays that node's.
+/// and a lease another node has taken meanwhile stays that node's. Returns the ids renewed.
 const RENEW_JOBS: Sql = Sql::each(
     "UPDATE jobs SET lease_until = $2 \
-     WHERE id IN (SELECT value FROM json_each($1)) AND lease_until > 0 AND leased_by = $3",
+     WHERE id IN (SELECT value FROM json_each($1)) AND lease_until > 0 AND leased_by = $3 \
+     RETURNING id",
     "UPDATE jobs SET lease_until = $2 WHERE id IN \
      (SELECT jsonb_array_elements_text($1::jsonb)::bigint) AND lease_until > 0 \
-     AND leased_by = $3",
+     AND leased_by = $3 RETURNING id",
 );
+/// `$1` job ids, `$2` this node.
 const DELETE_JOBS: Sql = Sql::each(
-    "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each($1))",
-    "DELETE FROM jobs WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
+    "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each($1)) AND leased_by = $2",
+    "DELETE FROM jobs WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint) \
+     AND leased_by = $2",
 );
+/// `$1` job ids, `$2` this node.
 const RELEASE_JOBS: Sql = Sql::each(
-    "UPDATE jobs SET lease_until = 0 WHERE id IN (SELECT value FROM json_each($1))",
+    "UPDATE jobs SET lease_until = 0 \
+     WHERE id IN (SELECT value FROM json_each($1)) AND leased_by = $2",
     "UPDATE jobs SET lease_until = 0 WHERE id IN \
-     (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
+     (SELECT jsonb_array_elements_text($1::jsonb)::bigint) AND leased_by = $2",
 );
+/// `$6` this node.
 const RETRY_JOB: Sql = Sql::shared(
     "UPDATE jobs SET progress = $2, attempts = $3, \
-     next_attempt_at = $4, lease_until = 0, last_error = $5 WHERE id = $1",
+     next_attempt_at = $4, lease_until = 0, last_error = $5 WHERE id = $1 AND leased_by = $6",
 );
 const INSERT_ATTEMPTS: Sql = Sql::each(
     "INSERT INTO attempts \
@@ -185,52 +195,67 @@ fn json<T: Serialize + ?Sized>(rows: &T) -> String {
     serde_json::to_string(rows).unwrap_or_else(|_| "[]".to_owned())
 }
 
-/// Extends the leases this node holds on `job_ids` to `lease_until`; returns how many it still
-/// held.
+/// Extends the leases `node` still holds on `job_ids` to `lease_until`; returns the ids it
+/// still held (the others were released, finished, or claimed by another node).
 pub(super) async fn renew_leases(
     tx: &mut Tx,
     job_ids: &[i64],
     lease_until: i64,
     node: &str,
+) -> Result<HashSet<i64>, sqlx::Error> {
+    if job_ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let ids = json(job_ids);
+    let renewed = tx
+        .fetch_ids(RENEW_JOBS, args![ids.as_str(), lease_until, node])
+        .await?;
+    Ok(renewed.into_iter().collect())
+}
+
+/// Removes the finished jobs `node` holds from the queue.
+pub(super) async fn delete_jobs(
+    tx: &mut Tx,
+    job_ids: &[i64],
+    node: &str,
 ) -> Result<u64, sqlx::Error> {
     if job_ids.is_empty() {
         return Ok(0);
     }
-    tx.execute(RENEW_JOBS, args![json(job_ids).as_str(), lease_until, node])
+    tx.execute(DELETE_JOBS, args![json(job_ids).as_str(), node])
         .await
 }
 
-/// Removes finished jobs from the queue.
-pub(super) async fn delete_jobs(tx: &mut Tx, job_ids: &[i64]) -> Result<u64, sqlx::Error> {
+/// Gives the jobs `node` holds back unworked: claimable again at once.
+pub(super) async fn release_jobs(
+    tx: &mut Tx,
+    job_ids: &[i64],
+    node: &str,
+) -> Result<u64, sqlx::Error> {
     if job_ids.is_empty() {
         return Ok(0);
     }
-    tx.execute(DELETE_JOBS, args![json(job_ids).as_str()]).await
-}
-
-/// Gives jobs back unworked: claimable again at once.
-pub(super) async fn release_jobs(tx: &mut Tx, job_ids: &[i64]) -> Result<u64, sqlx::Error> {
-    if job_ids.is_empty() {
-        return Ok(0);
-    }
-    tx.execute(RELEASE_JOBS, args![json(job_ids).as_str()])
+    tx.execute(RELEASE_JOBS, args![json(job_ids).as_str(), node])
         .await
 }
 
-/// Records retries: progress, attempts, when to try again and why; the lease is let go.
-pub(super) async fn retry_jobs(tx: &mut Tx, retries: &[RetryRow<'_>]) -> Result<(), sqlx::Error> {
+/// Records retries of jobs `node` holds: progress, attempts, when to try again and why; the
+/// lease is let go.
+pub(super) async fn retry_jobs(
+    tx: &mut Tx,
+    retries: &[RetryRow<'_>],
+    node: &str,
+) -> Result<(), sqlx::Error> {
     for retry in retries {
-        tx.execute(
-            RETRY_JOB,
-            args![
-                retry.job_id,
-                retry.progress,
-                retry.attempts,
-                retry.next_attempt_at,
-                retry.error
-            ],
-        )
-        .await?;
+        let args = args![
+            retry.job_id,
+            retry.progress,
+            retry.attempts,
+            retry.next_attempt_at,
+            retry.error,
+            node
+        ];
+        tx.execute(RETRY_JOB, args).await?;
     }
     Ok(())
 }

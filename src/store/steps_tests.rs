@@ -215,7 +215,7 @@ async fn expired_leases_and_future_attempts_decide_what_is_due() {
         next_attempt_at: 50_000,
         error: Some("receiver answered 500"),
     };
-    retry_jobs(&mut tx, &[retry]).await.expect("retry");
+    retry_jobs(&mut tx, &[retry], NODE).await.expect("retry");
     let before_expiry = claim_jobs(&mut tx, 10, "[]", 4_999, 20_000, OTHER_NODE)
         .await
         .expect("claim");
@@ -245,7 +245,9 @@ async fn renewals_extend_only_this_nodes_live_leases() {
     let (db, ids) = store_with_jobs(3, 5_000).await;
     let store = &db.store;
     let mut tx = store.begin().await.expect("begin");
-    release_jobs(&mut tx, &[ids[1]]).await.expect("release");
+    release_jobs(&mut tx, &[ids[1]], NODE)
+        .await
+        .expect("release");
     // Another node took the third job over after its lease ran out.
     tx.execute(
         Sql::shared("UPDATE jobs SET leased_by = $2 WHERE id = $1"),
@@ -257,7 +259,11 @@ async fn renewals_extend_only_this_nodes_live_leases() {
         .await
         .expect("renew");
     tx.commit().await.expect("commit");
-    assert_eq!(renewed, 1, "only the lease this node still holds");
+    assert_eq!(
+        renewed,
+        HashSet::from([ids[0]]),
+        "only the lease this node still holds"
+    );
     let leases: Vec<i64> = jobs(store).await.iter().map(|job| job.1).collect();
     assert_eq!(leases, [9_000, 0, 5_000]);
 }
@@ -267,7 +273,10 @@ async fn finished_jobs_leave_retried_jobs_wait_released_jobs_are_free() {
     let (db, ids) = store_with_jobs(3, 5_000).await;
     let store = &db.store;
     let mut tx = store.begin().await.expect("begin");
-    assert_eq!(delete_jobs(&mut tx, &[ids[0]]).await.expect("delete"), 1);
+    assert_eq!(
+        delete_jobs(&mut tx, &[ids[0]], NODE).await.expect("delete"),
+        1
+    );
     let retry = RetryRow {
         job_id: ids[1],
         progress: 2,
@@ -275,8 +284,13 @@ async fn finished_jobs_leave_retried_jobs_wait_released_jobs_are_free() {
         next_attempt_at: 77_000,
         error: Some("timeout"),
     };
-    retry_jobs(&mut tx, &[retry]).await.expect("retry");
-    assert_eq!(release_jobs(&mut tx, &[ids[2]]).await.expect("release"), 1);
+    retry_jobs(&mut tx, &[retry], NODE).await.expect("retry");
+    assert_eq!(
+        release_jobs(&mut tx, &[ids[2]], NODE)
+            .await
+            .expect("release"),
+        1
+    );
     tx.commit().await.expect("commit");
     let state = jobs(store).await;
     assert_eq!(state.len(), 2);
@@ -379,4 +393,48 @@ async fn profiles_merge_attributes_and_delete_nulls() {
     let attributes: serde_json::Value = serde_json::from_str(&user.user_attributes).expect("json");
     assert_eq!(attributes, serde_json::json!({"plan": "pro"}));
     assert_eq!((user.created_at, user.last_seen_at), (1_000, 2_000));
+}
+
+#[tokio::test]
+async fn a_node_cannot_change_a_job_another_node_took_over() {
+    // NODE's leases ran out (at 5 000) and OTHER_NODE claimed the jobs at 6 000.
+    let (db, ids) = store_with_jobs(3, 5_000).await;
+    let store = &db.store;
+    let mut tx = store.begin().await.expect("begin");
+    let taken = claim_jobs(&mut tx, 10, "[]", 6_000, 60_000, OTHER_NODE)
+        .await
+        .expect("claim");
+    assert_eq!(taken.len(), 3);
+    // The stalled node wakes up and reports what it did with them.
+    assert_eq!(
+        delete_jobs(&mut tx, &[ids[0]], NODE).await.expect("delete"),
+        0
+    );
+    let retry = RetryRow {
+        job_id: ids[1],
+        progress: 1,
+        attempts: 1,
+        next_attempt_at: 99_000,
+        error: Some("late"),
+    };
+    retry_jobs(&mut tx, &[retry], NODE).await.expect("retry");
+    assert_eq!(
+        release_jobs(&mut tx, &[ids[2]], NODE)
+            .await
+            .expect("release"),
+        0
+    );
+    let renewed = renew_leases(&mut tx, &ids, 90_000, NODE)
+        .await
+        .expect("renew");
+    tx.commit().await.expect("commit");
+    assert!(renewed.is_empty(), "every lease is the other node's");
+    for job in jobs(store).await {
+        assert_eq!(
+            (job.1, job.2.as_deref(), job.3, job.5),
+            (60_000, Some(OTHER_NODE), 0, 1_000),
+            "job {} is untouched",
+            job.0
+        );
+    }
 }

@@ -54,10 +54,12 @@ impl Writer {
         self.send(Command::Update(update)).await
     }
 
-    /// Extends the leases of `job_ids` by the lease time from now, unless they were released.
-    /// Not awaited to commit: a lost renewal only risks what renewing prevents.
-    pub(crate) async fn renew(&self, job_ids: Vec<i64>) -> StoreResult<()> {
-        self.send(Command::Renew(job_ids)).await
+    /// Extends the leases of `job_ids` by the lease time from now, where this node still holds
+    /// them; answers those ids. The others are no longer this node's to deliver.
+    pub(crate) async fn renew(&self, job_ids: Vec<i64>) -> StoreResult<Vec<i64>> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Renew { job_ids, reply }).await?;
+        answer.await.map_err(|_| closed())?
     }
 
     /// Leases up to `limit` due, unleased jobs to this node, except jobs of the `skip` connections.
@@ -143,14 +145,17 @@ fn settle(
         (Command::Claim { reply, .. }, Ok(Some(Done::Claim(jobs)))) => {
             let _ = reply.send(Ok(jobs));
         }
+        (Command::Renew { reply, .. }, Ok(Some(Done::Renew(ids)))) => {
+            let _ = reply.send(Ok(ids));
+        }
         (Command::Ingest { reply, .. }, Err(e)) => {
             let _ = reply.send(Err(e));
         }
         (Command::Claim { reply, .. }, Err(e)) => {
             let _ = reply.send(Err(e));
         }
-        (Command::Renew(ids), Err(error)) => {
-            tracing::warn!(%error, jobs = ids.len(), "Renewing leases failed; they are renewed again soon.");
+        (Command::Renew { reply, .. }, Err(error)) => {
+            let _ = reply.send(Err(error));
         }
         (Command::Update(update), Err(error)) => {
             tracing::warn!(%error, ?update, "Job update failed; the job will be retried after its lease.");

@@ -362,9 +362,9 @@ impl Node {
     }
 
     /// Renews leases and waits until that is committed.
-    pub(super) async fn renew(&self, job_ids: Vec<i64>) {
-        self.writer.renew(job_ids).await.expect("send renewal");
-        self.settle().await;
+    /// Renews leases (committed when it answers); returns the jobs this node still held.
+    pub(super) async fn renew(&self, job_ids: Vec<i64>) -> Vec<i64> {
+        self.writer.renew(job_ids).await.expect("renew")
     }
 
     /// Waits until every command sent before is committed. The writer takes commands in order

@@ -56,19 +56,23 @@ enum Op {
         limit: i64,
         skip: u8,
     },
-    /// Updates pick a job still queued or one already gone (a late update from a stale worker).
+    /// Updates pick a job still queued or one already gone (a late update from a stale worker),
+    /// and come from the node that holds it or from any node (one that lost it: fenced).
     Finish {
         pick: Index,
+        by: By,
         dead: i64,
     },
     Retry {
         pick: Index,
+        by: By,
         progress: i64,
         delay: i64,
         dead: i64,
     },
     Release {
         pick: Index,
+        by: By,
     },
     Renew {
         node: usize,
@@ -106,11 +110,12 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(node, batches)| Op::Ingest { node, batches }),
         3 => (0..NODES, 0i64..5, 0u8..8)
             .prop_map(|(node, limit, skip)| Op::Claim { node, limit, skip }),
-        2 => (any::<Index>(), 0i64..3).prop_map(|(pick, dead)| Op::Finish { pick, dead }),
-        2 => (any::<Index>(), 0i64..4, -1i64..5, 0i64..2).prop_map(
-            |(pick, progress, delay, dead)| Op::Retry { pick, progress, delay, dead }
+        2 => (any::<Index>(), arb_by(), 0i64..3)
+            .prop_map(|(pick, by, dead)| Op::Finish { pick, by, dead }),
+        2 => (any::<Index>(), arb_by(), 0i64..4, -1i64..5, 0i64..2).prop_map(
+            |(pick, by, progress, delay, dead)| Op::Retry { pick, by, progress, delay, dead }
         ),
-        1 => any::<Index>().prop_map(|pick| Op::Release { pick }),
+        1 => (any::<Index>(), arb_by()).prop_map(|(pick, by)| Op::Release { pick, by }),
         2 => (0..NODES, proptest::collection::vec(any::<Index>(), 1..4))
             .prop_map(|(node, picks)| Op::Renew { node, picks }),
         2 => (1i64..5).prop_map(|ticks| Op::Advance { ticks }),
@@ -119,6 +124,18 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::ReleaseAll),
         1 => (0i64..4).prop_map(|age| Op::Prune { age }),
     ]
+}
+
+/// Which node sends an update.
+#[derive(Debug, Clone, Copy)]
+enum By {
+    /// The node the job is leased to (node 0 if none).
+    Holder,
+    Node(usize),
+}
+
+fn arb_by() -> impl Strategy<Value = By> {
+    prop_oneof![3 => Just(By::Holder), 1 => (0..NODES).prop_map(By::Node)]
 }
 
 /// A queued job as the model sees it; times in ticks.
@@ -176,6 +193,17 @@ impl Model {
         });
         let keys: Vec<JobKey> = queued.chain(self.gone.values().cloned()).collect();
         (!keys.is_empty()).then(|| keys[pick.index(keys.len())].clone())
+    }
+
+    /// The node that sends an update of job `id`, and whether it still holds the job (only then
+    /// does the update change it).
+    fn sender(&self, id: i64, by: By) -> (usize, bool) {
+        let holder = self.jobs.get(&id).and_then(|job| job.leased_by);
+        let node = match by {
+            By::Holder => holder.unwrap_or(0),
+            By::Node(node) => node,
+        };
+        (node, holder == Some(node))
     }
 
     fn leave(&mut self, id: i64) {
@@ -267,10 +295,11 @@ impl Runner {
         match op {
             Op::Ingest { node, batches } => self.ingest(*node, batches).await?,
             Op::Claim { node, limit, skip } => self.claim(*node, *limit, *skip).await?,
-            Op::Finish { pick, dead } => {
+            Op::Finish { pick, by, dead } => {
                 let Some(job) = self.model.pick(pick) else {
                     return Ok(());
                 };
+                let (node, holds) = self.model.sender(job.id, *by);
                 let update = JobUpdate::Finished {
                     job: job.clone(),
                     attempt: attempt(
@@ -280,12 +309,15 @@ impl Runner {
                     ),
                     dead: (0..*dead).map(dead_letter).collect(),
                 };
-                self.nodes[0].update(update).await;
-                self.model.leave(job.id);
+                self.nodes[node].update(update).await;
+                if holds {
+                    self.model.leave(job.id);
+                }
                 self.model.record(&job, "delivered", *dead);
             }
             Op::Retry {
                 pick,
+                by,
                 progress,
                 delay,
                 dead,
@@ -293,6 +325,7 @@ impl Runner {
                 let Some(job) = self.model.pick(pick) else {
                     return Ok(());
                 };
+                let (node, holds) = self.model.sender(job.id, *by);
                 let clock = self.model.clock;
                 let attempts = self.model.jobs.get(&job.id).map_or(1, |j| j.attempts + 1);
                 let error = "status 503";
@@ -308,8 +341,8 @@ impl Runner {
                     ),
                     dead: (0..*dead).map(dead_letter).collect(),
                 };
-                self.nodes[0].update(update).await;
-                if let Some(queued) = self.model.jobs.get_mut(&job.id) {
+                self.nodes[node].update(update).await;
+                if holds && let Some(queued) = self.model.jobs.get_mut(&job.id) {
                     queued.progress = *progress;
                     queued.attempts = attempts;
                     queued.next_attempt_at = clock + delay;
@@ -318,14 +351,15 @@ impl Runner {
                 }
                 self.model.record(&job, "retry", *dead);
             }
-            Op::Release { pick } => {
+            Op::Release { pick, by } => {
                 let Some(job) = self.model.pick(pick) else {
                     return Ok(());
                 };
-                self.nodes[0]
+                let (node, holds) = self.model.sender(job.id, *by);
+                self.nodes[node]
                     .update(JobUpdate::Release { job_id: job.id })
                     .await;
-                if let Some(queued) = self.model.jobs.get_mut(&job.id) {
+                if holds && let Some(queued) = self.model.jobs.get_mut(&job.id) {
                     queued.lease_until = None;
                 }
             }
@@ -335,16 +369,27 @@ impl Runner {
                     .filter_map(|p| self.model.pick(p))
                     .map(|k| k.id)
                     .collect();
-                self.nodes[*node].renew(ids.clone()).await;
+                let mut renewed = self.nodes[*node].renew(ids.clone()).await;
                 let until = self.model.clock + LEASE_TICKS;
+                let mut expected = Vec::new();
                 for id in ids {
                     if let Some(job) = self.model.jobs.get_mut(&id)
                         && job.lease_until.is_some()
                         && job.leased_by == Some(*node)
                     {
                         job.lease_until = Some(until);
+                        expected.push(id);
                     }
                 }
+                renewed.sort_unstable();
+                renewed.dedup();
+                expected.sort_unstable();
+                expected.dedup();
+                prop_assert_eq!(
+                    renewed,
+                    expected,
+                    "the store renewed other jobs than the model"
+                );
             }
             Op::Advance { ticks } => {
                 self.db.advance(ticks * TICK).await;

@@ -345,8 +345,13 @@ async fn renew_extends_only_this_nodes_leases() {
     let lost = db.job(lost.id).await.expect("job");
 
     let before = now_ms();
-    a.renew(vec![kept.id, lost.id]).await;
+    let still_held = a.renew(vec![kept.id, lost.id]).await;
     let after = now_ms();
+    assert_eq!(
+        still_held,
+        [kept.id],
+        "the renewal says which lease was lost"
+    );
     let renewed = db.job(kept.id).await.expect("job");
     assert!((before + LEASE_MS..=after + LEASE_MS).contains(&renewed.lease_until));
     assert_eq!(renewed.leased_by, kept.leased_by);
@@ -392,8 +397,10 @@ async fn renew_does_not_revive_a_released_retried_or_finished_job() {
     .await;
 
     let before = now_ms();
-    a.renew(vec![released.id, retried.id, finished.id, held.id])
+    let still_held = a
+        .renew(vec![released.id, retried.id, finished.id, held.id])
         .await;
+    assert_eq!(still_held, [held.id]);
     let after = now_ms();
     let jobs = db.jobs().await;
     let row = |id: i64| jobs.iter().find(|j| j.id == id).cloned();
