@@ -219,11 +219,7 @@ pub(super) async fn delete_jobs(
     job_ids: &[i64],
     node: &str,
 ) -> Result<u64, sqlx::Error> {
-    if job_ids.is_empty() {
-        return Ok(0);
-    }
-    tx.execute(DELETE_JOBS, args![json(job_ids).as_str(), node])
-        .await
+    fenced(tx, DELETE_JOBS, job_ids, node).await
 }
 
 /// Gives the jobs `node` holds back unworked: claimable again at once.
@@ -232,11 +228,16 @@ pub(super) async fn release_jobs(
     job_ids: &[i64],
     node: &str,
 ) -> Result<u64, sqlx::Error> {
+    fenced(tx, RELEASE_JOBS, job_ids, node).await
+}
+
+/// Runs `sql` (`$1` job ids as a JSON array, `$2` the node) on the jobs `node` holds; returns
+/// how many it changed.
+async fn fenced(tx: &mut Tx, sql: Sql, job_ids: &[i64], node: &str) -> Result<u64, sqlx::Error> {
     if job_ids.is_empty() {
         return Ok(0);
     }
-    tx.execute(RELEASE_JOBS, args![json(job_ids).as_str(), node])
-        .await
+    tx.execute(sql, args![json(job_ids).as_str(), node]).await
 }
 
 /// Records retries of jobs `node` holds: progress, attempts, when to try again and why; the
