@@ -16,6 +16,7 @@ pub(crate) mod retry;
 pub(crate) mod webhook;
 mod worker;
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -29,8 +30,9 @@ use tokio_util::task::TaskTracker;
 use crate::config::DeliveryConfig;
 use crate::live::LiveStream;
 use crate::model::ids::{BatchId, ConnectionId};
+use crate::model::now_ms;
 use crate::pipeline::catalog::Catalog;
-use crate::store::queue::{AttemptRecord, Job, JobUpdate};
+use crate::store::queue::{AttemptRecord, Job, JobUpdate, Renewed};
 use crate::store::writer::Writer;
 use crate::store::{Store, StoreError};
 use crate::telemetry::Metrics;
@@ -94,8 +96,11 @@ struct Lanes {
     /// leaves their new jobs in the table and the poller skips them, until half the places are
     /// free again (the gap keeps a lane at the boundary from flapping). Shared with the writer.
     crowded: Arc<Crowded>,
-    /// Jobs this node holds, queued or in flight.
-    held: Mutex<HashSet<i64>>,
+    /// Jobs this node holds, queued or in flight, with the end of each one's lease (Unix ms).
+    held: Mutex<HashMap<i64, i64>>,
+    /// A request may take this long: a job whose lease ends sooner is renewed before its next
+    /// request (see [`HeldJob::confirm`]).
+    request_timeout_ms: i64,
     tracker: TaskTracker,
     cancel: CancellationToken,
 }
@@ -114,7 +119,9 @@ pub(crate) async fn run(
         max_in_flight: config.max_in_flight_per_connection,
         capacity: config.lane_capacity,
         crowded,
-        held: Mutex::new(HashSet::new()),
+        held: Mutex::new(HashMap::new()),
+        request_timeout_ms: i64::try_from(config.request_timeout_secs.saturating_mul(1000))
+            .unwrap_or(i64::MAX),
         tracker: TaskTracker::new(),
         cancel: cancel.clone(),
     });
@@ -160,7 +167,7 @@ impl Lanes {
     /// A job this node already holds (queued or in flight) is not queued twice: the poller can
     /// claim it again when its lease runs out while it waits, and that claim only renews the lease.
     async fn offer(self: &Arc<Self>, job: Job) {
-        if !self.hold(job.id) {
+        if !self.hold(job.id, job.lease_until) {
             return;
         }
         let connection_id = job.connection_id.clone();
@@ -176,53 +183,67 @@ impl Lanes {
         }
     }
 
-    /// Records that this node holds a job; false if it already did.
-    fn hold(&self, job_id: i64) -> bool {
+    /// Records that this node holds a job until `lease_until`; false if it already did (a claim
+    /// of a job it holds only extended the lease).
+    fn hold(&self, job_id: i64, lease_until: i64) -> bool {
+        let mut held = self.held();
+        match held.entry(job_id) {
+            Entry::Occupied(mut entry) => {
+                let until = entry.get_mut();
+                *until = (*until).max(lease_until);
+                false
+            }
+            Entry::Vacant(entry) => {
+                entry.insert(lease_until);
+                true
+            }
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<i64, i64>> {
         self.held
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(job_id)
     }
 
-    /// Lets go of the jobs a renewal found this node no longer holds (another node claimed
-    /// them after this one stalled past their lease, or they are gone): nothing more is sent for
-    /// them, and a queued one is skipped when its lane reaches it.
-    fn drop_lost(&self, asked: &[i64], renewed: &[i64]) {
-        let renewed: HashSet<i64> = renewed.iter().copied().collect();
-        let lost: Vec<i64> = asked
-            .iter()
-            .copied()
-            .filter(|id| !renewed.contains(id))
-            .collect();
-        if lost.is_empty() {
-            return;
+    /// Applies a renewal of the leases on `asked`: the renewed ones get their new end, and the
+    /// others are let go: another node claimed them after this one stalled past their lease, or
+    /// they are gone. Nothing more is sent for those, and a queued one is skipped when its lane
+    /// reaches it.
+    fn renewed(&self, asked: &[i64], renewed: &Renewed) {
+        let still: HashSet<i64> = renewed.job_ids.iter().copied().collect();
+        let mut held = self.held();
+        let mut lost = 0;
+        for id in asked {
+            if still.contains(id) {
+                // Only jobs still held: one finished meanwhile is not taken up again.
+                if let Some(until) = held.get_mut(id) {
+                    *until = (*until).max(renewed.lease_until);
+                }
+            } else if held.remove(id).is_some() {
+                lost += 1;
+            }
         }
-        let mut held = self
-            .held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for id in &lost {
-            held.remove(id);
+        if lost > 0 {
+            tracing::warn!(
+                jobs = lost,
+                "Leases lost to another node; this node stops delivering those jobs."
+            );
         }
-        tracing::warn!(
-            jobs = lost.len(),
-            "Leases lost to another node; this node stops delivering those jobs."
-        );
     }
 
     /// Whether this node still holds a job (renewals drop the jobs it lost).
     fn holds(&self, job_id: i64) -> bool {
-        self.held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains(&job_id)
+        self.held().contains_key(&job_id)
+    }
+
+    /// When this node's lease on a job ends, if it holds the job.
+    fn lease_of(&self, job_id: i64) -> Option<i64> {
+        self.held().get(&job_id).copied()
     }
 
     fn forget(&self, job_id: i64) {
-        self.held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&job_id);
+        self.held().remove(&job_id);
     }
 
     /// Records a job's outcome and lets go of it.
@@ -307,7 +328,7 @@ impl Lanes {
                 job = jobs.recv() => match job { Some(job) => job, None => break },
             };
             if !self.holds(job.id) {
-                // Lost to another node while it waited here (see `drop_lost`).
+                // Lost to another node while it waited here (see `Lanes::renewed`).
                 continue;
             }
             if self.is_roomy(jobs.capacity()) && self.crowded.contains(&connection_id) {
@@ -321,8 +342,11 @@ impl Lanes {
             self.tracker.spawn(async move {
                 let job_id = job.id;
                 // A panic (a bug) must not leave the job held, and so renewed, for ever.
-                let still_held = || lanes.holds(job_id);
-                let update = AssertUnwindSafe(worker::work(&lanes.ctx, job, still_held))
+                let lease = HeldJob {
+                    lanes: &lanes,
+                    job_id,
+                };
+                let update = AssertUnwindSafe(worker::work(&lanes.ctx, job, &lease))
                     .catch_unwind()
                     .await
                     .unwrap_or_else(|_| {
@@ -339,6 +363,38 @@ impl Lanes {
         jobs.close();
         while let Ok(job) = jobs.try_recv() {
             self.release(job.id).await;
+        }
+    }
+}
+
+/// This node's lease on one job, as a worker sees it.
+pub(crate) struct HeldJob<'a> {
+    lanes: &'a Lanes,
+    job_id: i64,
+}
+
+impl HeldJob<'_> {
+    /// Whether the job's next request may go out: this node still holds the job, and its lease
+    /// outlasts the request. A lease ending sooner (the node stalled, or renewals were late) is
+    /// renewed first, and a renewal that finds the job gone or taken by another node lets it go,
+    /// so after a stall the only requests sent twice are those already on the wire.
+    pub(crate) async fn confirm(&self) -> bool {
+        let Some(until) = self.lanes.lease_of(self.job_id) else {
+            return false;
+        };
+        if until.saturating_sub(now_ms()) > self.lanes.request_timeout_ms {
+            return true;
+        }
+        let asked = [self.job_id];
+        match self.lanes.ctx.writer.renew(asked.to_vec()).await {
+            Ok(renewed) => {
+                self.lanes.renewed(&asked, &renewed);
+                self.lanes.holds(self.job_id)
+            }
+            Err(error) => {
+                tracing::warn!(job_id = self.job_id, %error, "Could not renew a short lease; the job waits for its lease to end.");
+                false
+            }
         }
     }
 }
@@ -395,13 +451,7 @@ async fn renew_leases(lanes: Arc<Lanes>, every: Duration, stop: CancellationToke
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
-        let mut held: Vec<i64> = lanes
-            .held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .iter()
-            .copied()
-            .collect();
+        let mut held: Vec<i64> = lanes.held().keys().copied().collect();
         // In id order: rows are then locked in a consistent order on PostgreSQL, which keeps
         // deadlocks with other multi-row updates of the same jobs rare.
         held.sort_unstable();
@@ -409,7 +459,7 @@ async fn renew_leases(lanes: Arc<Lanes>, every: Duration, stop: CancellationToke
             continue;
         }
         match lanes.ctx.writer.renew(held.clone()).await {
-            Ok(renewed) => lanes.drop_lost(&held, &renewed),
+            Ok(renewed) => lanes.renewed(&held, &renewed),
             Err(error) => tracing::warn!(%error, "Could not renew leases."),
         }
     }

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::Rng;
 
-use super::DeliveryContext;
 use super::retry::{Classification, classify};
 use super::webhook::SendError;
+use super::{DeliveryContext, HeldJob};
 use crate::live::{Direction, LiveItem, Outcome, event_type_of};
 use crate::model::attempt::AttemptOutcome;
 use crate::model::ids::{InputId, Mpid};
@@ -20,14 +20,10 @@ use crate::model::now_ms;
 use crate::pipeline::filter;
 use crate::store::queue::{AttemptRecord, DeadLetter, Job, JobKey, JobUpdate};
 
-/// Delivers what is left of `job` and returns the update to record. `still_held` says whether
-/// this node still holds the job's lease (a renewal may find another node took it over); it is
-/// asked before every request, so a lost job sends nothing more.
-pub(crate) async fn work(
-    ctx: &DeliveryContext,
-    job: Job,
-    still_held: impl Fn() -> bool,
-) -> JobUpdate {
+/// Delivers what is left of `job` and returns the update to record. The `lease` is confirmed
+/// before every request (a renewal may find another node took the job over), so a lost job
+/// sends nothing more.
+pub(crate) async fn work(ctx: &DeliveryContext, job: Job, lease: &HeldJob<'_>) -> JobUpdate {
     let mut attempt = Attempt::new(ctx, &job);
     let Some((connection, output)) = ctx.catalog.connection(&job.connection_id) else {
         // A miss may only mean another node created the connection after our last reload: drop
@@ -100,7 +96,7 @@ pub(crate) async fn work(
         .collect();
 
     for (position, (index, event_count, body, events)) in bodies.iter().enumerate() {
-        if !still_held() {
+        if !lease.confirm().await {
             // Another node delivers it now. The release is fenced: it changes nothing there.
             return JobUpdate::Release { job_id: job.id };
         }

@@ -1,6 +1,13 @@
 //! One group commit: the commands the writer gathered, run as named steps (see [`super::steps`])
 //! in one transaction, and one answer per command.
 //!
+//! Lock order, so that nodes sharing one PostgreSQL never deadlock: a group first changes only
+//! job rows this node holds (every statement is fenced by `leased_by`; claims skip locked rows,
+//! so they wait for nobody), then takes the unique keys of its batches in key order
+//! ([`in_lock_order`]), then its users' profiles in MPID order. A node can wait for a job row
+//! only while another node's claim of it is uncommitted, and that claim waits for nothing of
+//! this node's jobs, so no cycle can form.
+//!
 //! The order matters: lease renewals first, so a release in the same group wins; then job
 //! updates, before claims, so a job finished in this group can never be claimed in it again;
 //! then the group's batches, the profiles of their users and their jobs. A batch needs its own
@@ -13,7 +20,9 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::queue::{ClaimedJob, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch};
+use super::queue::{
+    ClaimedJob, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, Renewed,
+};
 use super::steps::{self, AttemptRow, JobRow, ProfileRow, RetryRow};
 use super::{Store, StoreResult};
 use crate::model::ids::{BatchId, ConnectionId, Mpid};
@@ -30,7 +39,7 @@ pub(super) enum Command {
     /// it still held.
     Renew {
         job_ids: Vec<i64>,
-        reply: oneshot::Sender<StoreResult<Vec<i64>>>,
+        reply: oneshot::Sender<StoreResult<Renewed>>,
     },
     Claim {
         limit: i64,
@@ -43,7 +52,7 @@ pub(super) enum Command {
 pub(super) enum Done {
     Ingest(Vec<IngestOutcome>, Vec<Job>),
     Update,
-    Renew(Vec<i64>),
+    Renew(Renewed),
     Claim(Vec<ClaimedJob>),
 }
 
@@ -79,14 +88,27 @@ pub(super) async fn commit(
     }
     let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();
     let ids = steps::allocate_batch_ids(&mut tx, batches.len()).await?;
-    let rows: Vec<(BatchId, &NewBatch)> = ids.iter().copied().zip(batches).collect();
+    let rows = in_lock_order(ids.iter().copied().zip(batches).collect());
     let stored = steps::insert_batches(&mut tx, &rows).await?;
     let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, lease_until, node);
     steps::upsert_profiles(&mut tx, &profile_rows(commands, &outcomes), now).await?;
     let job_ids = steps::insert_jobs(&mut tx, &new_jobs).await?;
     tx.commit().await?;
 
+    let renewed = Leases {
+        renewed,
+        until: lease_until,
+    };
     Ok(answers(commands, claims, outcomes, &job_ids, &renewed))
+}
+
+/// The group's batch rows sorted by their unique key (input, `source_request_id`), so two nodes
+/// storing the same retried requests take the key locks in one order instead of deadlocking.
+fn in_lock_order(mut rows: Vec<(BatchId, &NewBatch)>) -> Vec<(BatchId, &NewBatch)> {
+    rows.sort_by(|(_, a), (_, b)| {
+        (&a.input_id, &a.source_request_id).cmp(&(&b.input_id, &b.source_request_id))
+    });
+    rows
 }
 
 impl Command {
@@ -166,6 +188,12 @@ async fn apply_updates(
     steps::insert_dead_letters(tx, &letters, now).await
 }
 
+/// The group's renewals: the jobs still held, and their new lease end.
+struct Leases {
+    renewed: HashSet<i64>,
+    until: i64,
+}
+
 /// One answer per command, in order: claims get their jobs, renewals the jobs still held,
 /// ingest commands their outcomes and the leased jobs to hand to delivery.
 fn answers(
@@ -173,7 +201,7 @@ fn answers(
     claims: Vec<Vec<ClaimedJob>>,
     outcomes: Vec<Vec<IngestOutcome>>,
     job_ids: &[(i64, BatchId, ConnectionId)],
-    renewed: &HashSet<i64>,
+    renewed: &Leases,
 ) -> Vec<Done> {
     let job_ids: HashMap<(BatchId, &ConnectionId), i64> = job_ids
         .iter()
@@ -185,17 +213,18 @@ fn answers(
         .zip(outcomes)
         .map(|(command, outcomes)| match command {
             Command::Ingest { batches, .. } => {
-                let jobs = jobs_of(batches, &outcomes, &job_ids);
+                let jobs = jobs_of(batches, &outcomes, &job_ids, renewed.until);
                 Done::Ingest(outcomes, jobs)
             }
             Command::Claim { .. } => Done::Claim(claims.next().unwrap_or_default()),
-            Command::Renew { job_ids, .. } => Done::Renew(
-                job_ids
+            Command::Renew { job_ids, .. } => Done::Renew(Renewed {
+                job_ids: job_ids
                     .iter()
                     .copied()
-                    .filter(|id| renewed.contains(id))
+                    .filter(|id| renewed.renewed.contains(id))
                     .collect(),
-            ),
+                lease_until: renewed.until,
+            }),
             Command::Update(_) => Done::Update,
         })
         .collect()
@@ -272,6 +301,7 @@ fn jobs_of(
     batches: &[NewBatch],
     outcomes: &[IngestOutcome],
     ids: &HashMap<(BatchId, &ConnectionId), i64>,
+    lease_until: i64,
 ) -> Vec<Job> {
     let mut jobs = Vec::new();
     for (batch, outcome) in batches.iter().zip(outcomes) {
@@ -290,9 +320,51 @@ fn jobs_of(
                 progress: 0,
                 attempts: 0,
                 created_at: batch.received_at,
+                lease_until,
                 body: Arc::clone(&batch.body),
             });
         }
     }
     jobs
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::ids::InputId;
+
+    fn batch(input: &str, request: Option<&str>) -> NewBatch {
+        NewBatch {
+            input_id: InputId::trusted(input),
+            source_request_id: request.map(str::to_owned),
+            received_at: 0,
+            event_count: 1,
+            body: Arc::from(b"{}".as_slice()),
+            jobs: Vec::new(),
+            profile: None,
+        }
+    }
+
+    #[test]
+    fn batches_are_stored_in_the_order_of_their_unique_key() {
+        let batches = [
+            batch("in_b", Some("r1")),
+            batch("in_a", Some("r2")),
+            batch("in_a", None),
+            batch("in_a", Some("r1")),
+        ];
+        let rows = batches
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (BatchId::new(i64::try_from(i).expect("small")), b))
+            .collect();
+        let order: Vec<i64> = in_lock_order(rows).iter().map(|(id, _)| id.get()).collect();
+        assert_eq!(
+            order,
+            [2, 3, 1, 0],
+            "each batch keeps the id allocated to it"
+        );
+    }
 }

@@ -64,7 +64,16 @@ pub(crate) struct Job {
     pub(crate) progress: i64,
     pub(crate) attempts: i64,
     pub(crate) created_at: i64,
+    /// When this node's lease on the job ends (Unix ms, this node's clock).
+    pub(crate) lease_until: i64,
     pub(crate) body: Arc<[u8]>,
+}
+
+/// What a lease renewal found: the jobs this node still held, now leased until `lease_until`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Renewed {
+    pub(crate) job_ids: Vec<i64>,
+    pub(crate) lease_until: i64,
 }
 
 /// How a delivery attempt ended, for the attempt log.
@@ -167,6 +176,7 @@ pub(crate) struct ClaimedJob {
     progress: i64,
     attempts: i64,
     created_at: i64,
+    lease_until: i64,
 }
 
 impl ClaimedJob {
@@ -191,6 +201,7 @@ impl ClaimedJob {
             progress: self.progress,
             attempts: self.attempts,
             created_at: self.created_at,
+            lease_until: self.lease_until,
             body,
         }
     }

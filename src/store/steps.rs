@@ -3,7 +3,7 @@
 //!
 //! Rows travel as one JSON array parameter or one multi-row `VALUES` per step: each statement
 //! is a round trip to the database (on SQLite, to its worker thread), so per-row statements
-//! were the writer's main cost. Retries and dead letters, which are rare, go row by row.
+//! were the writer's main cost. Dead letters, which are rare and carry bodies, go row by row.
 
 use std::collections::HashSet;
 
@@ -63,7 +63,7 @@ pub(super) struct ProfileRow {
 }
 
 /// A retry to record: the job keeps its place with its progress, and waits.
-#[derive(Debug)]
+#[derive(Debug, Serialize)]
 pub(super) struct RetryRow<'a> {
     pub(super) job_id: i64,
     pub(super) progress: i64,
@@ -99,10 +99,19 @@ const RELEASE_JOBS: Sql = Sql::each(
     "UPDATE jobs SET lease_until = 0 WHERE id IN \
      (SELECT jsonb_array_elements_text($1::jsonb)::bigint) AND leased_by = $2",
 );
-/// `$6` this node.
-const RETRY_JOB: Sql = Sql::shared(
-    "UPDATE jobs SET progress = $2, attempts = $3, \
-     next_attempt_at = $4, lease_until = 0, last_error = $5 WHERE id = $1 AND leased_by = $6",
+/// `$1` the retries as a JSON array of `RetryRow`s, `$2` this node.
+const RETRY_JOBS: Sql = Sql::each(
+    "UPDATE jobs SET progress = r.progress, attempts = r.attempts, \
+     next_attempt_at = r.next_attempt_at, lease_until = 0, last_error = r.error \
+     FROM (SELECT value ->> 'job_id' AS job_id, value ->> 'progress' AS progress, \
+     value ->> 'attempts' AS attempts, value ->> 'next_attempt_at' AS next_attempt_at, \
+     value ->> 'error' AS error FROM json_each($1)) AS r \
+     WHERE jobs.id = r.job_id AND jobs.leased_by = $2",
+    "UPDATE jobs SET progress = r.progress, attempts = r.attempts, \
+     next_attempt_at = r.next_attempt_at, lease_until = 0, last_error = r.error \
+     FROM jsonb_to_recordset($1::jsonb) AS r(job_id bigint, progress bigint, attempts bigint, \
+     next_attempt_at bigint, error text) \
+     WHERE jobs.id = r.job_id AND jobs.leased_by = $2",
 );
 const INSERT_ATTEMPTS: Sql = Sql::each(
     "INSERT INTO attempts \
@@ -130,12 +139,14 @@ const CLAIM_JOBS: Sql = Sql::each(
      (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
       AND connection_id NOT IN (SELECT value FROM json_each($4)) \
       ORDER BY next_attempt_at LIMIT $3) \
-     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at",
+     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
+     lease_until",
     "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
      (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
       AND connection_id NOT IN (SELECT jsonb_array_elements_text($4::jsonb)) \
       ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
-     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at",
+     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
+     lease_until",
 );
 /// `$1` fresh batch ids, in increasing order. SQLite: the next ids after the largest ever used
 /// (AUTOINCREMENT keeps it in `sqlite_sequence`, also for explicit ids; the writer's
@@ -240,25 +251,18 @@ async fn fenced(tx: &mut Tx, sql: Sql, job_ids: &[i64], node: &str) -> Result<u6
     tx.execute(sql, args![json(job_ids).as_str(), node]).await
 }
 
-/// Records retries of jobs `node` holds: progress, attempts, when to try again and why; the
-/// lease is let go.
+/// Records retries of jobs `node` holds, in one statement: progress, attempts, when to try
+/// again and why; the lease is let go. Returns how many jobs it changed.
 pub(super) async fn retry_jobs(
     tx: &mut Tx,
     retries: &[RetryRow<'_>],
     node: &str,
-) -> Result<(), sqlx::Error> {
-    for retry in retries {
-        let args = args![
-            retry.job_id,
-            retry.progress,
-            retry.attempts,
-            retry.next_attempt_at,
-            retry.error,
-            node
-        ];
-        tx.execute(RETRY_JOB, args).await?;
+) -> Result<u64, sqlx::Error> {
+    if retries.is_empty() {
+        return Ok(0);
     }
-    Ok(())
+    tx.execute(RETRY_JOBS, args![json(retries).as_str(), node])
+        .await
 }
 
 /// Appends to the attempt log.

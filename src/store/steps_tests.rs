@@ -438,3 +438,53 @@ async fn a_node_cannot_change_a_job_another_node_took_over() {
         );
     }
 }
+
+#[tokio::test]
+async fn retries_of_several_jobs_each_keep_their_own_progress_in_one_step() {
+    let (db, ids) = store_with_jobs(3, 5_000).await;
+    let store = &db.store;
+    let mut tx = store.begin().await.expect("begin");
+    tx.execute(
+        Sql::shared("UPDATE jobs SET leased_by = $2 WHERE id = $1"),
+        args![ids[2], OTHER_NODE],
+    )
+    .await
+    .expect("take over");
+    let retry = |i: usize, progress, next_attempt_at, error| RetryRow {
+        job_id: ids[i],
+        progress,
+        attempts: progress + 1,
+        next_attempt_at,
+        error,
+    };
+    let retries = [
+        retry(0, 1, 70_000, Some("receiver answered 503")),
+        retry(1, 4, 80_000, None),
+        retry(2, 9, 90_000, Some("not this node's")),
+    ];
+    assert_eq!(
+        retry_jobs(&mut tx, &retries, NODE).await.expect("retry"),
+        2,
+        "the job another node holds is not changed"
+    );
+    tx.commit().await.expect("commit");
+    let state = jobs(store).await;
+    assert_eq!(state[0], (ids[0], 0, Some(NODE.to_owned()), 1, 2, 70_000));
+    assert_eq!(state[1], (ids[1], 0, Some(NODE.to_owned()), 4, 5, 80_000));
+    assert_eq!(
+        state[2],
+        (ids[2], 5_000, Some(OTHER_NODE.to_owned()), 0, 0, 1_000)
+    );
+    let errors: Vec<(Option<String>,)> = store
+        .fetch_all(Sql::shared("SELECT last_error FROM jobs ORDER BY id"), &[])
+        .await
+        .expect("read");
+    assert_eq!(
+        errors,
+        [
+            (Some("receiver answered 503".to_owned()),),
+            (None,),
+            (None,)
+        ]
+    );
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::group::{Command, Done, commit};
-use super::queue::{ClaimedJob, IngestOutcome, Job, JobUpdate, NewBatch};
+use super::queue::{ClaimedJob, IngestOutcome, Job, JobUpdate, NewBatch, Renewed};
 use super::{Store, StoreError, StoreResult};
 use crate::model::ids::ConnectionId;
 
@@ -56,7 +56,7 @@ impl Writer {
 
     /// Extends the leases of `job_ids` by the lease time from now, where this node still holds
     /// them; answers those ids. The others are no longer this node's to deliver.
-    pub(crate) async fn renew(&self, job_ids: Vec<i64>) -> StoreResult<Vec<i64>> {
+    pub(crate) async fn renew(&self, job_ids: Vec<i64>) -> StoreResult<Renewed> {
         let (reply, answer) = oneshot::channel();
         self.send(Command::Renew { job_ids, reply }).await?;
         answer.await.map_err(|_| closed())?
@@ -145,8 +145,8 @@ fn settle(
         (Command::Claim { reply, .. }, Ok(Some(Done::Claim(jobs)))) => {
             let _ = reply.send(Ok(jobs));
         }
-        (Command::Renew { reply, .. }, Ok(Some(Done::Renew(ids)))) => {
-            let _ = reply.send(Ok(ids));
+        (Command::Renew { reply, .. }, Ok(Some(Done::Renew(renewed)))) => {
+            let _ = reply.send(Ok(renewed));
         }
         (Command::Ingest { reply, .. }, Err(e)) => {
             let _ = reply.send(Err(e));

@@ -364,7 +364,7 @@ impl Node {
     /// Renews leases and waits until that is committed.
     /// Renews leases (committed when it answers); returns the jobs this node still held.
     pub(super) async fn renew(&self, job_ids: Vec<i64>) -> Vec<i64> {
-        self.writer.renew(job_ids).await.expect("renew")
+        self.writer.renew(job_ids).await.expect("renew").job_ids
     }
 
     /// Waits until every command sent before is committed. The writer takes commands in order
