@@ -353,9 +353,25 @@ impl Tx {
     }
 
     pub(crate) async fn commit(self) -> Result<(), sqlx::Error> {
+        #[cfg(test)]
+        if let Some(fault) = super::faults::take_commit_fault() {
+            return self.commit_with(fault).await;
+        }
         match self {
             Tx::Sqlite(tx) => tx.commit().await,
             Tx::Postgres(tx) => tx.commit().await,
         }
+    }
+
+    #[cfg(test)]
+    async fn commit_with(self, fault: super::faults::CommitFault) -> Result<(), sqlx::Error> {
+        use super::faults::{CommitFault, commit_error};
+        match (fault, self) {
+            (CommitFault::AnswerLost, Tx::Sqlite(tx)) => tx.commit().await?,
+            (CommitFault::AnswerLost, Tx::Postgres(tx)) => tx.commit().await?,
+            (CommitFault::RolledBack, Tx::Sqlite(tx)) => tx.rollback().await?,
+            (CommitFault::RolledBack, Tx::Postgres(tx)) => tx.rollback().await?,
+        }
+        Err(commit_error())
     }
 }

@@ -17,14 +17,16 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use super::backend::Tx;
 use super::queue::{
     ClaimedJob, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, Renewed,
 };
 use super::steps::{self, AttemptRow, JobRow, ProfileRow, RetryRow};
-use super::{Store, StoreResult};
+use super::{Store, StoreError, StoreResult};
 use crate::model::ids::{BatchId, ConnectionId, Mpid};
 use crate::model::now_ms;
 
@@ -67,39 +69,97 @@ impl std::fmt::Debug for Command {
     }
 }
 
+/// Why a group did not commit.
+#[derive(Debug)]
+pub(super) enum Failure {
+    /// Nothing of the group was stored, so its commands may be run again.
+    RolledBack(StoreError),
+    /// The COMMIT failed and whether it took effect could not be found out.
+    Unknown(StoreError),
+}
+
 /// Runs a group's commands in one transaction and returns one `Done` per command, in order.
 pub(super) async fn commit(
     store: &Store,
     commands: &[Command],
     lease_ms: i64,
     node: &str,
-) -> StoreResult<Vec<Done>> {
+) -> Result<Vec<Done>, Failure> {
+    let mut tx = store.begin().await.map_err(rolled_back)?;
+    let (done, stored) = run_steps(&mut tx, commands, lease_ms, node)
+        .await
+        .map_err(rolled_back)?;
+    match tx.commit().await {
+        Ok(()) => Ok(done),
+        Err(error) => settle_commit_error(store, &stored, done, error).await,
+    }
+}
+
+fn rolled_back(error: sqlx::Error) -> Failure {
+    Failure::RolledBack(error.into())
+}
+
+/// The steps of one group, in order, inside `tx`; the answers, and the ids of the batches it
+/// stored.
+async fn run_steps(
+    tx: &mut Tx,
+    commands: &[Command],
+    lease_ms: i64,
+    node: &str,
+) -> Result<(Vec<Done>, HashSet<BatchId>), sqlx::Error> {
     let now = now_ms();
     let lease_until = now + lease_ms;
-    let mut tx = store.begin().await?;
-
-    let renewed = steps::renew_leases(&mut tx, &renewals(commands), lease_until, node).await?;
-    apply_updates(&mut tx, commands, now, node).await?;
+    let renewed = steps::renew_leases(tx, &renewals(commands), lease_until, node).await?;
+    apply_updates(tx, commands, now, node).await?;
     let mut claims = Vec::new();
     for command in commands {
         if let Command::Claim { limit, skip, .. } = command {
-            claims.push(steps::claim_jobs(&mut tx, *limit, skip, now, lease_until, node).await?);
+            claims.push(steps::claim_jobs(tx, *limit, skip, now, lease_until, node).await?);
         }
     }
     let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();
-    let ids = steps::allocate_batch_ids(&mut tx, batches.len()).await?;
+    let ids = steps::allocate_batch_ids(tx, batches.len()).await?;
     let rows = in_lock_order(ids.iter().copied().zip(batches).collect());
-    let stored = steps::insert_batches(&mut tx, &rows).await?;
+    let stored = steps::insert_batches(tx, &rows).await?;
     let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, lease_until, node);
-    steps::upsert_profiles(&mut tx, &profile_rows(commands, &outcomes), now).await?;
-    let job_ids = steps::insert_jobs(&mut tx, &new_jobs).await?;
-    tx.commit().await?;
-
+    steps::upsert_profiles(tx, &profile_rows(commands, &outcomes), now).await?;
+    let job_ids = steps::insert_jobs(tx, &new_jobs).await?;
     let renewed = Leases {
         renewed,
         until: lease_until,
     };
-    Ok(answers(commands, claims, outcomes, &job_ids, &renewed))
+    let done = answers(commands, claims, outcomes, &job_ids, &renewed);
+    Ok((done, stored))
+}
+
+/// A COMMIT that reported an error may have taken effect all the same: the connection can drop
+/// after the server committed. Running the group's commands again would then store its batches
+/// twice, so the database is asked first. A transaction is all or nothing, so one batch it
+/// stored tells. A group that stored no batch only renewed, updated or claimed jobs, which may
+/// be done again (job updates are fenced; at worst an attempt is logged twice).
+async fn settle_commit_error(
+    store: &Store,
+    stored: &HashSet<BatchId>,
+    done: Vec<Done>,
+    error: sqlx::Error,
+) -> Result<Vec<Done>, Failure> {
+    let Some(&probe) = stored.iter().next() else {
+        return Err(rolled_back(error));
+    };
+    for pause in [0, 100, 400] {
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        match store.batch_exists(probe).await {
+            Ok(true) => {
+                tracing::warn!(%error, "COMMIT reported an error but had committed; the group is answered as stored.");
+                return Ok(done);
+            }
+            Ok(false) => return Err(rolled_back(error)),
+            Err(check) => {
+                tracing::warn!(%check, "Could not find out whether a failed COMMIT took effect.")
+            }
+        }
+    }
+    Err(Failure::Unknown(error.into()))
 }
 
 /// The group's batch rows sorted by their unique key (input, `source_request_id`), so two nodes
@@ -140,7 +200,7 @@ fn renewals(commands: &[Command]) -> Vec<i64> {
 /// Each change to a job is fenced by `node`: it applies only while the job is still this node's
 /// (the attempt and dead letters are logged either way, since the requests were made).
 async fn apply_updates(
-    tx: &mut super::backend::Tx,
+    tx: &mut Tx,
     commands: &[Command],
     now: i64,
     node: &str,

@@ -8,6 +8,8 @@
 
 mod backend;
 mod catalog_sql;
+#[cfg(test)]
+pub(crate) mod faults;
 mod group;
 pub(crate) mod identity_sql;
 pub(crate) mod queue;

@@ -222,6 +222,7 @@ impl AttemptRecord {
     }
 }
 
+const BATCH_EXISTS: Sql = Sql::shared("SELECT id FROM batches WHERE id = $1");
 const SELECT_BODIES: Sql = Sql::each(
     "SELECT id, body FROM batches WHERE id IN (SELECT value FROM json_each($1))",
     "SELECT id, body FROM batches WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
@@ -275,6 +276,12 @@ impl Store {
     /// a crashed run had leased become deliverable at once instead of after the lease.
     pub(crate) async fn release_all_leases(&self) -> StoreResult<u64> {
         Ok(self.execute(RELEASE_ALL_LEASES, &[]).await?)
+    }
+
+    /// Whether a batch is stored.
+    pub(crate) async fn batch_exists(&self, id: BatchId) -> StoreResult<bool> {
+        let row: Option<(BatchId,)> = self.fetch_optional(BATCH_EXISTS, args![id]).await?;
+        Ok(row.is_some())
     }
 
     /// The bodies of those of `batch_ids` still kept, by id, in one query.

@@ -5,13 +5,15 @@
 //! writer never waits: it commits what is there.
 //!
 //! If a group's transaction fails, each command is retried in a transaction of its own, so one
-//! bad command cannot fail the requests it happened to share a group with.
+//! bad command cannot fail the requests it happened to share a group with. A COMMIT that
+//! reports an error is first checked: if it took effect after all, the group is answered as
+//! committed, so a retry never stores a batch twice (see [`super::group::commit`]).
 
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::group::{Command, Done, commit};
+use super::group::{Command, Done, Failure, commit};
 use super::queue::{ClaimedJob, IngestOutcome, Job, JobUpdate, NewBatch, Renewed};
 use super::{Store, StoreError, StoreResult};
 use crate::model::ids::ConnectionId;
@@ -101,23 +103,45 @@ async fn run(
     while rx.recv_many(&mut group, MAX_GROUP).await > 0 {
         match commit(&store, &group, lease_ms, &node).await {
             Ok(done) => answer(std::mem::take(&mut group), done, &committed),
-            Err(error) if group.len() > 1 => {
+            Err(Failure::RolledBack(error)) if group.len() > 1 => {
                 tracing::warn!(%error, commands = group.len(), "Group commit failed; retrying its commands one by one.");
                 for command in std::mem::take(&mut group) {
                     let one = std::slice::from_ref(&command);
                     let result = commit(&store, one, lease_ms, &node).await;
-                    settle(command, result, &committed);
+                    settle(command, result.map_err(Failure::into_error), &committed);
                 }
             }
-            Err(error) => {
-                // A group of one: its command gets the error itself.
-                if let Some(command) = group.pop() {
-                    settle(command, Err(error), &committed);
+            Err(failure) => {
+                // A group of one gets the error itself. So does a group whose COMMIT may or may
+                // not have taken effect: running it again could store its batches twice, so its
+                // requests are refused (a client retrying with its `source_request_id` is
+                // de-duplicated) and its job updates are redone after their leases.
+                let error = failure.into_error();
+                tracing::warn!(%error, commands = group.len(), "Group commit failed.");
+                for command in std::mem::take(&mut group) {
+                    settle(command, Err(clone_error(&error)), &committed);
                 }
             }
         }
     }
     tracing::debug!("Writer stopped: every handle was dropped.");
+}
+
+impl Failure {
+    fn into_error(self) -> StoreError {
+        match self {
+            Failure::RolledBack(error) | Failure::Unknown(error) => error,
+        }
+    }
+}
+
+/// A group's error, for each of its commands (sqlx errors cannot be cloned).
+fn clone_error(error: &StoreError) -> StoreError {
+    let detail = match error {
+        StoreError::Database(error) => error.to_string(),
+        other => other.to_string(),
+    };
+    StoreError::Database(sqlx::Error::Protocol(detail))
 }
 
 fn answer(group: Vec<Command>, done: Vec<Done>, committed: &mpsc::UnboundedSender<Vec<Job>>) {
