@@ -296,6 +296,14 @@ impl Lanes {
         free >= self.capacity / 2
     }
 
+    /// Connections whose jobs the poller leaves in the table: those crowded here, and the paused
+    /// (inactive) ones.
+    fn not_to_claim(&self) -> Vec<ConnectionId> {
+        let mut skip: Vec<ConnectionId> = self.crowded.snapshot().into_iter().collect();
+        skip.extend(self.ctx.catalog.paused_connections());
+        skip
+    }
+
     fn claim_limit(&self) -> usize {
         CLAIM_LIMIT.min(self.capacity / 4)
     }
@@ -472,7 +480,7 @@ async fn claim(lanes: &Lanes) -> Result<Vec<Job>, StoreError> {
         .writer
         .claim(
             i64::try_from(lanes.claim_limit()).unwrap_or(i64::MAX),
-            lanes.crowded.snapshot().into_iter().collect(),
+            lanes.not_to_claim(),
         )
         .await?;
     let batch_ids: Vec<BatchId> = claimed.iter().map(|c| c.batch_id()).collect();

@@ -24,6 +24,11 @@ use crate::store::queue::{AttemptRecord, DeadLetter, Job, JobKey, JobUpdate};
 /// before every request (a renewal may find another node took the job over), so a lost job
 /// sends nothing more.
 pub(crate) async fn work(ctx: &DeliveryContext, job: Job, lease: &HeldJob<'_>) -> JobUpdate {
+    if ctx.catalog.is_paused(&job.connection_id) {
+        // Set to inactive after the job was queued: it waits in the table, unworked (a job
+        // already past this point finishes its pass, like a request in flight).
+        return JobUpdate::Release { job_id: job.id };
+    }
     let mut attempt = Attempt::new(ctx, &job);
     let Some((connection, output)) = ctx.catalog.connection(&job.connection_id) else {
         // A miss may only mean another node created the connection after our last reload: drop

@@ -190,6 +190,24 @@ impl Catalog {
             .unwrap_or_default()
     }
 
+    /// Connections set to inactive: their deliveries are paused, so their jobs wait in the table.
+    pub(crate) fn paused_connections(&self) -> Vec<ConnectionId> {
+        self.current()
+            .inactive_by_input
+            .values()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// Whether a connection is set to inactive (its deliveries wait until it is active again).
+    pub(crate) fn is_paused(&self, id: &ConnectionId) -> bool {
+        self.current()
+            .inactive_by_input
+            .values()
+            .any(|connections| connections.contains(id))
+    }
+
     /// A connection and its output's settings, if both still exist.
     pub(crate) fn connection(
         &self,

@@ -541,3 +541,46 @@ async fn old_rows_are_pruned_but_never_a_batch_still_owed() {
         .await;
     app.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_inactive_connection_pauses_its_queued_deliveries_until_reactivated() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    // Fails every request until the connection is paused.
+    receiver.script(&[(500, None); 200]);
+    let (input, connection) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    let path = format!("/api/v1/connections/{}", connection["id"].as_str().unwrap());
+    let set_status = |status: &'static str| {
+        app.admin(Method::PATCH, &path)
+            .json(&json!({ "settings": { "status": status } }))
+            .send()
+    };
+    app.post_events(&input, batch_of(&["custom_event"])).await;
+    receiver.next().await;
+    receiver.next().await;
+
+    assert_eq!(set_status("inactive").await.unwrap().status(), 200);
+    // A request already on the wire may still end; after that, nothing is sent or retried.
+    let _in_flight = receiver.next_within(Duration::from_millis(200)).await;
+    assert!(
+        receiver
+            .next_within(Duration::from_millis(1500))
+            .await
+            .is_none(),
+        "an inactive connection's queued job is retried"
+    );
+    assert_eq!(app.count("jobs").await, 1, "the paused job waits, not lost");
+    receiver.clear_script();
+    app.post_events(&input, batch_of(&["screen_view"])).await;
+
+    assert_eq!(set_status("active").await.unwrap().status(), 200);
+    let resumed = receiver.next().await;
+    assert_eq!(
+        resumed.event_types(),
+        ["custom_event"],
+        "the queued job resumes; the event accepted while inactive is not forwarded"
+    );
+    receiver.expect_silence().await;
+    wait_for(|| async { app.count("jobs").await == 0 }).await;
+    app.stop().await.unwrap();
+}

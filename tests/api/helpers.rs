@@ -423,6 +423,11 @@ impl Receiver {
         self.script.lock().unwrap().extend(answers.iter().copied());
     }
 
+    /// Drops the scripted answers not given yet: from now on, 200.
+    pub fn clear_script(&self) {
+        self.script.lock().unwrap().clear();
+    }
+
     /// The next request, or `None` after `wait`.
     pub async fn next_within(&mut self, wait: Duration) -> Option<Received> {
         tokio::time::timeout(wait, self.received.recv())
