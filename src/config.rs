@@ -104,6 +104,10 @@ pub struct DeliveryConfig {
     pub lease_secs: u64,
     /// Interval of the retry poller.
     pub poll_interval_ms: u64,
+    /// Consecutive failed requests that open a connection's circuit breaker.
+    pub circuit_breaker_failures: u32,
+    /// Longest time an open breaker waits before its next probe request.
+    pub circuit_breaker_max_open_secs: u64,
 }
 
 /// A database URL whose `Debug` output hides any password.
@@ -193,6 +197,9 @@ impl Config {
         }
         if self.delivery.max_in_flight_per_connection == 0 {
             bail!("delivery.max_in_flight_per_connection must be at least 1");
+        }
+        if self.delivery.circuit_breaker_failures == 0 {
+            bail!("delivery.circuit_breaker_failures must be at least 1");
         }
         if self.delivery.lane_capacity < 4 {
             bail!("delivery.lane_capacity must be at least 4");

@@ -11,7 +11,9 @@
 //! On shutdown, lanes stop taking work, queued jobs are released back to the table, and requests
 //! in flight are allowed to finish.
 
+mod breaker;
 mod crowded;
+mod lane;
 pub(crate) mod retry;
 pub(crate) mod webhook;
 mod worker;
@@ -20,10 +22,10 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt as _;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -32,11 +34,13 @@ use crate::live::LiveStream;
 use crate::model::ids::{BatchId, ConnectionId};
 use crate::model::now_ms;
 use crate::pipeline::catalog::Catalog;
-use crate::store::queue::{AttemptRecord, Job, JobUpdate, Renewed};
+use crate::store::queue::{AttemptRecord, ClaimedJob, Job, JobUpdate, Renewed};
 use crate::store::writer::Writer;
 use crate::store::{Store, StoreError};
 use crate::telemetry::Metrics;
+use breaker::{Permit, Transition};
 pub(crate) use crowded::Crowded;
+use lane::{BreakerConfig, LaneControl};
 use retry::Backoff;
 use webhook::WebhookClient;
 
@@ -84,12 +88,20 @@ impl DeliveryContext {
     }
 }
 
+/// A connection's lane: its queue, and what decides how fast it is emptied.
+#[derive(Debug, Clone)]
+struct Lane {
+    jobs: mpsc::Sender<Job>,
+    control: Arc<LaneControl>,
+}
+
 /// The running delivery service.
 #[derive(Debug)]
 struct Lanes {
     ctx: Arc<DeliveryContext>,
-    lanes: Mutex<HashMap<ConnectionId, mpsc::Sender<Job>>>,
+    lanes: Mutex<HashMap<ConnectionId, Lane>>,
     max_in_flight: usize,
+    breaker: BreakerConfig,
     /// Jobs a lane holds beyond those in flight; a job offered to a full lane is released.
     capacity: usize,
     /// Connections whose lanes have fewer than a quarter of their places free: the writer
@@ -117,6 +129,11 @@ pub(crate) async fn run(
         ctx,
         lanes: Mutex::new(HashMap::new()),
         max_in_flight: config.max_in_flight_per_connection,
+        breaker: BreakerConfig {
+            failures: config.circuit_breaker_failures,
+            first_open: Duration::from_millis(config.initial_backoff_ms),
+            max_open: Duration::from_secs(config.circuit_breaker_max_open_secs),
+        },
         capacity: config.lane_capacity,
         crowded,
         held: Mutex::new(HashMap::new()),
@@ -171,7 +188,7 @@ impl Lanes {
             return;
         }
         let connection_id = job.connection_id.clone();
-        let lane = self.lane(&connection_id);
+        let lane = self.lane(&connection_id).jobs;
         let sent = lane.try_send(job);
         if self.is_crowded(lane.capacity()) {
             self.crowded.set(&connection_id, true);
@@ -277,7 +294,7 @@ impl Lanes {
                 .filter(|id| {
                     lanes
                         .get(id)
-                        .is_none_or(|lane| self.is_roomy(lane.capacity()))
+                        .is_none_or(|lane| self.is_roomy(lane.jobs.capacity()))
                 })
                 .collect()
         };
@@ -300,6 +317,7 @@ impl Lanes {
     /// (inactive) ones.
     fn not_to_claim(&self) -> Vec<ConnectionId> {
         let mut skip: Vec<ConnectionId> = self.crowded.snapshot().into_iter().collect();
+        skip.extend(self.crowded.failing());
         skip.extend(self.ctx.catalog.paused_connections());
         skip
     }
@@ -308,7 +326,7 @@ impl Lanes {
         CLAIM_LIMIT.min(self.capacity / 4)
     }
 
-    fn lane(self: &Arc<Self>, connection_id: &ConnectionId) -> mpsc::Sender<Job> {
+    fn lane(self: &Arc<Self>, connection_id: &ConnectionId) -> Lane {
         let mut lanes = self
             .lanes
             .lock()
@@ -317,19 +335,60 @@ impl Lanes {
             return lane.clone();
         }
         let (sender, receiver) = mpsc::channel(self.capacity);
-        lanes.insert(connection_id.clone(), sender.clone());
-        self.tracker
-            .spawn(Arc::clone(self).drive_lane(connection_id.clone(), receiver));
-        sender
+        let lane = Lane {
+            jobs: sender,
+            control: Arc::new(LaneControl::new(self.breaker, self.max_in_flight)),
+        };
+        lanes.insert(connection_id.clone(), lane.clone());
+        self.tracker.spawn(Arc::clone(self).drive_lane(
+            connection_id.clone(),
+            receiver,
+            Arc::clone(&lane.control),
+        ));
+        lane
     }
 
-    /// Takes jobs off one connection's queue, at most `max_in_flight` at a time.
+    /// The connections whose breaker is open and whose probe may go out now.
+    fn due_probes(&self) -> Vec<ConnectionId> {
+        let now = Instant::now();
+        self.lanes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(_, lane)| lane.control.probe_due(now))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Acts on what a job's outcome did to its connection's breaker.
+    fn breaker_moved(&self, connection_id: &ConnectionId, transition: Transition) {
+        match transition {
+            Transition::None => {}
+            Transition::Opened => {
+                tracing::warn!(connection = %connection_id, "Endpoint failing: its deliveries wait until a probe request succeeds.");
+                self.crowded.set_failing(connection_id, true);
+            }
+            Transition::Recovered => {
+                tracing::info!(connection = %connection_id, "Endpoint back: its waiting deliveries are resumed.");
+                self.crowded.set_failing(connection_id, false);
+                let (store, id) = (self.ctx.store.clone(), connection_id.clone());
+                self.tracker.spawn(async move {
+                    if let Err(error) = store.bring_forward(&id, now_ms()).await {
+                        tracing::warn!(connection = %id, %error, "Could not bring waiting deliveries forward; they keep their backoff.");
+                    }
+                });
+            }
+        }
+    }
+
+    /// Takes jobs off one connection's queue, as many in flight as its [`LaneControl`] allows,
+    /// and none while its breaker is open (then jobs go back to the table to wait).
     async fn drive_lane(
         self: Arc<Self>,
         connection_id: ConnectionId,
         mut jobs: mpsc::Receiver<Job>,
+        control: Arc<LaneControl>,
     ) {
-        let budget = Arc::new(Semaphore::new(self.max_in_flight));
         loop {
             let job = tokio::select! {
                 () = self.cancel.cancelled() => break,
@@ -342,36 +401,49 @@ impl Lanes {
             if self.is_roomy(jobs.capacity()) && self.crowded.contains(&connection_id) {
                 self.crowded.set(&connection_id, false);
             }
-            let permit = tokio::select! {
+            tokio::select! {
                 () = self.cancel.cancelled() => { self.release(job.id).await; break }
-                permit = Arc::clone(&budget).acquire_owned() => match permit { Ok(p) => p, Err(_) => break },
-            };
+                () = control.take_slot() => {}
+            }
+            if control.permit(Instant::now()) == Permit::Wait {
+                control.free_slot();
+                self.crowded.set_failing(&connection_id, true);
+                self.release(job.id).await;
+                continue;
+            }
             let lanes = Arc::clone(&self);
+            let control = Arc::clone(&control);
             self.tracker.spawn(async move {
-                let job_id = job.id;
-                // A panic (a bug) must not leave the job held, and so renewed, for ever.
-                let lease = HeldJob {
-                    lanes: &lanes,
-                    job_id,
-                };
-                let update = AssertUnwindSafe(worker::work(&lanes.ctx, job, &lease))
-                    .catch_unwind()
-                    .await
-                    .unwrap_or_else(|_| {
-                        tracing::error!(
-                            job_id,
-                            "Delivering a job panicked; it is released to be tried again."
-                        );
-                        JobUpdate::Release { job_id }
-                    });
+                let (job_id, connection_id) = (job.id, job.connection_id.clone());
+                let update = lanes.work(job).await;
+                let transition = control.ended(&update, Instant::now());
                 lanes.record(job_id, update).await;
-                drop(permit);
+                lanes.breaker_moved(&connection_id, transition);
             });
         }
         jobs.close();
         while let Ok(job) = jobs.try_recv() {
             self.release(job.id).await;
         }
+    }
+
+    /// Works one job. A panic (a bug) must not leave the job held, and so renewed, for ever.
+    async fn work(&self, job: Job) -> JobUpdate {
+        let job_id = job.id;
+        let lease = HeldJob {
+            lanes: self,
+            job_id,
+        };
+        AssertUnwindSafe(worker::work(&self.ctx, job, &lease))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| {
+                tracing::error!(
+                    job_id,
+                    "Delivering a job panicked; it is released to be tried again."
+                );
+                JobUpdate::Release { job_id }
+            })
     }
 }
 
@@ -426,6 +498,7 @@ pub(crate) async fn replay(
 async fn poll(lanes: Arc<Lanes>, interval: Duration) {
     loop {
         lanes.uncrowd_roomy_lanes();
+        probe(&lanes).await;
         let claimed = match claim(&lanes).await {
             Ok(jobs) => jobs,
             Err(error) => {
@@ -473,6 +546,25 @@ async fn renew_leases(lanes: Arc<Lanes>, every: Duration, stop: CancellationToke
     }
 }
 
+/// Sends each failing connection whose breaker allows it one job as a probe: its oldest, even
+/// if it waits out a backoff, since the endpoint may well be back before that.
+async fn probe(lanes: &Arc<Lanes>) {
+    for connection_id in lanes.due_probes() {
+        if lanes.ctx.catalog.is_paused(&connection_id) {
+            continue;
+        }
+        let claimed = lanes.ctx.writer.claim_probe(connection_id).await;
+        match with_bodies(lanes, claimed).await {
+            Ok(jobs) => {
+                for job in jobs {
+                    lanes.offer(job).await;
+                }
+            }
+            Err(error) => tracing::warn!(%error, "Claiming a probe job failed."),
+        }
+    }
+}
+
 /// Leases due jobs to this node and reads their batches (outside the writer: bodies never change).
 async fn claim(lanes: &Lanes) -> Result<Vec<Job>, StoreError> {
     let claimed = lanes
@@ -482,7 +574,17 @@ async fn claim(lanes: &Lanes) -> Result<Vec<Job>, StoreError> {
             i64::try_from(lanes.claim_limit()).unwrap_or(i64::MAX),
             lanes.not_to_claim(),
         )
-        .await?;
+        .await;
+    with_bodies(lanes, claimed).await
+}
+
+/// Claimed jobs with their batches' bodies (read outside the writer: bodies never change). A job
+/// whose batch is gone (pruned) is finished: nothing is left to deliver.
+async fn with_bodies(
+    lanes: &Lanes,
+    claimed: Result<Vec<ClaimedJob>, StoreError>,
+) -> Result<Vec<Job>, StoreError> {
+    let claimed = claimed?;
     let batch_ids: Vec<BatchId> = claimed.iter().map(|c| c.batch_id()).collect();
     let bodies = lanes.ctx.store.batch_bodies(&batch_ids).await?;
     let mut jobs = Vec::with_capacity(claimed.len());
@@ -490,7 +592,6 @@ async fn claim(lanes: &Lanes) -> Result<Vec<Job>, StoreError> {
         match bodies.get(&claim.batch_id()) {
             Some(body) => jobs.push(claim.into_job(Arc::clone(body))),
             None => {
-                // The batch is gone (pruned): nothing is left to deliver.
                 let key = claim.key();
                 let attempt = AttemptRecord::dropped("batch no longer stored");
                 lanes

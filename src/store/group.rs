@@ -47,6 +47,8 @@ pub(super) enum Command {
         limit: i64,
         /// JSON array of connection ids to skip.
         skip: String,
+        /// Instead: the oldest job of this connection nobody holds, due or not.
+        probe: Option<ConnectionId>,
         reply: oneshot::Sender<StoreResult<Vec<ClaimedJob>>>,
     },
 }
@@ -113,8 +115,16 @@ async fn run_steps(
     apply_updates(tx, commands, now, node).await?;
     let mut claims = Vec::new();
     for command in commands {
-        if let Command::Claim { limit, skip, .. } = command {
-            claims.push(steps::claim_jobs(tx, *limit, skip, now, lease_until, node).await?);
+        if let Command::Claim {
+            limit, skip, probe, ..
+        } = command
+        {
+            claims.push(match probe {
+                Some(connection_id) => {
+                    steps::claim_probe(tx, connection_id, now, lease_until, node).await?
+                }
+                None => steps::claim_jobs(tx, *limit, skip, now, lease_until, node).await?,
+            });
         }
     }
     let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();

@@ -222,6 +222,16 @@ impl AttemptRecord {
     }
 }
 
+/// `$1` the connection, `$2` now: its jobs nobody holds that wait out a backoff become due now.
+/// On PostgreSQL rows another transaction has locked are skipped (they are being worked on), so
+/// this waits for no one and can deadlock with no one.
+const BRING_FORWARD: Sql = Sql::each(
+    "UPDATE jobs SET next_attempt_at = $2 \
+     WHERE connection_id = $1 AND next_attempt_at > $2 AND lease_until <= $2",
+    "UPDATE jobs SET next_attempt_at = $2 WHERE id IN (SELECT id FROM jobs \
+     WHERE connection_id = $1 AND next_attempt_at > $2 AND lease_until <= $2 \
+     ORDER BY id FOR UPDATE SKIP LOCKED)",
+);
 const BATCH_EXISTS: Sql = Sql::shared("SELECT id FROM batches WHERE id = $1");
 const SELECT_BODIES: Sql = Sql::each(
     "SELECT id, body FROM batches WHERE id IN (SELECT value FROM json_each($1))",
@@ -276,6 +286,18 @@ impl Store {
     /// a crashed run had leased become deliverable at once instead of after the lease.
     pub(crate) async fn release_all_leases(&self) -> StoreResult<u64> {
         Ok(self.execute(RELEASE_ALL_LEASES, &[]).await?)
+    }
+
+    /// Makes a connection's jobs that wait out a backoff due now (its endpoint is back);
+    /// returns how many.
+    pub(crate) async fn bring_forward(
+        &self,
+        connection_id: &ConnectionId,
+        now: i64,
+    ) -> StoreResult<u64> {
+        Ok(self
+            .execute(BRING_FORWARD, args![connection_id, now])
+            .await?)
     }
 
     /// Whether a batch is stored.

@@ -138,13 +138,27 @@ const CLAIM_JOBS: Sql = Sql::each(
     "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
      (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
       AND connection_id NOT IN (SELECT value FROM json_each($4)) \
-      ORDER BY next_attempt_at LIMIT $3) \
+      ORDER BY next_attempt_at, id LIMIT $3) \
      RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
      lease_until",
     "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
      (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
       AND connection_id NOT IN (SELECT jsonb_array_elements_text($4::jsonb)) \
-      ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
+      ORDER BY next_attempt_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) \
+     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
+     lease_until",
+);
+/// `$1` lease end, `$2` now, `$3` the connection, `$4` this node: the connection's oldest job
+/// nobody holds, due or not (a circuit breaker's probe: the endpoint may be back before the
+/// job's backoff is over).
+const CLAIM_PROBE: Sql = Sql::each(
+    "UPDATE jobs SET lease_until = $1, leased_by = $4 WHERE id = \
+     (SELECT id FROM jobs WHERE connection_id = $3 AND lease_until <= $2 ORDER BY id LIMIT 1) \
+     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
+     lease_until",
+    "UPDATE jobs SET lease_until = $1, leased_by = $4 WHERE id = \
+     (SELECT id FROM jobs WHERE connection_id = $3 AND lease_until <= $2 ORDER BY id LIMIT 1 \
+      FOR UPDATE SKIP LOCKED) \
      RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
      lease_until",
 );
@@ -310,6 +324,18 @@ pub(super) async fn claim_jobs(
     node: &str,
 ) -> Result<Vec<ClaimedJob>, sqlx::Error> {
     tx.fetch_all(CLAIM_JOBS, args![lease_until, now, limit, skip, node])
+        .await
+}
+
+/// Leases `connection_id`'s oldest job nobody holds to `node`, due or not (a probe).
+pub(super) async fn claim_probe(
+    tx: &mut Tx,
+    connection_id: &ConnectionId,
+    now: i64,
+    lease_until: i64,
+    node: &str,
+) -> Result<Vec<ClaimedJob>, sqlx::Error> {
+    tx.fetch_all(CLAIM_PROBE, args![lease_until, now, connection_id, node])
         .await
 }
 

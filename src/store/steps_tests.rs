@@ -488,3 +488,61 @@ async fn retries_of_several_jobs_each_keep_their_own_progress_in_one_step() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_probe_claims_the_connections_oldest_free_job_even_in_backoff() {
+    // Jobs 1 and 2 wait out a backoff (due at 50 000), job 3 is due, job 4 is held elsewhere.
+    let (db, ids) = store_with_jobs(4, 0).await;
+    let store = &db.store;
+    let mut tx = store.begin().await.expect("begin");
+    for (&id, next_attempt_at, lease_until) in [
+        (&ids[0], 50_000, 0),
+        (&ids[1], 50_000, 0),
+        (&ids[3], 1_000, 90_000),
+    ] {
+        tx.execute(
+            Sql::shared("UPDATE jobs SET next_attempt_at = $2, lease_until = $3 WHERE id = $1"),
+            args![id, next_attempt_at, lease_until],
+        )
+        .await
+        .expect("set up");
+    }
+    let other = claim_probe(&mut tx, &CONN_B, 2_000, 60_000, NODE)
+        .await
+        .expect("probe");
+    let probe = claim_probe(&mut tx, &CONN_A, 2_000, 60_000, NODE)
+        .await
+        .expect("probe");
+    tx.commit().await.expect("commit");
+    assert!(other.is_empty(), "another connection's jobs are not probes");
+    let probed: Vec<i64> = probe.iter().map(|c| c.key().id).collect();
+    assert_eq!(probed, [ids[0]], "the oldest job nobody holds, due or not");
+    assert_eq!(jobs(store).await[0].1, 60_000, "leased to the prober");
+}
+
+#[tokio::test]
+async fn bringing_a_connection_forward_makes_its_waiting_jobs_due_now() {
+    let (db, ids) = store_with_jobs(3, 0).await;
+    let store = &db.store;
+    for (&id, next_attempt_at, lease_until) in [
+        (&ids[0], 50_000, 0),
+        (&ids[1], 1_500, 0),
+        (&ids[2], 50_000, 90_000),
+    ] {
+        store
+            .execute(
+                Sql::shared("UPDATE jobs SET next_attempt_at = $2, lease_until = $3 WHERE id = $1"),
+                args![id, next_attempt_at, lease_until],
+            )
+            .await
+            .expect("set up");
+    }
+    assert_eq!(store.bring_forward(&CONN_B, 2_000).await.expect("other"), 0);
+    assert_eq!(store.bring_forward(&CONN_A, 2_000).await.expect("bring"), 1);
+    let due: Vec<i64> = jobs(store).await.iter().map(|job| job.5).collect();
+    assert_eq!(
+        due,
+        [2_000, 1_500, 50_000],
+        "only a waiting job nobody holds moves, and only forward"
+    );
+}

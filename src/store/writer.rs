@@ -72,7 +72,30 @@ impl Writer {
     ) -> StoreResult<Vec<ClaimedJob>> {
         let (reply, answer) = oneshot::channel();
         let skip = serde_json::to_string(&skip).unwrap_or_else(|_| "[]".to_owned());
-        self.send(Command::Claim { limit, skip, reply }).await?;
+        self.send(Command::Claim {
+            limit,
+            skip,
+            probe: None,
+            reply,
+        })
+        .await?;
+        answer.await.map_err(|_| closed())?
+    }
+
+    /// Leases the oldest job of `connection_id` nobody holds to this node, due or not: the
+    /// request that probes whether a failing endpoint is back.
+    pub(crate) async fn claim_probe(
+        &self,
+        connection_id: ConnectionId,
+    ) -> StoreResult<Vec<ClaimedJob>> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Claim {
+            limit: 1,
+            skip: "[]".to_owned(),
+            probe: Some(connection_id),
+            reply,
+        })
+        .await?;
         answer.await.map_err(|_| closed())?
     }
 

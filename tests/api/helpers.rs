@@ -352,6 +352,8 @@ pub struct Received {
     pub headers: HeaderMap,
     pub body: Value,
     pub at: std::time::Instant,
+    /// The status the receiver answered with.
+    pub answered: u16,
 }
 
 impl Received {
@@ -469,13 +471,14 @@ async fn receive(
 ) -> impl IntoResponse {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let answer = state.script.lock().unwrap().pop_front();
+    let (status, retry_after) = answer.unwrap_or((200, None));
     let _ = state.sent.send(Received {
         path: uri.path().to_owned(),
         headers,
         body,
         at: std::time::Instant::now(),
+        answered: status,
     });
-    let (status, retry_after) = answer.unwrap_or((200, None));
     let mut response = StatusCode::from_u16(status).unwrap().into_response();
     if let Some(value) = retry_after {
         response

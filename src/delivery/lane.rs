@@ -1,0 +1,130 @@
+//! What a connection's lane decides before and after each job: how many requests may be in
+//! flight (the ramp), and whether its endpoint is failing (the circuit breaker). See
+//! [`super::breaker`] for the rules; this is their shared, thread-safe home.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::breaker::{Breaker, Permit, Ramp, Transition};
+use super::retry::{Classification, classify};
+use crate::model::attempt::AttemptOutcome;
+use crate::store::queue::JobUpdate;
+
+/// Requests in flight a connection starts with after its endpoint came back.
+const RECOVERY_START_IN_FLIGHT: usize = 4;
+
+/// One lane's breaker, ramp and count of requests in flight.
+#[derive(Debug)]
+pub(super) struct LaneControl {
+    breaker: Mutex<Breaker>,
+    ramp: Mutex<Ramp>,
+    in_flight: AtomicUsize,
+    slot_freed: Notify,
+}
+
+/// The breaker's settings.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct BreakerConfig {
+    pub(super) failures: u32,
+    pub(super) first_open: Duration,
+    pub(super) max_open: Duration,
+}
+
+impl LaneControl {
+    pub(super) fn new(breaker: BreakerConfig, max_in_flight: usize) -> Self {
+        Self {
+            breaker: Mutex::new(Breaker::new(
+                breaker.failures,
+                breaker.first_open,
+                breaker.max_open,
+            )),
+            ramp: Mutex::new(Ramp::new(RECOVERY_START_IN_FLIGHT, max_in_flight)),
+            in_flight: AtomicUsize::new(0),
+            slot_freed: Notify::new(),
+        }
+    }
+
+    /// Waits until one more request may be in flight, and takes that place.
+    pub(super) async fn take_slot(&self) {
+        loop {
+            let freed = self.slot_freed.notified();
+            let limit = lock(&self.ramp).limit();
+            let taken = self
+                .in_flight
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < limit).then_some(n + 1)
+                });
+            if taken.is_ok() {
+                return;
+            }
+            freed.await;
+        }
+    }
+
+    /// Gives back a place taken by [`Self::take_slot`].
+    pub(super) fn free_slot(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.slot_freed.notify_one();
+    }
+
+    /// Whether the next job may be sent now (see [`Breaker::permit`]).
+    pub(super) fn permit(&self, now: Instant) -> Permit {
+        lock(&self.breaker).permit(now)
+    }
+
+    /// Whether the breaker is open and its probe may go out.
+    pub(super) fn probe_due(&self, now: Instant) -> bool {
+        lock(&self.breaker)
+            .probe_at()
+            .is_some_and(|probe_at| probe_at <= now)
+    }
+
+    /// Records how a job sent through this lane ended and frees its place.
+    pub(super) fn ended(&self, update: &JobUpdate, now: Instant) -> Transition {
+        let transition = match endpoint_answered(update) {
+            Some(true) => {
+                let transition = lock(&self.breaker).succeeded();
+                let mut ramp = lock(&self.ramp);
+                if transition == Transition::Recovered {
+                    ramp.restart();
+                } else {
+                    ramp.succeeded();
+                }
+                transition
+            }
+            Some(false) => lock(&self.breaker).failed(now),
+            None => Transition::None,
+        };
+        self.free_slot();
+        transition
+    }
+}
+
+/// Whether a job's requests found the endpoint working (delivered, or refused for good: it is
+/// up and answering), failing (an answer worth retrying, or none), or made no request.
+fn endpoint_answered(update: &JobUpdate) -> Option<bool> {
+    let attempt = match update {
+        JobUpdate::Finished { attempt, .. } | JobUpdate::Retry { attempt, .. } => attempt,
+        JobUpdate::Release { .. } => return None,
+    };
+    if attempt.requests == 0 {
+        return None;
+    }
+    Some(match (update, attempt.outcome) {
+        (JobUpdate::Retry { .. }, _) => false,
+        (_, AttemptOutcome::Delivered) => true,
+        // Dead-lettered: alive if the last request got a final 4xx, failing if the retry window
+        // ran out on errors.
+        _ => attempt.status.is_some_and(|status| {
+            u16::try_from(status)
+                .is_ok_and(|status| classify(status, None) == Classification::DeadLetter)
+        }),
+    })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,102 @@
+//! A connection's circuit breaker: a failing endpoint gets only probe requests, and when one
+//! succeeds the deliveries waiting out their backoff are sent at once.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::helpers::{Receiver, TestApp, batch_of, spawn_app_with};
+
+fn with_breaker(config: &mut boson::Config) {
+    config.delivery.circuit_breaker_failures = 3;
+    config.delivery.circuit_breaker_max_open_secs = 1;
+}
+
+/// Posts `n` batches, each one event tagged with its number.
+async fn post_tagged(app: &TestApp, input: &Value, n: usize) {
+    for i in 0..n {
+        let mut batch = batch_of(&["custom_event"]);
+        batch["events"][0]["data"]["custom_attributes"] = json!({ "n": i });
+        assert_eq!(app.post_events(input, batch).await.status(), 202);
+    }
+}
+
+/// Collects requests until every one of `n` tagged events was answered 200, or `within`.
+async fn delivered(receiver: &mut Receiver, n: usize, within: Duration) -> HashMap<i64, usize> {
+    let deadline = Instant::now() + within;
+    let mut copies = HashMap::new();
+    while copies.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(request) = receiver.next_within(left).await else {
+            break;
+        };
+        if request.answered != 200 {
+            continue;
+        }
+        for event in request.events() {
+            let tag = event["data"]["custom_attributes"]["n"].as_i64().unwrap();
+            *copies.entry(tag).or_default() += 1;
+        }
+    }
+    copies
+}
+
+#[tokio::test]
+async fn while_an_endpoint_is_down_only_probes_reach_it() {
+    let app = spawn_app_with(with_breaker).await;
+    let mut receiver = Receiver::start().await;
+    receiver.script(&[(500, None); 1000]);
+    let (input, _) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    post_tagged(&app, &input, 10).await;
+
+    // Without a breaker each of the 10 jobs is retried every 50 ms to 1 s: some 50 requests in
+    // two seconds. With it: at most the first 10 (3 once it has opened), then one probe at a
+    // time.
+    let mut requests = 0;
+    let window = Instant::now() + Duration::from_secs(2);
+    while let Some(_request) = receiver
+        .next_within(window.saturating_duration_since(Instant::now()))
+        .await
+    {
+        requests += 1;
+    }
+    assert!(
+        (3..=18).contains(&requests),
+        "{requests} requests reached a failing endpoint in 2 s"
+    );
+    assert_eq!(app.count("jobs").await, 10, "every delivery still waits");
+
+    receiver.clear_script();
+    let copies = delivered(&mut receiver, 10, Duration::from_secs(10)).await;
+    assert_eq!(
+        copies.len(),
+        10,
+        "every event arrives once the endpoint is back"
+    );
+    assert!(copies.values().all(|&n| n == 1), "{copies:?}");
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn when_a_probe_succeeds_deliveries_waiting_out_their_backoff_go_at_once() {
+    let app = spawn_app_with(|config| {
+        with_breaker(config);
+        config.delivery.max_backoff_secs = 3600;
+    })
+    .await;
+    let mut receiver = Receiver::start().await;
+    // Each failure asks for an hour's pause; only a probe can find out sooner that it is back.
+    receiver.script(&[(503, Some("3600")); 6]);
+    let (input, _) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    post_tagged(&app, &input, 6).await;
+
+    let copies = delivered(&mut receiver, 6, Duration::from_secs(15)).await;
+    assert_eq!(
+        copies.len(),
+        6,
+        "deliveries still wait out a one-hour backoff: {copies:?}"
+    );
+    assert!(copies.values().all(|&n| n == 1), "{copies:?}");
+    app.stop().await.unwrap();
+}
