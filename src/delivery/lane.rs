@@ -82,7 +82,8 @@ impl LaneControl {
             .is_some_and(|probe_at| probe_at <= now)
     }
 
-    /// Records how a job sent through this lane ended and frees its place.
+    /// Records how a job sent through this lane ended (its place is freed separately, once the
+    /// outcome is committed).
     pub(super) fn ended(&self, update: &JobUpdate, now: Instant) -> Transition {
         let transition = match endpoint_answered(update) {
             Some(true) => {
@@ -98,7 +99,6 @@ impl LaneControl {
             Some(false) => lock(&self.breaker).failed(now),
             None => Transition::None,
         };
-        self.free_slot();
         transition
     }
 }

@@ -264,6 +264,7 @@ impl Lanes {
     }
 
     /// Records a job's outcome and lets go of it.
+    /// Records a job's outcome (committed when this returns) and lets go of it.
     async fn record(&self, job_id: i64, update: JobUpdate) {
         if let Err(error) = self.ctx.writer.update(update).await {
             tracing::warn!(job_id, %error, "Could not record a job update; the job is retried after its lease.");
@@ -271,8 +272,13 @@ impl Lanes {
         self.forget(job_id);
     }
 
+    /// Gives a job back unworked, without waiting for the commit.
     async fn release(&self, job_id: i64) {
-        self.record(job_id, JobUpdate::Release { job_id }).await;
+        let update = JobUpdate::Release { job_id };
+        if let Err(error) = self.ctx.writer.update_later(update).await {
+            tracing::warn!(job_id, %error, "Could not release a job; it is taken up again after its lease.");
+        }
+        self.forget(job_id);
     }
 
     /// Unmarks crowded lanes that have room again. A lane normally does this itself as it takes
@@ -417,7 +423,9 @@ impl Lanes {
                 let (job_id, connection_id) = (job.id, job.connection_id.clone());
                 let update = lanes.work(job).await;
                 let transition = control.ended(&update, Instant::now());
+                // The place is free only once the outcome is committed (see `Writer::update`).
                 lanes.record(job_id, update).await;
+                control.free_slot();
                 lanes.breaker_moved(&connection_id, transition);
             });
         }

@@ -36,7 +36,11 @@ pub(super) enum Command {
         batches: Vec<NewBatch>,
         reply: oneshot::Sender<StoreResult<Vec<IngestOutcome>>>,
     },
-    Update(JobUpdate),
+    /// A job's update; `committed` hears when it is committed, if someone waits for that.
+    Update {
+        update: JobUpdate,
+        committed: Option<oneshot::Sender<StoreResult<()>>>,
+    },
     /// Extends the leases of jobs this node still holds (queued or in flight); answers the ids
     /// it still held.
     Renew {
@@ -64,7 +68,7 @@ impl std::fmt::Debug for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Command::Ingest { .. } => "Ingest",
-            Command::Update(_) => "Update",
+            Command::Update { .. } => "Update",
             Command::Renew { .. } => "Renew",
             Command::Claim { .. } => "Claim",
         })
@@ -221,7 +225,7 @@ async fn apply_updates(
     let mut attempts = Vec::new();
     let mut letters: Vec<(&JobKey, &DeadLetter)> = Vec::new();
     for command in commands {
-        let Command::Update(update) = command else {
+        let Command::Update { update, .. } = command else {
             continue;
         };
         match update {
@@ -295,7 +299,7 @@ fn answers(
                     .collect(),
                 lease_until: renewed.until,
             }),
-            Command::Update(_) => Done::Update,
+            Command::Update { .. } => Done::Update,
         })
         .collect()
 }

@@ -35,6 +35,11 @@ use backend::Sql;
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
+/// Every transaction Boson runs takes milliseconds. One left open longer belongs to a node that
+/// stalled in the middle of it (a paused VM, a stopped process): PostgreSQL then ends its session,
+/// so the row locks it holds (a user's profile, say) do not stop every other node's writes.
+const IDLE_IN_TRANSACTION_TIMEOUT_MS: &str = "2000";
+
 /// Errors a store operation can end in.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StoreError {
@@ -64,9 +69,15 @@ impl Store {
         let store = if url.starts_with("sqlite:") {
             Store::Sqlite(connect_sqlite(url).await?)
         } else {
+            let options = sqlx::postgres::PgConnectOptions::from_str(url)
+                .context("invalid PostgreSQL URL")?
+                .options([(
+                    "idle_in_transaction_session_timeout",
+                    IDLE_IN_TRANSACTION_TIMEOUT_MS,
+                )]);
             let pool = PgPoolOptions::new()
                 .max_connections(16)
-                .connect(url)
+                .connect_with(options)
                 .await
                 .context("failed to connect to PostgreSQL")?;
             Store::Postgres(pool)

@@ -50,10 +50,27 @@ impl Writer {
         answer.await.map_err(|_| closed())?
     }
 
-    /// Records the outcome of work on a job. Not awaited to commit: a lost update only means the
-    /// job is delivered again after its lease, which receivers de-duplicate by delivery id.
+    /// Records the outcome of work on a job; answers once it is committed. Delivery waits for
+    /// this before it sends another request in the job's place, so a node that dies or stalls
+    /// leaves at most its in-flight limit of requests sent but not recorded.
     pub(crate) async fn update(&self, update: JobUpdate) -> StoreResult<()> {
-        self.send(Command::Update(update)).await
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Update {
+            update,
+            committed: Some(reply),
+        })
+        .await?;
+        answer.await.map_err(|_| closed())?
+    }
+
+    /// Queues a job update without waiting for its commit (giving a job back unworked: if it is
+    /// lost, the job is only taken up again after its lease).
+    pub(crate) async fn update_later(&self, update: JobUpdate) -> StoreResult<()> {
+        self.send(Command::Update {
+            update,
+            committed: None,
+        })
+        .await
     }
 
     /// Extends the leases of `job_ids` by the lease time from now, where this node still holds
@@ -204,8 +221,20 @@ fn settle(
         (Command::Renew { reply, .. }, Err(error)) => {
             let _ = reply.send(Err(error));
         }
-        (Command::Update(update), Err(error)) => {
+        (
+            Command::Update {
+                committed: Some(reply),
+                ..
+            },
+            Ok(_),
+        ) => {
+            let _ = reply.send(Ok(()));
+        }
+        (Command::Update { update, committed }, Err(error)) => {
             tracing::warn!(%error, ?update, "Job update failed; the job will be retried after its lease.");
+            if let Some(reply) = committed {
+                let _ = reply.send(Err(error));
+            }
         }
         _ => {}
     }

@@ -350,29 +350,19 @@ impl Node {
             .collect()
     }
 
-    /// Sends an update and waits until it is committed.
+    /// Sends an update and waits until it is committed (as delivery records outcomes).
     pub(super) async fn update(&self, update: JobUpdate) {
-        self.send_update(update).await;
-        self.settle().await;
+        self.writer.update(update).await.expect("update");
     }
 
-    /// Sends an update without waiting for its commit, as delivery does.
+    /// Sends an update without waiting for its commit (as delivery releases jobs).
     pub(super) async fn send_update(&self, update: JobUpdate) {
-        self.writer.update(update).await.expect("send update");
+        self.writer.update_later(update).await.expect("send update");
     }
 
-    /// Renews leases and waits until that is committed.
     /// Renews leases (committed when it answers); returns the jobs this node still held.
     pub(super) async fn renew(&self, job_ids: Vec<i64>) -> Vec<i64> {
         self.writer.renew(job_ids).await.expect("renew").job_ids
-    }
-
-    /// Waits until every command sent before is committed. The writer takes commands in order
-    /// and answers an ingest only after its group commits, so an empty ingest's answer comes
-    /// after all of theirs.
-    pub(super) async fn settle(&self) {
-        let outcomes = self.writer.ingest(Vec::new()).await.expect("settle");
-        assert!(outcomes.is_empty());
     }
 
     /// Marks a connection's lanes on this node as crowded (or not).
