@@ -11,6 +11,7 @@ mod catalog_sql;
 mod group;
 pub(crate) mod identity_sql;
 pub(crate) mod queue;
+pub(crate) mod sessions_sql;
 mod steps;
 pub(crate) mod writer;
 
