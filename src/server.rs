@@ -161,7 +161,7 @@ pub async fn run(
         store: store.clone(),
         pipeline,
         metrics,
-        access: Arc::new(AdminAccess::new(admin_token_hash)),
+        access: Arc::new(AdminAccess::new(admin_token_hash, store.clone())),
         live: Arc::clone(&live),
         stopping: stopping.clone(),
         webhooks,
