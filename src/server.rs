@@ -5,7 +5,7 @@
 //! webhook deliveries in flight get until then to finish. At the deadline the HTTP connections
 //! still open are cut ([`cutoff`]), so a slow or stalled client cannot hold the process, and the
 //! deliveries still waiting for an answer are released to the table (see `delivery::run`). The
-//! writer then commits what it was sent, within [`WRITER_DRAIN`]. The process so exits within
+//! writer then commits what it was sent, within [`WRITER_DRAIN`]. So the process exits within
 //! about the deadline plus the writer's drain.
 
 mod cutoff;

@@ -103,8 +103,8 @@ struct Lanes {
 /// Runs delivery until `cancel` fires, then drains as described in the module docs, but only
 /// until `overdue` (the shutdown deadline): the jobs still held then, whose requests have not
 /// ended, are released to the table through the writer (which still runs), so a restart or
-/// another node sends them again, under the same delivery id. A request that was in fact
-/// answered in that moment is so delivered twice; receivers de-duplicate by delivery id. A
+/// another node sends them again, under the same delivery id. If such a request was in fact
+/// answered just then, its events arrive twice; receivers de-duplicate by delivery id. A
 /// release the writer cannot commit before the process ends leaves the job leased: a restart on
 /// SQLite frees it, and on PostgreSQL its lease runs out.
 pub(crate) async fn run(
