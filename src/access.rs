@@ -5,9 +5,14 @@
 //! Sessions: the cookie is `HttpOnly; SameSite=Strict` and holds a random id; state-changing
 //! admin requests made with it must also carry the session's CSRF token in `x-boson-csrf`
 //! (a header other sites cannot set), so a forged form post is refused twice over.
+//!
+//! Sessions live in the database, not in one node's memory, so a load balancer may send a
+//! browser to any node, and signing out on one node ends the session on all of them at once
+//! (every check reads the table; nothing is cached). The table holds only the SHA-256 of a
+//! session id. A check the database cannot answer grants nothing: it is [`Verdict::Unavailable`],
+//! which the HTTP modules answer with 503 (not 401, so the dashboard keeps its sign-in and the
+//! browser can simply try again).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::header::{AUTHORIZATION, COOKIE};
@@ -16,24 +21,35 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use crate::model::now_ms;
+use crate::store::sessions_sql::NewSession;
+use crate::store::{Store, StoreError, StoreResult};
 
 /// SHA-256 of a token; only the hash is kept in memory and in the database.
 pub(crate) fn hash_token(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
+/// Whether a request may use the admin API.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    Allowed,
+    Refused,
+    /// The session could not be checked (the database did not answer): refused as well.
+    Unavailable(StoreError),
+}
+
 /// The admin token's hash and the dashboard sessions: everything that grants admin access.
 #[derive(Debug)]
 pub(crate) struct AdminAccess {
     token_hash: [u8; 32],
-    pub(crate) sessions: Arc<Sessions>,
+    pub(crate) sessions: Sessions,
 }
 
 impl AdminAccess {
-    pub(crate) fn new(token_hash: [u8; 32]) -> Self {
+    pub(crate) fn new(token_hash: [u8; 32], store: Store) -> Self {
         Self {
             token_hash,
-            sessions: Arc::default(),
+            sessions: Sessions { store },
         }
     }
 
@@ -43,15 +59,19 @@ impl AdminAccess {
         hash_token(token) == self.token_hash
     }
 
-    /// Whether a request may use the admin API: by the bearer token, or by a dashboard session
-    /// (with its CSRF token on anything that changes state).
-    pub(crate) fn authorizes(&self, headers: &HeaderMap, changes_state: bool) -> bool {
+    /// Whether a request may use the admin API: by the bearer token (checked in memory, so it
+    /// works while the database is down), or by a dashboard session (with its CSRF token on
+    /// anything that changes state).
+    pub(crate) async fn authorizes(&self, headers: &HeaderMap, changes_state: bool) -> Verdict {
         let by_token = headers
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .is_some_and(|token| self.is_token(token.trim()));
-        by_token || self.sessions.authorizes(headers, changes_state)
+        if by_token {
+            return Verdict::Allowed;
+        }
+        self.sessions.authorizes(headers, changes_state).await
     }
 }
 
@@ -61,74 +81,72 @@ pub(crate) const CSRF_HEADER: HeaderName = HeaderName::from_static("x-boson-csrf
 /// Sessions end after this long.
 pub(crate) const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 
-/// Signed-in dashboard sessions, in memory: a restart signs everyone out.
-#[derive(Debug, Default)]
-pub(crate) struct Sessions {
-    by_id: Mutex<HashMap<String, Session>>,
-}
-
+/// Signed-in dashboard sessions, in the database every node shares; cheap to clone.
 #[derive(Debug, Clone)]
-struct Session {
-    csrf: String,
-    expires_at: i64,
+pub(crate) struct Sessions {
+    store: Store,
 }
 
 impl Sessions {
-    /// Starts a session: its id (for the cookie) and its CSRF token.
-    pub(crate) fn create(&self) -> (String, String) {
+    /// Starts a session: its id (for the cookie) and its CSRF token. Expired sessions are
+    /// deleted first, so the table holds at most the sign-ins of one session lifetime.
+    pub(crate) async fn create(&self) -> StoreResult<(String, String)> {
         let (id, csrf) = (random_token(), random_token());
-        let expires_at = now_ms() + i64::try_from(SESSION_LIFETIME.as_millis()).unwrap_or(i64::MAX);
-        let mut sessions = self
-            .by_id
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        sessions.retain(|_, s| s.expires_at > now_ms());
-        sessions.insert(
-            id.clone(),
-            Session {
-                csrf: csrf.clone(),
-                expires_at,
-            },
-        );
-        (id, csrf)
+        let now = now_ms();
+        let lifetime = i64::try_from(SESSION_LIFETIME.as_millis()).unwrap_or(i64::MAX);
+        self.store.prune_sessions(now).await?;
+        let id_hash = id_hash(&id);
+        self.store
+            .insert_session(NewSession {
+                id_hash: &id_hash,
+                csrf: &csrf,
+                created_at: now,
+                expires_at: now.saturating_add(lifetime),
+            })
+            .await?;
+        Ok((id, csrf))
     }
 
     /// Whether a session is still signed in (not ended, not expired).
-    pub(crate) fn is_live(&self, id: &str) -> bool {
-        self.csrf_of(id).is_some()
+    pub(crate) async fn is_live(&self, id: &str) -> StoreResult<bool> {
+        Ok(self.csrf_of(id).await?.is_some())
     }
 
     /// The CSRF token of a live session.
-    pub(crate) fn csrf_of(&self, id: &str) -> Option<String> {
-        let sessions = self
-            .by_id
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        sessions
-            .get(id)
-            .filter(|s| s.expires_at > now_ms())
-            .map(|s| s.csrf.clone())
+    pub(crate) async fn csrf_of(&self, id: &str) -> StoreResult<Option<String>> {
+        self.store.session_csrf(&id_hash(id), now_ms()).await
     }
 
-    /// Ends a session (sign-out).
-    pub(crate) fn end(&self, id: &str) {
-        self.by_id
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(id);
+    /// Ends a session (sign-out), on every node.
+    pub(crate) async fn end(&self, id: &str) -> StoreResult<()> {
+        self.store.delete_session(&id_hash(id)).await
     }
 
     /// Whether the request's session cookie is valid, and (for a state-changing request) its
     /// CSRF header matches.
-    pub(crate) fn authorizes(&self, headers: &HeaderMap, changes_state: bool) -> bool {
-        let Some(csrf) = session_id(headers).and_then(|id| self.csrf_of(&id)) else {
-            return false;
+    pub(crate) async fn authorizes(&self, headers: &HeaderMap, changes_state: bool) -> Verdict {
+        let Some(id) = session_id(headers) else {
+            return Verdict::Refused;
         };
-        !changes_state
-            || headers
-                .get(CSRF_HEADER)
-                .is_some_and(|v| v.as_bytes() == csrf.as_bytes())
+        let csrf = match self.csrf_of(&id).await {
+            Ok(Some(csrf)) => csrf,
+            Ok(None) => return Verdict::Refused,
+            Err(error) => return Verdict::Unavailable(error),
+        };
+        let csrf_matches = headers
+            .get(CSRF_HEADER)
+            .is_some_and(|v| v.as_bytes() == csrf.as_bytes());
+        if !changes_state || csrf_matches {
+            Verdict::Allowed
+        } else {
+            Verdict::Refused
+        }
     }
+}
+
+/// The hash a session is stored under (hex, like the admin token's).
+fn id_hash(id: &str) -> String {
+    hex::encode(hash_token(id))
 }
 
 fn random_token() -> String {

@@ -24,6 +24,7 @@ const KNOWN_KEYS: &[&str] = &[
     "allow_private_destinations",
     "tls_cert",
     "tls_key",
+    "shutdown_deadline_secs",
     "ingest",
     "delivery",
 ];
@@ -55,6 +56,9 @@ pub struct Config {
     /// PEM private key of `tls_cert`.
     #[serde(default)]
     pub tls_key: Option<std::path::PathBuf>,
+    /// Seconds requests and deliveries in flight get to finish once shutdown begins; then the
+    /// connections left are dropped and the deliveries left are released.
+    pub shutdown_deadline_secs: u64,
     /// Events API limits.
     pub ingest: IngestConfig,
     /// Webhook delivery: retries, timeouts, concurrency.
@@ -238,6 +242,7 @@ mod tests {
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert!(!c.allow_private_destinations);
         assert_eq!(c.delivery.retry_window_secs, 86_400);
+        assert_eq!(c.shutdown_deadline_secs, 30);
     }
 
     #[test]
@@ -246,7 +251,9 @@ mod tests {
             jail.set_env("BOSON_LISTEN", "127.0.0.1:9999");
             jail.set_env("BOSON_ALLOW_PRIVATE_DESTINATIONS", "true");
             jail.set_env("BOSON_DELIVERY__RETRY_WINDOW_SECS", "60");
+            jail.set_env("BOSON_SHUTDOWN_DEADLINE_SECS", "2");
             let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.shutdown_deadline_secs, 2);
             assert_eq!(c.listen.port(), 9999);
             assert!(c.allow_private_destinations);
             assert_eq!(c.delivery.retry_window_secs, 60);

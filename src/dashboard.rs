@@ -1,7 +1,7 @@
 //! The web dashboard: static assets embedded in the binary (no build step, nothing fetched at
 //! build or run time), and sign-in with the admin token into a session cookie. The dashboard
 //! itself only talks to the admin API, so the two never disagree.
-//! Sessions themselves are kept in [`crate::access`].
+//! Sessions themselves are kept in [`crate::access`] (in the database, shared by every node).
 
 use axum::Json;
 use axum::Router;
@@ -14,7 +14,7 @@ use rust_embed::RustEmbed;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::access::{SESSION_COOKIE, SESSION_LIFETIME, session_id};
+use crate::access::{SESSION_COOKIE, SESSION_LIFETIME, Verdict, session_id};
 use crate::error::{ApiError, AppJson};
 use crate::state::AppState;
 
@@ -89,7 +89,10 @@ async fn login(State(state): State<AppState>, AppJson(login): AppJson<LoginIn>) 
         )
         .into_response();
     }
-    let (id, csrf) = state.access.sessions.create();
+    let (id, csrf) = match state.access.sessions.create().await {
+        Ok(session) => session,
+        Err(error) => return ApiError::sessions_unavailable(&error).into_response(),
+    };
     // Over HTTPS the cookie must never travel in clear text.
     let secure = if state.config.tls_cert.is_some() {
         "; Secure"
@@ -103,21 +106,32 @@ async fn login(State(state): State<AppState>, AppJson(login): AppJson<LoginIn>) 
     ([(SET_COOKIE, cookie)], Json(json!({"csrf": csrf}))).into_response()
 }
 
+/// Ends the session in the database, so it is signed out on every node at once.
 async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if !state.access.sessions.authorizes(&headers, true) {
-        return ApiError::unauthorized().into_response();
+    match state.access.sessions.authorizes(&headers, true).await {
+        Verdict::Allowed => {}
+        Verdict::Refused => return ApiError::unauthorized().into_response(),
+        Verdict::Unavailable(error) => {
+            return ApiError::sessions_unavailable(&error).into_response();
+        }
     }
-    if let Some(id) = session_id(&headers) {
-        state.access.sessions.end(&id);
+    if let Some(id) = session_id(&headers)
+        && let Err(error) = state.access.sessions.end(&id).await
+    {
+        return ApiError::sessions_unavailable(&error).into_response();
     }
     let expired = format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
     ([(SET_COOKIE, expired)], StatusCode::NO_CONTENT).into_response()
 }
 
 /// Whether the browser is signed in, and its CSRF token (readable only by same-origin script).
-async fn session(State(state): State<AppState>, headers: HeaderMap) -> Json<serde_json::Value> {
-    match session_id(&headers).and_then(|id| state.access.sessions.csrf_of(&id)) {
-        Some(csrf) => Json(json!({"signed_in": true, "csrf": csrf})),
-        None => Json(json!({"signed_in": false})),
+async fn session(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let Some(id) = session_id(&headers) else {
+        return Json(json!({"signed_in": false})).into_response();
+    };
+    match state.access.sessions.csrf_of(&id).await {
+        Ok(Some(csrf)) => Json(json!({"signed_in": true, "csrf": csrf})).into_response(),
+        Ok(None) => Json(json!({"signed_in": false})).into_response(),
+        Err(error) => ApiError::sessions_unavailable(&error).into_response(),
     }
 }

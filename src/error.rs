@@ -44,6 +44,18 @@ impl ApiError {
         )
     }
 
+    /// Dashboard sessions the database could not read or write: a session that cannot be
+    /// checked is refused, with 503 rather than 401 so the dashboard keeps its sign-in and the
+    /// browser can try again.
+    pub(crate) fn sessions_unavailable(error: &StoreError) -> Self {
+        tracing::warn!(%error, "Dashboard sessions are unavailable; the request is refused.");
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "sessions are unavailable; try again",
+        )
+    }
+
     /// Maps a store error; `not_found` is the code to use if the row is missing.
     pub(crate) fn from_store(error: StoreError, not_found: &'static str, what: &str) -> Self {
         match error {

@@ -6,9 +6,9 @@
 /// Top-level modules by layer, lowest first. A module may use modules of lower layers only.
 const LAYERS: &[&[&str]] = &[
     &["model"],
-    &["config", "live", "telemetry", "access"],
+    &["config", "live", "telemetry"],
     &["store"],
-    &["error", "pipeline"],
+    &["error", "pipeline", "access"],
     &["delivery"],
     &["state"],
     &["ingest", "admin", "dashboard"],

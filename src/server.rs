@@ -1,5 +1,14 @@
 //! Wiring: the router, and `run`, which starts the writer, the pipeline, delivery and the HTTP
 //! server and stops them in order on shutdown.
+//!
+//! Shutdown has a deadline (`shutdown_deadline_secs`), counted from the signal: requests and
+//! webhook deliveries in flight get until then to finish. At the deadline the HTTP connections
+//! still open are cut ([`cutoff`]), so a slow or stalled client cannot hold the process, and the
+//! deliveries still waiting for an answer are released to the table (see `delivery::run`). The
+//! writer then commits what it was sent, within [`WRITER_DRAIN`]. So the process exits within
+//! about the deadline plus the writer's drain.
+
+mod cutoff;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -38,6 +47,11 @@ const ADMIN_TOKEN_HASH_KEY: &str = "admin_token_sha256";
 const CATALOG_REFRESH: Duration = Duration::from_secs(1);
 /// How long shutdown waits for the writer to commit what it holds.
 const WRITER_DRAIN: Duration = Duration::from_secs(10);
+/// How long the HTTP server gets to wind down once its connections were cut at the deadline
+/// (a handler that is not waiting on its client, e.g. on a commit, still runs to its end).
+const CUT_GRACE: Duration = Duration::from_secs(2);
+/// How long closing the database pool may take at the very end.
+const POOL_CLOSE: Duration = Duration::from_secs(5);
 
 /// The whole HTTP surface.
 pub(crate) fn router(state: AppState) -> Router {
@@ -73,8 +87,9 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 /// Runs Boson on `listener` until `shutdown` completes, then stops accepting requests, lets
-/// in-flight deliveries finish (queued ones are released to the table) and commits what the
-/// writer holds.
+/// requests and deliveries in flight finish until the shutdown deadline (queued deliveries are
+/// released to the table at once, those still in flight at the deadline then) and commits what
+/// the writer holds.
 pub async fn run(
     config: Config,
     listener: TcpListener,
@@ -107,6 +122,8 @@ pub async fn run(
     let (committed, committed_jobs) = mpsc::unbounded_channel();
     let crowded = Arc::new(Crowded::default());
     let (writer, writer_task) = Writer::spawn(store.clone(), lease, committed);
+    // Kept to flush the writer at the end: other handles may outlive the deadline.
+    let flusher = writer.clone();
     let client = WebhookClient::new(
         config.allow_private_destinations,
         Duration::from_secs(config.delivery.request_timeout_secs),
@@ -132,12 +149,22 @@ pub async fn run(
         &config.delivery,
     ));
     let cancel = CancellationToken::new();
+    let stopping = CancellationToken::new();
+    // Cancelled when the shutdown deadline has passed.
+    let overdue = CancellationToken::new();
+    let shutdown_deadline = Duration::from_secs(config.shutdown_deadline_secs);
+    let deadline = tokio::spawn(count_down(
+        stopping.clone(),
+        shutdown_deadline,
+        overdue.clone(),
+    ));
     let delivery = tokio::spawn(delivery::run(
         ctx,
         config.delivery.clone(),
         committed_jobs,
         crowded,
         cancel.clone(),
+        overdue.clone(),
     ));
     if store.is_shared_by_nodes() {
         tokio::spawn(refresh_catalog(Arc::clone(&catalog), cancel.clone()));
@@ -148,7 +175,6 @@ pub async fn run(
         cancel.clone(),
     ));
 
-    let stopping = CancellationToken::new();
     let shutdown = {
         let stopping = stopping.clone();
         async move {
@@ -161,7 +187,7 @@ pub async fn run(
         store: store.clone(),
         pipeline,
         metrics,
-        access: Arc::new(AdminAccess::new(admin_token_hash)),
+        access: Arc::new(AdminAccess::new(admin_token_hash, store.clone())),
         live: Arc::clone(&live),
         stopping: stopping.clone(),
         webhooks,
@@ -178,46 +204,103 @@ pub async fn run(
     tracing::info!(?address, https = tls.is_some(), "Boson is listening.");
     let app = router(state);
     let served = match tls {
-        None => {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-        Some(tls) => serve_tls(listener, app, tls, shutdown).await,
+        None => serve_http(listener, app, shutdown, &overdue).await,
+        Some(tls) => serve_tls(listener, app, tls, shutdown, shutdown_deadline, &overdue).await,
     };
 
     tracing::info!("Shutting down: delivering or releasing in-flight work.");
     cancel.cancel();
     delivery.await.context("delivery task failed")?;
-    if tokio::time::timeout(WRITER_DRAIN, writer_task)
+    deadline.abort();
+    drain_writer(&flusher, writer_task).await;
+    if tokio::time::timeout(POOL_CLOSE, store.close())
         .await
         .is_err()
     {
-        tracing::warn!(
-            "The writer did not stop in time; uncommitted job updates will be redone after restart."
-        );
+        tracing::warn!("Closing the database connections took too long; they are dropped.");
     }
-    store.close().await;
     served.context("HTTP server failed")
 }
 
-/// Serves HTTPS; on `shutdown`, stops accepting and lets requests in flight finish.
+/// Cancels `overdue` once `deadline` has passed since shutdown began (`stopping`).
+async fn count_down(stopping: CancellationToken, deadline: Duration, overdue: CancellationToken) {
+    stopping.cancelled().await;
+    tokio::time::sleep(deadline).await;
+    overdue.cancel();
+}
+
+/// Serves HTTP; on `shutdown`, stops accepting and lets requests in flight finish, until
+/// `overdue`: then the connections still open are cut.
+async fn serve_http(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    overdue: &CancellationToken,
+) -> std::io::Result<()> {
+    let listener = cutoff::CutoffListener::new(listener, overdue.clone());
+    let server = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .into_future();
+    finish_by(server, overdue).await
+}
+
+/// Serves HTTPS; on `shutdown`, stops accepting and lets requests in flight finish for
+/// `grace` (the shutdown deadline), after which axum_server drops the connections left.
 async fn serve_tls(
     listener: TcpListener,
     app: Router,
     tls: RustlsConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+    overdue: &CancellationToken,
 ) -> std::io::Result<()> {
     let handle = axum_server::Handle::new();
     let stopper = handle.clone();
     tokio::spawn(async move {
         shutdown.await;
-        stopper.graceful_shutdown(Some(Duration::from_secs(30)));
+        stopper.graceful_shutdown(Some(grace));
     });
-    axum_server::from_tcp_rustls(listener.into_std()?, tls)?
+    let server = axum_server::from_tcp_rustls(listener.into_std()?, tls)?
         .handle(handle)
-        .serve(app.into_make_service())
-        .await
+        .serve(app.into_make_service());
+    finish_by(server, overdue).await
+}
+
+/// Waits for the HTTP server to finish, but once `overdue` has fired (its connections are being
+/// cut) for at most [`CUT_GRACE`] more: a handler that never ends must not hold the process.
+async fn finish_by(
+    server: impl Future<Output = std::io::Result<()>>,
+    overdue: &CancellationToken,
+) -> std::io::Result<()> {
+    let mut server = std::pin::pin!(server);
+    tokio::select! {
+        served = &mut server => return served,
+        () = overdue.cancelled() => {}
+    }
+    tracing::warn!("The shutdown deadline has passed; HTTP connections still open are dropped.");
+    match tokio::time::timeout(CUT_GRACE, server).await {
+        Ok(served) => served,
+        Err(_) => {
+            tracing::warn!("HTTP requests still running after the deadline are abandoned.");
+            Ok(())
+        }
+    }
+}
+
+/// Commits what the writer was sent, then stops it. The writer answers an ingest only after
+/// committing every command queued before it, so an empty one marks the end of the work sent so
+/// far. Handles held by requests or deliveries abandoned at the deadline would keep the writer
+/// alive; whatever they send from now on is not committed, which is safe: their jobs were
+/// released (or stay leased) and are delivered again after a restart.
+async fn drain_writer(writer: &Writer, task: tokio::task::JoinHandle<()>) {
+    let flushed = tokio::time::timeout(WRITER_DRAIN, writer.ingest(Vec::new())).await;
+    if !matches!(flushed, Ok(Ok(_))) {
+        tracing::warn!(
+            "The writer did not drain in time; uncommitted job updates will be redone after restart."
+        );
+    }
+    task.abort();
+    let _ = task.await;
 }
 
 async fn refresh_catalog(catalog: Arc<Catalog>, cancel: CancellationToken) {

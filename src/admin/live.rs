@@ -63,9 +63,32 @@ impl LiveFilter {
     }
 }
 
+/// The dashboard session a stream was opened with: the stream ends when the session does.
+/// It is read again at most once per [`SESSION_RECHECK`] rather than for every item (items can
+/// come thousands a second), so a sign-out on any node ends the stream within about that long.
+struct WatchedSession {
+    id: String,
+    sessions: Sessions,
+    checked: Instant,
+}
+
+/// How often a stream's dashboard session is read again.
+const SESSION_RECHECK: Duration = Duration::from_secs(1);
+
+impl WatchedSession {
+    /// Whether the session is still signed in. A check the database cannot answer ends the
+    /// stream as well: access is never granted on an unanswered check.
+    async fn is_live(&mut self) -> bool {
+        if self.checked.elapsed() < SESSION_RECHECK {
+            return true;
+        }
+        self.checked = Instant::now();
+        self.sessions.is_live(&self.id).await.unwrap_or(false)
+    }
+}
+
 struct Watch {
-    /// The dashboard session the stream was opened with: the stream ends when it does.
-    session: Option<(String, std::sync::Arc<Sessions>)>,
+    session: Option<WatchedSession>,
     stopping: tokio_util::sync::CancellationToken,
     receiver: tokio::sync::broadcast::Receiver<LiveItem>,
     filter: LiveFilter,
@@ -87,9 +110,16 @@ pub(crate) async fn stream(
         .and_then(|id| ConnectionId::parse(id).ok())
         .and_then(|id| state.catalog().connection(&id))
         .map(|(connection, _)| connection.input_id);
-    let session = session_id(&headers)
-        .filter(|id| state.access.sessions.is_live(id))
-        .map(|id| (id, std::sync::Arc::clone(&state.access.sessions)));
+    let session = match session_id(&headers) {
+        Some(id) if state.access.sessions.is_live(&id).await.unwrap_or(false) => {
+            Some(WatchedSession {
+                id,
+                sessions: state.access.sessions.clone(),
+                checked: Instant::now(),
+            })
+        }
+        _ => None,
+    };
     let watch = Watch {
         session,
         stopping: state.stopping.clone(),
@@ -114,10 +144,8 @@ pub(crate) async fn stream(
                 }
                 Err(RecvError::Closed) => return None,
             };
-            if watch
-                .session
-                .as_ref()
-                .is_some_and(|(id, sessions)| !sessions.is_live(id))
+            if let Some(session) = watch.session.as_mut()
+                && !session.is_live().await
             {
                 return None;
             }

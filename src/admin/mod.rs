@@ -18,6 +18,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
+use crate::access::Verdict;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -79,10 +80,14 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
 
 async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let changes_state = !matches!(*request.method(), Method::GET | Method::HEAD);
-    if state.access.authorizes(request.headers(), changes_state) {
-        next.run(request).await
-    } else {
-        ApiError::unauthorized().into_response()
+    match state
+        .access
+        .authorizes(request.headers(), changes_state)
+        .await
+    {
+        Verdict::Allowed => next.run(request).await,
+        Verdict::Refused => ApiError::unauthorized().into_response(),
+        Verdict::Unavailable(error) => ApiError::sessions_unavailable(&error).into_response(),
     }
 }
 

@@ -9,7 +9,7 @@
 //! connection. The leases of every job this node holds are renewed while it holds them.
 //!
 //! On shutdown, lanes stop taking work, queued jobs are released back to the table, and requests
-//! in flight are allowed to finish.
+//! in flight are allowed to finish until the shutdown deadline (then their jobs are released too).
 
 mod breaker;
 mod crowded;
@@ -117,13 +117,20 @@ struct Lanes {
     cancel: CancellationToken,
 }
 
-/// Runs delivery until `cancel` fires, then drains as described in the module docs.
+/// Runs delivery until `cancel` fires, then drains as described in the module docs, but only
+/// until `overdue` (the shutdown deadline): the jobs still held then, whose requests have not
+/// ended, are released to the table through the writer (which still runs), so a restart or
+/// another node sends them again, under the same delivery id. If such a request was in fact
+/// answered just then, its events arrive twice; receivers de-duplicate by delivery id. A
+/// release the writer cannot commit before the process ends leaves the job leased: a restart on
+/// SQLite frees it, and on PostgreSQL its lease runs out.
 pub(crate) async fn run(
     ctx: Arc<DeliveryContext>,
     config: DeliveryConfig,
     mut committed: mpsc::UnboundedReceiver<Vec<Job>>,
     crowded: Arc<Crowded>,
     cancel: CancellationToken,
+    overdue: CancellationToken,
 ) {
     let lanes = Arc::new(Lanes {
         ctx,
@@ -172,10 +179,31 @@ pub(crate) async fn run(
     }
     let _ = poller.await;
     lanes.tracker.close();
-    lanes.tracker.wait().await;
+    tokio::select! {
+        () = lanes.tracker.wait() => {}
+        () = overdue.cancelled() => release_held(&lanes).await,
+    }
     renewing.cancel();
     let _ = renewer.await;
     tracing::info!("Delivery stopped.");
+}
+
+/// At the shutdown deadline: releases every job this node still holds (see `run`).
+async fn release_held(lanes: &Lanes) {
+    let held: Vec<i64> = lanes
+        .held
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .copied()
+        .collect();
+    tracing::warn!(
+        jobs = held.len(),
+        "The shutdown deadline has passed; deliveries still in flight are released to be sent again."
+    );
+    for job_id in held {
+        lanes.release(job_id).await;
+    }
 }
 
 impl Lanes {

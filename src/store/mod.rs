@@ -13,6 +13,7 @@ pub(crate) mod faults;
 mod group;
 pub(crate) mod identity_sql;
 pub(crate) mod queue;
+pub(crate) mod sessions_sql;
 mod steps;
 pub(crate) mod writer;
 

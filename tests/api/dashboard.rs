@@ -200,6 +200,209 @@ async fn sessions_need_the_token_and_their_csrf_header() {
     app.stop().await.unwrap();
 }
 
+/// Signs in on `app` and returns the session's `Cookie` header value and its CSRF token.
+async fn sign_in(app: &TestApp) -> (String, String) {
+    let signed_in = login(app, &app.client, ADMIN_TOKEN).await;
+    assert_eq!(signed_in.status(), 200);
+    let set_cookie = signed_in.headers()["set-cookie"].to_str().unwrap();
+    let cookie = set_cookie.split(';').next().unwrap().to_owned();
+    let csrf = signed_in.json::<Value>().await.unwrap()["csrf"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (cookie, csrf)
+}
+
+/// A request to `app` carrying the session cookie (and the CSRF header, when given).
+fn with_session(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    cookie: &str,
+    csrf: Option<&str>,
+) -> reqwest::RequestBuilder {
+    let request = app
+        .client
+        .request(method, format!("{}{path}", app.base))
+        .header("cookie", cookie);
+    match csrf {
+        Some(csrf) => request.header("x-boson-csrf", csrf),
+        None => request,
+    }
+}
+
+#[tokio::test]
+async fn a_session_is_valid_on_every_node_and_ends_on_every_node() {
+    // Two nodes on one database, as behind a load balancer: on SQLite both open the same file.
+    let node_1 = spawn_app().await;
+    let node_2 = node_1.second_node(|_| {}).await;
+    let (cookie, csrf) = sign_in(&node_1).await;
+
+    let read = with_session(
+        &node_2,
+        reqwest::Method::GET,
+        "/api/v1/inputs",
+        &cookie,
+        None,
+    );
+    assert_eq!(
+        read.send().await.unwrap().status(),
+        200,
+        "node 2 knows the session"
+    );
+    let session = with_session(
+        &node_2,
+        reqwest::Method::GET,
+        "/dashboard/session",
+        &cookie,
+        None,
+    )
+    .send()
+    .await
+    .unwrap()
+    .json::<Value>()
+    .await
+    .unwrap();
+    assert_eq!(session, json!({"signed_in": true, "csrf": csrf}));
+    let create = with_session(
+        &node_2,
+        reqwest::Method::POST,
+        "/api/v1/inputs",
+        &cookie,
+        Some(&csrf),
+    )
+    .json(&json!({"name": "from node 2", "platform": "web"}));
+    assert_eq!(create.send().await.unwrap().status(), 201);
+
+    let out = with_session(
+        &node_2,
+        reqwest::Method::POST,
+        "/dashboard/logout",
+        &cookie,
+        Some(&csrf),
+    );
+    assert_eq!(out.send().await.unwrap().status(), 204);
+    for node in [&node_1, &node_2] {
+        let after = with_session(node, reqwest::Method::GET, "/api/v1/inputs", &cookie, None);
+        assert_eq!(
+            after.send().await.unwrap().status(),
+            401,
+            "signed out everywhere"
+        );
+    }
+    node_2.stop().await.unwrap();
+    node_1.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_live_stream_ends_when_its_session_is_signed_out_on_another_node() {
+    let node_1 = spawn_app().await;
+    let node_2 = node_1.second_node(|_| {}).await;
+    let input = node_1.create_input("custom_feed").await;
+    let (cookie, csrf) = sign_in(&node_1).await;
+    let mut stream = with_session(
+        &node_1,
+        reqwest::Method::GET,
+        "/api/v1/live-stream",
+        &cookie,
+        None,
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(stream.status(), 200);
+    let out = with_session(
+        &node_2,
+        reqwest::Method::POST,
+        "/dashboard/logout",
+        &cookie,
+        Some(&csrf),
+    );
+    assert_eq!(out.send().await.unwrap().status(), 204);
+
+    // The stream reads its session again as items come (at most once a second): keep events
+    // coming until it ends.
+    let ended = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            let posted = node_1
+                .post_events(&input, batch_of(&["custom_event"]))
+                .await;
+            assert_eq!(posted.status(), 202);
+            let next = tokio::time::timeout(Duration::from_millis(200), stream.chunk()).await;
+            if let Ok(chunk) = next
+                && chunk.map_or(true, |c| c.is_none())
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the live stream outlived its session");
+    node_2.stop().await.unwrap();
+    node_1.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn sessions_are_stored_hashed_and_refused_once_expired() {
+    let app = spawn_app().await;
+    let (cookie, _) = sign_in(&app).await;
+    let id = cookie.trim_start_matches("boson_session=");
+    assert_eq!(app.count("sessions").await, 1);
+    let raw = app
+        .query_i64(&format!(
+            "SELECT COUNT(*) FROM sessions WHERE id_hash LIKE '%{id}%' OR csrf LIKE '%{id}%'"
+        ))
+        .await;
+    assert_eq!(raw, 0, "the session id itself is never stored");
+
+    app.execute("UPDATE sessions SET expires_at = 1").await;
+    let read = with_session(&app, reqwest::Method::GET, "/api/v1/inputs", &cookie, None);
+    assert_eq!(
+        read.send().await.unwrap().status(),
+        401,
+        "an expired session is refused"
+    );
+    // The next sign-in prunes the expired one.
+    sign_in(&app).await;
+    assert_eq!(app.count("sessions").await, 1);
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_session_check_the_database_cannot_answer_grants_nothing() {
+    let app = spawn_app().await;
+    let (cookie, csrf) = sign_in(&app).await;
+    // The sessions table gone stands for a database that cannot answer the check.
+    app.execute("DROP TABLE sessions").await;
+    let read = with_session(&app, reqwest::Method::GET, "/api/v1/inputs", &cookie, None);
+    assert_eq!(read.send().await.unwrap().status(), 503);
+    let write = with_session(
+        &app,
+        reqwest::Method::POST,
+        "/api/v1/inputs",
+        &cookie,
+        Some(&csrf),
+    )
+    .json(&json!({"name": "x", "platform": "web"}));
+    assert_eq!(write.send().await.unwrap().status(), 503);
+    let session = with_session(
+        &app,
+        reqwest::Method::GET,
+        "/dashboard/session",
+        &cookie,
+        None,
+    );
+    assert_eq!(session.send().await.unwrap().status(), 503);
+    // The admin token needs no database to be checked.
+    let by_token = app
+        .admin(reqwest::Method::GET, "/api/v1/inputs")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_token.status(), 200);
+    app.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn dashboard_modules_are_served_from_folders_as_javascript() {
     let app = spawn_app().await;

@@ -1,8 +1,9 @@
-//! The store suite: the delivery queue tested on a real database, SQLite by default and
-//! PostgreSQL when `TEST_DATABASE_URL` names a server. Deterministic tests of each operation,
-//! and a model-based test of random operation sequences.
+//! The store suite: the delivery queue and the dashboard sessions tested on a real database,
+//! SQLite by default and PostgreSQL when `TEST_DATABASE_URL` names a server. Deterministic tests
+//! of each operation, and a model-based test of random operation sequences of the queue.
 
 mod commit;
 pub(super) mod harness;
 mod model;
 mod queue;
+mod sessions;
