@@ -85,7 +85,7 @@ impl LaneControl {
     /// Records how a job sent through this lane ended (its place is freed separately, once the
     /// outcome is committed).
     pub(super) fn ended(&self, update: &JobUpdate, now: Instant) -> Transition {
-        let transition = match endpoint_answered(update) {
+        match endpoint_answered(update) {
             Some(true) => {
                 let transition = lock(&self.breaker).succeeded();
                 let mut ramp = lock(&self.ramp);
@@ -98,8 +98,7 @@ impl LaneControl {
             }
             Some(false) => lock(&self.breaker).failed(now),
             None => Transition::None,
-        };
-        transition
+        }
     }
 }
 

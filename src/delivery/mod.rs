@@ -190,13 +190,7 @@ pub(crate) async fn run(
 
 /// At the shutdown deadline: releases every job this node still holds (see `run`).
 async fn release_held(lanes: &Lanes) {
-    let held: Vec<i64> = lanes
-        .held
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .copied()
-        .collect();
+    let held: Vec<i64> = lanes.held().keys().copied().collect();
     tracing::warn!(
         jobs = held.len(),
         "The shutdown deadline has passed; deliveries still in flight are released to be sent again."
