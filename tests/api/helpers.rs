@@ -41,40 +41,43 @@ pub fn http_client() -> reqwest::Client {
 /// file in `dir`.
 pub async fn fresh_database_url(dir: &std::path::Path) -> String {
     match std::env::var("TEST_DATABASE_URL") {
-        Ok(server) if server.starts_with("postgres") => {
-            use sqlx::Connection;
-            let name = format!("boson_test_{}", uuid::Uuid::new_v4().simple());
-            let mut admin = sqlx::PgConnection::connect(&server)
-                .await
-                .unwrap_or_else(|e| {
-                    panic!("TEST_DATABASE_URL is set but PostgreSQL is unreachable: {e}")
-                });
-            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                .execute(&mut admin)
-                .await
-                .expect("create test database");
-            let base = server
-                .rsplit_once('/')
-                .map_or(server.as_str(), |(base, _)| base);
-            format!("{base}/{name}")
-        }
+        Ok(server) if server.starts_with("postgres") => fresh_postgres_database(&server).await,
         _ => format!("sqlite://{}/boson.db", dir.display()),
     }
 }
 
+/// Creates a new, empty database on the PostgreSQL `server` and returns its URL.
+pub async fn fresh_postgres_database(server: &str) -> String {
+    use sqlx::Connection;
+    let name = format!("boson_test_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = sqlx::PgConnection::connect(server)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {server} is unreachable: {e}"));
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut admin)
+        .await
+        .expect("create test database");
+    let base = server.rsplit_once('/').map_or(server, |(base, _)| base);
+    format!("{base}/{name}")
+}
+
 /// Drops a PostgreSQL test database made by `fresh_database_url`, so test runs leave no litter.
 pub async fn drop_database(database_url: &str) {
+    if let Ok(server) = std::env::var("TEST_DATABASE_URL") {
+        drop_database_on(&server, database_url).await;
+    }
+}
+
+/// Drops a test database made by `fresh_postgres_database` on `server`.
+pub async fn drop_database_on(server: &str, database_url: &str) {
     use sqlx::Connection;
-    let (Ok(server), Some((_, name))) = (
-        std::env::var("TEST_DATABASE_URL"),
-        database_url.rsplit_once('/'),
-    ) else {
+    let Some((_, name)) = database_url.rsplit_once('/') else {
         return;
     };
     if !database_url.starts_with("postgres") || !name.starts_with("boson_test_") {
         return;
     }
-    if let Ok(mut admin) = sqlx::PgConnection::connect(&server).await {
+    if let Ok(mut admin) = sqlx::PgConnection::connect(server).await {
         let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
         let _ = sqlx::query(sqlx::AssertSqlSafe(drop))
             .execute(&mut admin)
@@ -354,6 +357,7 @@ pub struct Received {
     pub at: std::time::Instant,
     /// The status the receiver answered with.
     pub answered: u16,
+    pub peer: SocketAddr,
 }
 
 impl Received {
@@ -377,6 +381,8 @@ struct ReceiverState {
     sent: mpsc::UnboundedSender<Received>,
     /// Scripted answers, used in order; when empty, 200.
     script: Script,
+    /// Milliseconds each answer waits (drawn from the range), so requests stay in flight.
+    latency_ms: Option<std::ops::RangeInclusive<u64>>,
 }
 
 /// A real webhook receiver on loopback.
@@ -395,18 +401,39 @@ impl Receiver {
         Self::on(listener)
     }
 
+    /// A receiver that answers each request after a delay drawn from `latency_ms`; a request
+    /// is recorded when it arrives, before the wait.
+    pub async fn with_latency(latency_ms: std::ops::RangeInclusive<u64>) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind receiver");
+        Self::serve(listener, Some(latency_ms))
+    }
+
     /// Serves on an already bound listener (to come up on a known port later).
     pub fn on(listener: tokio::net::TcpListener) -> Self {
+        Self::serve(listener, None)
+    }
+
+    fn serve(
+        listener: tokio::net::TcpListener,
+        latency_ms: Option<std::ops::RangeInclusive<u64>>,
+    ) -> Self {
         let address = listener.local_addr().expect("address");
         let (sent, received) = mpsc::unbounded_channel();
         let script = Arc::new(Mutex::new(VecDeque::new()));
         let state = ReceiverState {
             sent,
             script: Arc::clone(&script),
+            latency_ms,
         };
         let app = axum::Router::new().fallback(receive).with_state(state);
         let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await;
         });
         Self {
             address,
@@ -465,6 +492,7 @@ impl Receiver {
 
 async fn receive(
     State(state): State<ReceiverState>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
@@ -478,7 +506,11 @@ async fn receive(
         body,
         at: std::time::Instant::now(),
         answered: status,
+        peer,
     });
+    if let Some(range) = state.latency_ms {
+        tokio::time::sleep(Duration::from_millis(rand::random_range(range))).await;
+    }
     let mut response = StatusCode::from_u16(status).unwrap().into_response();
     if let Some(value) = retry_after {
         response

@@ -12,6 +12,7 @@ mod identity;
 mod ingest;
 mod legacy_web;
 mod mobile;
+mod multinode;
 mod process;
 mod python_sdk;
 mod settings;

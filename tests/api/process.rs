@@ -1,6 +1,7 @@
 //! The real `boson serve` binary, configured only through the environment, killed and restarted:
 //! an event the Events API acknowledged (202) must reach the webhook even if the process dies
-//! right after (SIGKILL), and SIGTERM must stop the process cleanly.
+//! right after (SIGKILL), and SIGTERM must stop the process cleanly. The deployment, process,
+//! load and delivery-accounting helpers here are shared with the multi-node test.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -11,41 +12,69 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::helpers::{ADMIN_TOKEN, Receiver, batch_of, event, fresh_database_url};
+use crate::helpers::{
+    ADMIN_TOKEN, Receiver, batch_of, drop_database_on, event, fresh_database_url,
+    fresh_postgres_database,
+};
 
 /// Loopback polling interval while waiting for the process or the webhook.
-const POLL: Duration = Duration::from_millis(50);
+pub const POLL: Duration = Duration::from_millis(50);
 /// A debug build migrating a fresh database on a busy machine can be slow to come up.
 const STARTUP: Duration = Duration::from_secs(30);
 /// How long every acknowledged event has to reach the webhook after a restart.
-const DELIVERY: Duration = Duration::from_secs(30);
+pub const DELIVERY: Duration = Duration::from_secs(30);
 
 /// One deployment: a database and the environment every start of it shares. Keeps the logs of
 /// all the processes it started and prints them if the test fails.
-struct Deployment {
+pub struct Deployment {
     dir: tempfile::TempDir,
-    database_url: String,
+    pub database_url: String,
+    /// The PostgreSQL server the database was made on, when not `TEST_DATABASE_URL`'s.
+    server: Option<String>,
+    /// Extra environment of every process started.
+    env: Vec<(String, String)>,
     logs: Vec<PathBuf>,
 }
 
 impl Deployment {
-    async fn new() -> Self {
+    /// A deployment on the test database (`TEST_DATABASE_URL`'s server, or SQLite).
+    pub async fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let database_url = fresh_database_url(dir.path()).await;
         Self {
             dir,
             database_url,
+            server: None,
+            env: Vec::new(),
             logs: Vec::new(),
         }
     }
 
+    /// A deployment on a new database on the PostgreSQL `server`.
+    pub async fn on_postgres(server: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let database_url = fresh_postgres_database(server).await;
+        Self {
+            dir,
+            database_url,
+            server: Some(server.to_owned()),
+            env: Vec::new(),
+            logs: Vec::new(),
+        }
+    }
+
+    /// Sets an environment variable (e.g. a `BOSON_…` setting) for every process started later.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.push((key.to_owned(), value.to_owned()));
+    }
+
     /// Starts `boson serve` on a free port and waits until it is ready.
-    async fn start(&mut self) -> Boson {
+    pub async fn start(&mut self) -> Boson {
         self.start_with(&[]).await
     }
 
     /// Starts `boson serve` with `env` set on top of the deployment's environment.
-    async fn start_with(&mut self, env: &[(&str, &str)]) -> Boson {
+    pub async fn start_with(&mut self, env: &[(&str, &str)]) -> Boson {
         let port = free_port();
         let log_path = self
             .dir
@@ -78,6 +107,7 @@ impl Deployment {
             command.env("BOSON_DELIVERY__LEASE_SECS", "4");
             command.env("BOSON_DELIVERY__REQUEST_TIMEOUT_SECS", "2");
         }
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
         command.envs(env.iter().copied());
         let child = command.spawn().expect("start the boson binary");
         let mut boson = Boson {
@@ -95,12 +125,18 @@ impl Drop for Deployment {
         // Drop a PostgreSQL test database on a thread of its own: this runs inside the test's
         // runtime, which must not be blocked.
         let url = self.database_url.clone();
+        let server = self.server.clone();
         let _ = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build();
             if let Ok(runtime) = runtime {
-                runtime.block_on(crate::helpers::drop_database(&url));
+                runtime.block_on(async {
+                    match server {
+                        Some(server) => drop_database_on(&server, &url).await,
+                        None => crate::helpers::drop_database(&url).await,
+                    }
+                });
             }
         })
         .join();
@@ -115,7 +151,7 @@ impl Drop for Deployment {
 }
 
 /// A running `boson serve` process, killed when dropped so a failing test leaves none behind.
-struct Boson {
+pub struct Boson {
     child: Child,
     base: String,
     http: reqwest::Client,
@@ -129,6 +165,10 @@ impl Drop for Boson {
 }
 
 impl Boson {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     async fn wait_ready(&mut self) {
         let deadline = Instant::now() + STARTUP;
         while Instant::now() < deadline {
@@ -146,19 +186,24 @@ impl Boson {
     }
 
     /// SIGKILL: no shutdown code runs, whatever was in memory is lost.
-    fn sigkill(mut self) {
+    pub fn sigkill(mut self) {
         self.child.kill().expect("SIGKILL");
         self.child.wait().expect("reap the killed process");
     }
 
-    /// SIGTERM, then the exit status; fails the test if the process outlives `within`.
-    async fn sigterm(mut self, within: Duration) -> ExitStatus {
-        // The workspace forbids `unsafe`, so no `libc::kill`: the `kill` command sends it.
+    /// Sends a signal by name (`TERM`, `STOP`, `CONT`). The workspace forbids `unsafe`, so no
+    /// `libc::kill`: the `kill` command sends it.
+    pub fn signal(&self, name: &str) {
         let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([format!("-{name}"), self.child.id().to_string()])
             .status()
             .expect("run kill");
-        assert!(sent.success(), "kill -TERM failed: {sent}");
+        assert!(sent.success(), "kill -{name} failed: {sent}");
+    }
+
+    /// SIGTERM, then the exit status; fails the test if the process outlives `within`.
+    async fn sigterm(mut self, within: Duration) -> ExitStatus {
+        self.signal("TERM");
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             if let Some(status) = self.child.try_wait().expect("child status") {
@@ -187,6 +232,11 @@ impl Boson {
 
     /// A custom-feed input connected to a webhook at `url`; returns the input (with credentials).
     async fn pipeline(&self, url: &str) -> Value {
+        self.pipeline_with(url, json!({"status": "active"})).await
+    }
+
+    /// Like `pipeline`, with the connection's `settings`.
+    pub async fn pipeline_with(&self, url: &str, settings: Value) -> Value {
         let input = self
             .create(
                 "/api/v1/inputs",
@@ -199,12 +249,13 @@ impl Boson {
                 json!({"name": "hook", "kind": "webhook", "settings": {"url": url}}),
             )
             .await;
-        let connection = json!({"input_id": input["id"], "output_id": output["id"], "settings": {"status": "active"}});
+        let connection =
+            json!({"input_id": input["id"], "output_id": output["id"], "settings": settings});
         self.create("/api/v1/connections", connection).await;
         input
     }
 
-    async fn post_batch(
+    pub async fn post_batch(
         &self,
         input: &Value,
         batch: &Value,
@@ -256,8 +307,10 @@ fn free_port() -> u16 {
     listener.local_addr().expect("address").port()
 }
 
-/// Batch `n`: two custom events whose custom attributes carry the ids `b<n>-e0` and `b<n>-e1`.
-fn tagged_batch(n: usize) -> (Value, Vec<String>) {
+/// Batch `n`: two custom events whose custom attributes carry the ids `b<n>-e0` and `b<n>-e1`,
+/// of a user of its own (MPID `n + 1`), so that concurrent batches never wait for one another on
+/// a user's profile row.
+pub fn tagged_batch(n: usize) -> (Value, Vec<String>) {
     let ids: Vec<String> = (0..2).map(|k| format!("b{n}-e{k}")).collect();
     let events: Vec<Value> = ids
         .iter()
@@ -269,26 +322,33 @@ fn tagged_batch(n: usize) -> (Value, Vec<String>) {
         .collect();
     let mut batch = batch_of(&[]);
     batch["events"] = json!(events);
+    batch["mpid"] = json!(n + 1);
     (batch, ids)
 }
 
-/// What the webhook received, by event id.
+/// What the webhook received, by event id and by request.
 #[derive(Debug, Default)]
-struct Deliveries {
+pub struct Deliveries {
     /// How many times each event arrived.
-    copies: HashMap<String, usize>,
+    pub copies: HashMap<String, usize>,
     /// The `x-boson-delivery-id`s each event arrived with.
     delivery_ids: HashMap<String, HashSet<String>>,
+    /// When each request (by `x-boson-delivery-id`) arrived, every time it did.
+    pub requests: HashMap<String, Vec<(Instant, u16)>>,
 }
 
 impl Deliveries {
-    fn record(&mut self, request: &crate::helpers::Received) {
+    pub fn record(&mut self, request: &crate::helpers::Received) {
         let delivery_id = request
             .headers
             .get("x-boson-delivery-id")
             .and_then(|v| v.to_str().ok())
             .expect("webhook request without x-boson-delivery-id")
             .to_owned();
+        self.requests
+            .entry(delivery_id.clone())
+            .or_default()
+            .push((request.at, request.peer.port()));
         for event in request.events() {
             let id = event["data"]["custom_attributes"]["id"]
                 .as_str()
@@ -303,7 +363,7 @@ impl Deliveries {
     }
 
     /// Records requests until every `expected` event has arrived or `within` has passed.
-    async fn collect(
+    pub async fn collect(
         &mut self,
         receiver: &mut Receiver,
         expected: &HashSet<String>,
@@ -319,7 +379,7 @@ impl Deliveries {
         }
     }
 
-    fn missing<'a>(&self, expected: &'a HashSet<String>) -> Vec<&'a String> {
+    pub fn missing<'a>(&self, expected: &'a HashSet<String>) -> Vec<&'a String> {
         let mut missing: Vec<&String> = expected
             .iter()
             .filter(|id| !self.copies.contains_key(*id))
@@ -332,8 +392,13 @@ impl Deliveries {
         self.copies.values().map(|n| n - 1).sum()
     }
 
+    /// Requests that arrived more than once, counted once per extra copy.
+    pub fn duplicate_requests(&self) -> usize {
+        self.requests.values().map(|at| at.len() - 1).sum()
+    }
+
     /// A re-delivered request must keep its delivery id, or receivers cannot de-duplicate it.
-    fn assert_redeliveries_keep_their_id(&self) {
+    pub fn assert_redeliveries_keep_their_id(&self) {
         let changed: Vec<_> = self
             .delivery_ids
             .iter()
@@ -358,7 +423,7 @@ async fn collect(
     deliveries
 }
 
-fn assert_none_missing(deliveries: &Deliveries, expected: &HashSet<String>) {
+pub fn assert_none_missing(deliveries: &Deliveries, expected: &HashSet<String>) {
     let missing = deliveries.missing(expected);
     assert!(
         missing.is_empty(),
@@ -370,19 +435,23 @@ fn assert_none_missing(deliveries: &Deliveries, expected: &HashSet<String>) {
 }
 
 /// Concurrent senders posting tagged batches until stopped, recording which were acknowledged.
-struct Load {
+pub struct Load {
     stop: Arc<AtomicBool>,
     acked: Arc<Mutex<Vec<String>>>,
     senders: Vec<tokio::task::JoinHandle<HashMap<String, usize>>>,
 }
 
 impl Load {
-    fn start(boson: &Boson, input: &Value, senders: usize) -> Self {
+    /// `senders` concurrent senders per node, each posting to its node only; batch numbers are
+    /// shared, so every event id is unique across the nodes.
+    pub fn start(nodes: &[&Boson], input: &Value, senders: usize) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(Mutex::new(Vec::new()));
         let next = Arc::new(AtomicUsize::new(0));
-        let senders = (0..senders)
-            .map(|_| {
+        let senders = nodes
+            .iter()
+            .flat_map(|boson| std::iter::repeat_n(*boson, senders))
+            .map(|boson| {
                 let sender = Sender {
                     http: boson.http.clone(),
                     base: boson.base.clone(),
@@ -401,12 +470,12 @@ impl Load {
         }
     }
 
-    fn acked_events(&self) -> usize {
+    pub fn acked_events(&self) -> usize {
         self.acked.lock().unwrap().len()
     }
 
     /// Waits until some batch has been acknowledged, so the kill happens under real load.
-    async fn wait_for_acks(&self, within: Duration) {
+    pub async fn wait_for_acks(&self, within: Duration) {
         let deadline = Instant::now() + within;
         while self.acked_events() == 0 && Instant::now() < deadline {
             tokio::time::sleep(POLL).await;
@@ -414,7 +483,7 @@ impl Load {
     }
 
     /// Stops the senders; returns the acknowledged event ids and a count of every other outcome.
-    async fn stop(self) -> (HashSet<String>, HashMap<String, usize>) {
+    pub async fn stop(self) -> (HashSet<String>, HashMap<String, usize>) {
         self.stop.store(true, Ordering::SeqCst);
         let mut outcomes = HashMap::new();
         for sender in self.senders {
@@ -452,6 +521,8 @@ impl Sender {
                 Err(_) => "request failed".to_owned(),
             };
             *outcomes.entry(outcome).or_default() += 1;
+            // A node that is down refuses at once: do not spin on it.
+            tokio::time::sleep(POLL).await;
         }
         outcomes
     }
@@ -464,7 +535,7 @@ async fn sigkill_loses_no_accepted_event() {
     let boson = deployment.start().await;
     let input = boson.pipeline(&receiver.url("/hook")).await;
 
-    let load = Load::start(&boson, &input, 8);
+    let load = Load::start(&[&boson], &input, 8);
     load.wait_for_acks(Duration::from_secs(15)).await;
     // Not a wait for a condition: the load runs on for a while so that the kill lands among
     // requests being committed and deliveries in flight.
