@@ -8,6 +8,12 @@
 //! bounded queue and in-flight budget, so a slow or failing endpoint only ever delays its own
 //! connection. The leases of every job this node holds are renewed while it holds them.
 //!
+//! A failing endpoint costs almost nothing: after a few consecutive failures its connection's
+//! circuit breaker opens ([`breaker`], kept per lane in [`lane`]), its jobs wait in the table and
+//! only a probe request goes out now and then; when one succeeds, the waiting jobs are brought
+//! forward and sent with a concurrency that ramps up. A connection set to inactive is paused the
+//! same way: its jobs wait in the table, unworked, until it is active again.
+//!
 //! On shutdown, lanes stop taking work, queued jobs are released back to the table, and requests
 //! in flight are allowed to finish until the shutdown deadline (then their jobs are released too).
 
