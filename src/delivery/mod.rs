@@ -291,7 +291,6 @@ impl Lanes {
         self.held().remove(&job_id);
     }
 
-    /// Records a job's outcome and lets go of it.
     /// Records a job's outcome (committed when this returns) and lets go of it.
     async fn record(&self, job_id: i64, update: JobUpdate) {
         if let Err(error) = self.ctx.writer.update(update).await {
