@@ -12,6 +12,7 @@ mod ingest;
 mod legacy_web;
 mod mobile;
 mod process;
+mod propagation;
 mod python_sdk;
 mod settings;
 mod tls;
