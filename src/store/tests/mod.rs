@@ -2,6 +2,7 @@
 //! PostgreSQL when `TEST_DATABASE_URL` names a server. Deterministic tests of each operation,
 //! and a model-based test of random operation sequences.
 
+mod catalog;
 pub(super) mod harness;
 mod model;
 mod queue;
