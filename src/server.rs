@@ -43,8 +43,6 @@ use crate::store::writer::Writer;
 use crate::telemetry::Metrics;
 
 const ADMIN_TOKEN_HASH_KEY: &str = "admin_token_sha256";
-/// How often a node re-reads the catalog when other nodes may have changed it (PostgreSQL).
-const CATALOG_REFRESH: Duration = Duration::from_secs(1);
 /// How long shutdown waits for the writer to commit what it holds.
 const WRITER_DRAIN: Duration = Duration::from_secs(10);
 /// How long the HTTP server gets to wind down once its connections were cut at the deadline
@@ -166,9 +164,8 @@ pub async fn run(
         cancel.clone(),
         overdue.clone(),
     ));
-    if store.is_shared_by_nodes() {
-        tokio::spawn(refresh_catalog(Arc::clone(&catalog), cancel.clone()));
-    }
+    // Other nodes' catalog changes (PostgreSQL); nothing to follow on SQLite.
+    tokio::spawn(Arc::clone(&catalog).follow_changes(cancel.clone()));
     tokio::spawn(prune_periodically(
         store.clone(),
         config.retention.clone(),
@@ -301,18 +298,6 @@ async fn drain_writer(writer: &Writer, task: tokio::task::JoinHandle<()>) {
     }
     task.abort();
     let _ = task.await;
-}
-
-async fn refresh_catalog(catalog: Arc<Catalog>, cancel: CancellationToken) {
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(CATALOG_REFRESH) => {}
-        }
-        if let Err(error) = catalog.reload().await {
-            tracing::warn!(%error, "Reloading the catalog failed.");
-        }
-    }
 }
 
 /// Deletes what is older than the retention, every `interval_secs`.

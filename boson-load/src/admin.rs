@@ -1,5 +1,6 @@
 //! Configuring Boson through its admin API: one input, one webhook output
-//! pointing at our receiver, and an active connection between them.
+//! pointing at our receiver, and an active connection between them; for the
+//! propagation scenario, a second connection whose status the run toggles.
 
 use anyhow::{Context as _, Result, ensure};
 use serde::Deserialize;
@@ -38,41 +39,109 @@ pub(crate) async fn setup_pipeline(
         base_url,
         admin_token,
     };
-
-    let input: CreatedInput = admin
-        .create(
-            "inputs",
-            &json!({ "name": "load", "platform": "custom_feed" }),
-        )
+    let (credentials, _) = admin
+        .connected_input(webhook_url, send_as_batch, "receiver")
         .await?;
-    let output: Created = admin
-        .create(
-            "outputs",
-            &json!({ "name": "receiver", "kind": "webhook", "settings": { "url": webhook_url } }),
-        )
-        .await?;
-    // The ids are passed back verbatim, whatever JSON type Boson uses for them.
-    let _: Created = admin
-        .create(
-            "connections",
-            &json!({
-                "input_id": input.id,
-                "output_id": output.id,
-                "settings": { "status": "active", "send_as_batch": send_as_batch },
-            }),
-        )
-        .await?;
-
-    Ok(InputCredentials {
-        api_key: input.api_key,
-        api_secret: input.api_secret,
-    })
+    Ok(credentials)
 }
 
-struct Admin<'a> {
-    http: &'a reqwest::Client,
-    base_url: &'a str,
-    admin_token: &'a str,
+/// The propagation scenario's setup: one input connected to two receivers, `steady` (always
+/// active) and `toggled`. Returns the input's credentials and the toggled connection's id.
+pub(crate) async fn setup_toggled_pipeline(
+    admin: &Admin<'_>,
+    steady_url: &str,
+    toggled_url: &str,
+) -> Result<(InputCredentials, Value)> {
+    let (credentials, input_id) = admin.connected_input(steady_url, true, "steady").await?;
+    let toggled = admin
+        .connect(&input_id, toggled_url, true, "toggled")
+        .await?;
+    Ok((credentials, toggled))
+}
+
+/// The admin API of one node.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Admin<'a> {
+    pub(crate) http: &'a reqwest::Client,
+    pub(crate) base_url: &'a str,
+    pub(crate) admin_token: &'a str,
+}
+
+impl Admin<'_> {
+    /// A new input with an active connection to a webhook at `webhook_url`: its credentials
+    /// and its id.
+    async fn connected_input(
+        &self,
+        webhook_url: &str,
+        send_as_batch: bool,
+        name: &str,
+    ) -> Result<(InputCredentials, Value)> {
+        let input: CreatedInput = self
+            .create(
+                "inputs",
+                &json!({ "name": "load", "platform": "custom_feed" }),
+            )
+            .await?;
+        self.connect(&input.id, webhook_url, send_as_batch, name)
+            .await?;
+        let credentials = InputCredentials {
+            api_key: input.api_key,
+            api_secret: input.api_secret,
+        };
+        Ok((credentials, input.id))
+    }
+
+    /// A webhook output at `webhook_url` and an active connection from `input_id` to it;
+    /// answers the connection's id.
+    async fn connect(
+        &self,
+        input_id: &Value,
+        webhook_url: &str,
+        send_as_batch: bool,
+        name: &str,
+    ) -> Result<Value> {
+        let output: Created = self
+            .create(
+                "outputs",
+                &json!({ "name": name, "kind": "webhook", "settings": { "url": webhook_url } }),
+            )
+            .await?;
+        // The ids are passed back verbatim, whatever JSON type Boson uses for them.
+        let connection: Created = self
+            .create(
+                "connections",
+                &json!({
+                    "input_id": input_id,
+                    "output_id": output.id,
+                    "settings": { "status": "active", "send_as_batch": send_as_batch },
+                }),
+            )
+            .await?;
+        Ok(connection.id)
+    }
+
+    /// Saves a connection's status; answers once the node has saved it.
+    pub(crate) async fn set_status(&self, connection_id: &Value, active: bool) -> Result<()> {
+        let id = connection_id
+            .as_str()
+            .context("connection id is not a string")?;
+        let url = format!("{}/api/v1/connections/{id}", self.base_url);
+        let status = if active { "active" } else { "inactive" };
+        let resp = self
+            .http
+            .patch(&url)
+            .bearer_auth(self.admin_token)
+            .json(&json!({ "settings": { "status": status } }))
+            .send()
+            .await
+            .with_context(|| format!("PATCH {url}"))?;
+        ensure!(
+            resp.status() == reqwest::StatusCode::OK,
+            "PATCH {url} answered {}",
+            resp.status()
+        );
+        Ok(())
+    }
 }
 
 impl Admin<'_> {

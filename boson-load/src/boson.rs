@@ -1,8 +1,9 @@
 //! Running the Boson server under test as a child process.
 //!
-//! Each run gets a fresh temporary directory holding a new SQLite database, so
-//! results never depend on what an earlier run left behind. The child is
-//! configured purely through `BOSON_*` environment variables.
+//! Each run gets a fresh temporary directory holding a new SQLite database, or
+//! a fresh PostgreSQL database (see `database.rs`), so results never depend on
+//! what an earlier run left behind. The child is configured purely through
+//! `BOSON_*` environment variables.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::Path;
@@ -31,8 +32,13 @@ pub(crate) struct Boson {
 }
 
 impl Boson {
-    /// Starts `boson serve` on a free loopback port and waits until it is ready.
-    pub(crate) async fn start(bin: &Path, http: &reqwest::Client) -> Result<Self> {
+    /// Starts `boson serve` on a free loopback port and waits until it is ready: on
+    /// `database_url`, or on a new SQLite file when there is none.
+    pub(crate) async fn start(
+        bin: &Path,
+        http: &reqwest::Client,
+        database_url: Option<&str>,
+    ) -> Result<Self> {
         ensure!(
             bin.is_file(),
             "Boson binary not found at {} (build it with `cargo build --release -p boson`, \
@@ -43,17 +49,17 @@ impl Boson {
             .prefix("boson-load-")
             .tempdir()
             .context("creating temporary data directory")?;
-        let db_path = data_dir.path().join("boson.db");
+        let database_url = database_url.map_or_else(
+            || format!("sqlite://{}", data_dir.path().join("boson.db").display()),
+            str::to_owned,
+        );
         let addr = free_loopback_addr()?;
         let admin_token = random_token()?;
 
         let child = Command::new(bin)
             .arg("serve")
             .env("BOSON_LISTEN", addr.to_string())
-            .env(
-                "BOSON_DATABASE_URL",
-                format!("sqlite://{}", db_path.display()),
-            )
+            .env("BOSON_DATABASE_URL", database_url)
             .env("BOSON_ADMIN_TOKEN", &admin_token)
             .env("BOSON_ALLOW_PRIVATE_DESTINATIONS", "true")
             .env("RUST_LOG", "warn")

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 
 /// Number of custom events in every batch sent to `/v2/events`.
 ///
@@ -41,6 +41,39 @@ pub(crate) struct Args {
     /// How long to wait, after sending, for the receiver to see every accepted event.
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     pub(crate) drain_timeout_secs: u64,
+
+    /// What to measure.
+    #[arg(long, value_enum, default_value_t = Scenario::Throughput)]
+    pub(crate) scenario: Scenario,
+
+    /// Run on PostgreSQL: a fresh database is created on the server this URL names for the run,
+    /// and dropped after it. Without it, Boson gets a temporary SQLite file.
+    #[arg(long, value_name = "URL")]
+    pub(crate) database_url: Option<String>,
+
+    /// Propagation: Boson processes sharing the database (node 1 takes the setting changes,
+    /// the others the load).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(2..=16))]
+    pub(crate) nodes: u64,
+
+    /// Propagation: setting changes saved on node 1 (inactive, active, …; an odd number is
+    /// rounded up, so the run ends active).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) changes: u64,
+
+    /// Propagation: time between two changes.
+    #[arg(long, default_value_t = 500, value_name = "MS", value_parser = clap::value_parser!(u64).range(50..))]
+    pub(crate) change_every_ms: u64,
+}
+
+/// A benchmark scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Scenario {
+    /// Events in, webhooks out: acceptance and delivery rates and latency on one node.
+    Throughput,
+    /// How soon a connection setting saved on node 1 applies on the other nodes, under load
+    /// (PostgreSQL, several nodes).
+    Propagation,
 }
 
 impl Args {

@@ -6,6 +6,10 @@
 //! `/v2/events`, wait for the receiver to see every accepted event, and print
 //! one JSON line of results on stdout. Progress and diagnostics go to stderr.
 //!
+//! `--database-url` runs it on a fresh PostgreSQL database instead, and
+//! `--scenario propagation` measures how soon a setting saved on one of several
+//! nodes applies on the others (see `propagation.rs`).
+//!
 //! Note that on a small machine the generator competes with Boson for CPU;
 //! compare runs made on the same machine, not absolute numbers across machines.
 
@@ -13,6 +17,8 @@ mod admin;
 mod boson;
 mod cli;
 mod clock;
+mod database;
+mod propagation;
 mod receiver;
 mod report;
 mod sender;
@@ -23,7 +29,8 @@ use anyhow::{Context as _, Result};
 use clap::Parser as _;
 
 use crate::boson::Boson;
-use crate::cli::Args;
+use crate::cli::{Args, Scenario};
+use crate::database::FreshDatabase;
 use crate::receiver::{Receiver, Summary};
 use crate::report::{Report, per_second};
 
@@ -45,10 +52,22 @@ async fn main() -> Result<()> {
         .timeout(REQUEST_TIMEOUT)
         .build()
         .context("building HTTP client")?;
+    if args.scenario == Scenario::Propagation {
+        return propagation::run(&args, &http).await;
+    }
+    let database = match &args.database_url {
+        Some(server) => Some(FreshDatabase::create(server).await?),
+        None => None,
+    };
 
     let total_events = usize::try_from(args.total_events()).context("too many batches")?;
     let receiver = Receiver::start(total_events).await?;
-    let boson = Boson::start(&args.boson_bin(), &http).await?;
+    let boson = Boson::start(
+        &args.boson_bin(),
+        &http,
+        database.as_ref().map(FreshDatabase::url),
+    )
+    .await?;
     eprintln!(
         "boson-load: Boson ready at {}, receiver at {}",
         boson.base_url(),
@@ -63,6 +82,11 @@ async fn main() -> Result<()> {
         .inspect_err(|e| eprintln!("boson-load: peak RSS unavailable: {e:#}"))
         .ok();
     let shutdown = boson.shutdown().await;
+    if let Some(database) = database
+        && let Err(e) = database.drop_now().await
+    {
+        eprintln!("boson-load: {e:#}");
+    }
     let summary = receiver.stop();
     let sent = measured?;
     shutdown?;

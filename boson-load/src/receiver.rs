@@ -102,6 +102,11 @@ impl Receiver {
         lock(&self.stats).delivered
     }
 
+    /// Which events (by their `i`) have arrived so far.
+    pub(crate) fn seen(&self) -> Vec<bool> {
+        lock(&self.stats).seen.clone()
+    }
+
     /// Stops serving and summarizes everything collected.
     pub(crate) fn stop(self) -> Summary {
         self.server.abort();

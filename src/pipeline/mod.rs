@@ -8,7 +8,8 @@
 //!    is stored unless all are valid.
 //! 2. [`identity`]: a batch without an MPID gets the one its identities resolve to.
 //! 3. [`catalog`]: the input's routes, i.e. its active connections with their settings revision
-//!    (in memory; every admin change reloads it, so activation is immediate).
+//!    (in memory; every admin change reloads it, so activation is immediate, and on PostgreSQL
+//!    the other nodes re-read what changed as soon as its commit is announced).
 //! 4. [`fanout`]: the rows the batch becomes, as a pure function: the batch, one job per route
 //!    (leased to this node when delivery takes it at once, see [`Handoff`]), its profile update.
 //! 5. `store::writer`: one group-commit transaction with other requests' rows; the answer waits

@@ -7,6 +7,7 @@
 //! [`writer`], whose transaction runs the named [`steps`]; admin writes go straight to the pool.
 
 mod backend;
+mod catalog_changes;
 mod catalog_sql;
 #[cfg(test)]
 pub(crate) mod faults;
@@ -29,6 +30,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
+pub(crate) use catalog_changes::CatalogChange;
 pub(crate) use catalog_sql::{ConnectionRow, InputRow, OutputRow};
 
 use backend::Sql;
@@ -102,8 +104,9 @@ impl Store {
     }
 
     /// Whether other nodes may work on this database too (PostgreSQL), so this node must not
-    /// assume its own memory is the whole truth: it reloads the catalog from time to time, and
-    /// leases found at start may belong to a live node. The embedded database has one node.
+    /// assume its own memory is the whole truth: it follows the catalog changes other nodes
+    /// make ([`Store::catalog_changes`]), and leases found at start may belong to a live node.
+    /// The embedded database has one node.
     pub(crate) fn is_shared_by_nodes(&self) -> bool {
         matches!(self, Store::Postgres(_))
     }

@@ -14,6 +14,7 @@ mod legacy_web;
 mod mobile;
 mod multinode;
 mod process;
+mod propagation;
 mod python_sdk;
 mod settings;
 mod tls;

@@ -2,6 +2,7 @@
 //! SQLite by default and PostgreSQL when `TEST_DATABASE_URL` names a server. Deterministic tests
 //! of each operation, and a model-based test of random operation sequences of the queue.
 
+mod catalog;
 mod commit;
 pub(super) mod harness;
 mod model;

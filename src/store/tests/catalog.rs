@@ -1,0 +1,163 @@
+//! Announced catalog changes: on PostgreSQL every committed change to an input, output or
+//! connection is announced with its id, a lost listening connection is followed by "reload
+//! everything", and nothing is announced for a rolled-back change; SQLite announces nothing.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::harness::{TestStore, on_postgres};
+use crate::model::ids::{ConnectionId, InputId, OutputId};
+use crate::store::backend::{Sql, args};
+use crate::store::{CatalogChange, InputRow, OutputRow};
+
+/// How long an announcement may take to arrive (it takes milliseconds).
+const ARRIVES_WITHIN: Duration = Duration::from_secs(5);
+/// How long to wait before concluding nothing more is announced.
+const QUIET_FOR: Duration = Duration::from_millis(300);
+
+fn input_row() -> InputRow {
+    let id = InputId::new();
+    InputRow {
+        name: "in".to_owned(),
+        platform: "custom_feed".to_owned(),
+        api_key: format!("key-{id}"),
+        api_secret: "secret".to_owned(),
+        created_at: 1,
+        settings: "{}".to_owned(),
+        id,
+    }
+}
+
+fn output_row() -> OutputRow {
+    OutputRow {
+        id: OutputId::new(),
+        name: "out".to_owned(),
+        kind: "webhook".to_owned(),
+        settings: r#"{"url":"http://127.0.0.1:9/hook"}"#.to_owned(),
+        created_at: 1,
+        updated_at: 1,
+    }
+}
+
+async fn next(changes: &mut UnboundedReceiver<CatalogChange>) -> CatalogChange {
+    tokio::time::timeout(ARRIVES_WITHIN, changes.recv())
+        .await
+        .expect("a change is announced in time")
+        .expect("the listener is running")
+}
+
+async fn assert_quiet(changes: &mut UnboundedReceiver<CatalogChange>) {
+    if let Ok(Some(change)) = tokio::time::timeout(QUIET_FOR, changes.recv()).await {
+        panic!("unexpected announcement: {change:?}");
+    }
+}
+
+/// A store whose listener has started (its first announcement, "everything", has arrived).
+async fn listening() -> Option<(TestStore, UnboundedReceiver<CatalogChange>)> {
+    let db = TestStore::open().await;
+    let mut changes = db.store.catalog_changes()?;
+    assert_eq!(next(&mut changes).await, CatalogChange::Everything);
+    Some((db, changes))
+}
+
+#[tokio::test]
+async fn only_a_shared_database_announces_changes() {
+    let db = TestStore::open().await;
+    assert_eq!(db.store.catalog_changes().is_some(), on_postgres());
+}
+
+#[tokio::test]
+async fn every_committed_change_is_announced_with_what_it_changed() {
+    let Some((db, mut changes)) = listening().await else {
+        return;
+    };
+    let input = input_row();
+    db.store.insert_input(&input).await.unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        CatalogChange::Input(input.id.clone())
+    );
+    let output = output_row();
+    db.store.insert_output(&output).await.unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        CatalogChange::Output(output.id.clone())
+    );
+
+    let connection = ConnectionId::new();
+    db.store
+        .insert_connection(&connection, &input.id, &output.id, "{}", 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        CatalogChange::Connection(connection.clone())
+    );
+    db.store
+        .update_connection(&connection, &output.id, r#"{"status":"inactive"}"#, 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        CatalogChange::Connection(connection.clone())
+    );
+    db.store
+        .set_input_secret(&input.id, "rotated")
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        CatalogChange::Input(input.id.clone())
+    );
+    db.store.delete_connection(&connection).await.unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        CatalogChange::Connection(connection)
+    );
+    db.store.delete_output(&output.id).await.unwrap();
+    assert_eq!(next(&mut changes).await, CatalogChange::Output(output.id));
+    assert_quiet(&mut changes).await;
+}
+
+#[tokio::test]
+async fn a_rolled_back_change_is_not_announced() {
+    let Some((db, mut changes)) = listening().await else {
+        return;
+    };
+    let input = input_row();
+    db.store.insert_input(&input).await.unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        CatalogChange::Input(input.id.clone())
+    );
+    // A transaction that deletes the input, then rolls back (dropped without a commit).
+    let mut tx = db.store.begin().await.unwrap();
+    tx.execute(
+        Sql::shared("DELETE FROM inputs WHERE id = $1"),
+        args![&input.id],
+    )
+    .await
+    .unwrap();
+    drop(tx);
+    assert_quiet(&mut changes).await;
+}
+
+#[tokio::test]
+async fn a_lost_listening_connection_is_followed_by_a_whole_reload() {
+    let Some((db, mut changes)) = listening().await else {
+        return;
+    };
+    let ended = Sql::shared(
+        "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+    );
+    let (terminated,): (i64,) = db.store.fetch_one(ended, &[]).await.unwrap();
+    assert_eq!(terminated, 1, "one listening connection");
+    // Whatever was committed while it was down was not announced: the next word is "reload
+    // everything", and changes are announced again after it.
+    assert_eq!(next(&mut changes).await, CatalogChange::Everything);
+    let input = input_row();
+    db.store.insert_input(&input).await.unwrap();
+    assert_eq!(next(&mut changes).await, CatalogChange::Input(input.id));
+}

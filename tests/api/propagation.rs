@@ -1,0 +1,305 @@
+//! Settings saved on one node reach the other nodes on the same PostgreSQL: a connection set
+//! inactive, a new input, a rotated secret and a changed output, each observed through what the
+//! second node does (its answers, its Live Stream, its deliveries), which it decides from its
+//! in-memory catalog and not from the database.
+//!
+//! These tests run only in the PostgreSQL pass (`TEST_DATABASE_URL=postgres://…`): on SQLite a
+//! node owns its database file, so there is no second node to tell. In the SQLite pass each test
+//! says on stderr that it did not run and passes.
+//!
+//! The bound is generous (1 s) so a busy test machine does not make them flaky; the 100 ms
+//! target is measured by `boson-load --scenario propagation`.
+
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::helpers::{Receiver, TestApp, batch_of, spawn_app};
+
+/// How soon another node must apply a change saved on the first.
+const BOUND: Duration = Duration::from_secs(1);
+/// How often the second node is asked whether it applied the change yet.
+const PROBE_EVERY: Duration = Duration::from_millis(20);
+
+/// A first node on a fresh PostgreSQL database, or `None` (with a note) in the SQLite pass.
+async fn first_node(test: &str) -> Option<TestApp> {
+    let on_postgres =
+        std::env::var("TEST_DATABASE_URL").is_ok_and(|url| url.starts_with("postgres"));
+    if !on_postgres {
+        eprintln!("{test}: runs only on PostgreSQL (set TEST_DATABASE_URL); not run on SQLite.");
+        return None;
+    }
+    Some(spawn_app().await)
+}
+
+/// Runs `probe` every `PROBE_EVERY` until it answers true, and returns how long after `since`
+/// that answer came; fails the test if it came later than `BOUND`.
+async fn applied_within(
+    what: &str,
+    since: Instant,
+    mut probe: impl AsyncFnMut() -> bool,
+) -> Duration {
+    loop {
+        let applied = probe().await;
+        let waited = since.elapsed();
+        assert!(
+            waited <= BOUND,
+            "{what}: the second node had not applied the change after {waited:?} (bound {BOUND:?})"
+        );
+        if applied {
+            return waited;
+        }
+        tokio::time::sleep(PROBE_EVERY).await;
+    }
+}
+
+/// The Live Stream of one node as server-sent events, read item by item.
+struct LiveStream {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl LiveStream {
+    /// Opens `GET /api/v1/live-stream?{query}`; the node publishes to it from the moment the
+    /// answer's headers arrive.
+    async fn open(node: &TestApp, query: &str) -> Self {
+        let response = node
+            .admin(Method::GET, &format!("/api/v1/live-stream?{query}"))
+            .send()
+            .await
+            .expect("live stream");
+        assert_eq!(response.status(), 200);
+        Self {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    /// The next item within `wait`, if one comes.
+    async fn next_within(&mut self, wait: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(item) = self.buffered_item() {
+                return Some(item);
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.response.chunk())
+                .await
+                .ok()?
+                .expect("live stream chunk")?;
+            self.buffer
+                .push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
+        }
+    }
+
+    /// Takes the first complete `item` event off the buffer (keep-alive comments are skipped).
+    fn buffered_item(&mut self) -> Option<Value> {
+        while let Some(end) = self.buffer.find("\n\n") {
+            let event: String = self.buffer.drain(..end + 2).collect();
+            let data = event.lines().find_map(|line| line.strip_prefix("data:"));
+            if event.lines().any(|line| line == "event: item")
+                && let Some(data) = data
+            {
+                return Some(serde_json::from_str(data.trim()).expect("item JSON"));
+            }
+        }
+        None
+    }
+
+    /// Whether an item saying "filtered by status" arrives within `wait`.
+    async fn shows_filtered_by_status(&mut self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        while let Some(item) = self
+            .next_within(deadline.saturating_duration_since(Instant::now()))
+            .await
+        {
+            if item["outcome"] == "filtered" && item["setting"] == "status" {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Lets whatever the receiver is still getting arrive, then forgets it.
+async fn drain(receiver: &mut Receiver) {
+    while receiver
+        .next_within(Duration::from_millis(300))
+        .await
+        .is_some()
+    {}
+}
+
+#[tokio::test]
+async fn a_connection_set_inactive_on_one_node_stops_deliveries_through_another_within_a_second() {
+    let Some(node_1) = first_node("connection status").await else {
+        return;
+    };
+    let mut receiver = Receiver::start().await;
+    let (input, connection) = node_1.pipeline(&receiver.url("/hook"), json!({})).await;
+    let node_2 = node_1.second_node(|_| {}).await;
+    let id = connection["id"].as_str().unwrap();
+    assert_eq!(
+        node_2
+            .post_events(&input, batch_of(&["custom_event"]))
+            .await
+            .status(),
+        202
+    );
+    receiver.take(1).await;
+    // Node 2 reports "filtered: status" for an event it accepts while its catalog holds the
+    // connection inactive, and creates no delivery job for it.
+    let mut live =
+        LiveStream::open(&node_2, &format!("connection_id={id}&direction=outbound")).await;
+
+    let saved = node_1
+        .admin(Method::PATCH, &format!("/api/v1/connections/{id}"))
+        .json(&json!({"settings": {"status": "inactive"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(saved.status(), 200);
+    let since = Instant::now();
+    let took = applied_within("connection status", since, async || {
+        let answer = node_2
+            .post_events(&input, batch_of(&["custom_event"]))
+            .await;
+        assert_eq!(answer.status(), 202);
+        live.shows_filtered_by_status(PROBE_EVERY).await
+    })
+    .await;
+    eprintln!("connection status applied on node 2 after {took:?}");
+
+    // What node 2 accepts now reaches nobody.
+    drain(&mut receiver).await;
+    node_2
+        .post_events(&input, batch_of(&["custom_event"]))
+        .await;
+    receiver.expect_silence().await;
+    node_2.stop().await.unwrap();
+    node_1.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_input_created_on_one_node_is_accepted_by_another_within_a_second() {
+    let Some(node_1) = first_node("new input").await else {
+        return;
+    };
+    let node_2 = node_1.second_node(|_| {}).await;
+
+    let input = node_1.create_input("custom_feed").await;
+    let since = Instant::now();
+    let took = applied_within("new input", since, async || {
+        let status = node_2
+            .post_events(&input, batch_of(&["custom_event"]))
+            .await
+            .status();
+        assert!(
+            status == 202 || status == 403,
+            "node 2 answered {status} for a new input"
+        );
+        status == 202
+    })
+    .await;
+    eprintln!("new input accepted by node 2 after {took:?}");
+    node_2.stop().await.unwrap();
+    node_1.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_secret_rotated_on_one_node_is_honoured_by_another_within_a_second() {
+    let Some(node_1) = first_node("rotated secret").await else {
+        return;
+    };
+    let input = node_1.create_input("custom_feed").await;
+    let node_2 = node_1.second_node(|_| {}).await;
+    assert_eq!(
+        node_2
+            .post_events(&input, batch_of(&["custom_event"]))
+            .await
+            .status(),
+        202
+    );
+
+    let path = format!(
+        "/api/v1/inputs/{}/rotate-secret",
+        input["id"].as_str().unwrap()
+    );
+    let rotated: Value = node_1
+        .admin(Method::POST, &path)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_ne!(rotated["api_secret"], input["api_secret"]);
+    let since = Instant::now();
+    let took = applied_within("rotated secret", since, async || {
+        node_2
+            .post_events(&rotated, batch_of(&["custom_event"]))
+            .await
+            .status()
+            == 202
+    })
+    .await;
+    eprintln!("rotated secret honoured by node 2 after {took:?}");
+    assert_eq!(
+        node_2
+            .post_events(&input, batch_of(&["custom_event"]))
+            .await
+            .status(),
+        403,
+        "the old secret still works on node 2"
+    );
+    node_2.stop().await.unwrap();
+    node_1.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_output_changed_on_one_node_is_delivered_to_by_another_within_a_second() {
+    let Some(node_1) = first_node("changed output").await else {
+        return;
+    };
+    let mut before = Receiver::start().await;
+    let mut after = Receiver::start().await;
+    let (input, connection) = node_1.pipeline(&before.url("/hook"), json!({})).await;
+    let node_2 = node_1.second_node(|_| {}).await;
+    node_2
+        .post_events(&input, batch_of(&["custom_event"]))
+        .await;
+    before.take(1).await;
+
+    let connection: Value = node_1
+        .admin(
+            Method::GET,
+            &format!("/api/v1/connections/{}", connection["id"].as_str().unwrap()),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let output = connection["output_id"].as_str().unwrap();
+    let saved = node_1
+        .admin(Method::PATCH, &format!("/api/v1/outputs/{output}"))
+        .json(&json!({"settings": {"url": after.url("/hook")}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(saved.status(), 200);
+    // Node 2 leases the jobs it accepts and delivers them itself, with the output settings of
+    // its catalog.
+    let since = Instant::now();
+    let took = applied_within("changed output", since, async || {
+        node_2
+            .post_events(&input, batch_of(&["custom_event"]))
+            .await;
+        after.next_within(PROBE_EVERY).await.is_some()
+    })
+    .await;
+    eprintln!("changed output used by node 2 after {took:?}");
+    node_2.stop().await.unwrap();
+    node_1.stop().await.unwrap();
+}
