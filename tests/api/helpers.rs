@@ -63,8 +63,46 @@ pub async fn fresh_postgres_database(server: &str) -> String {
 
 /// Drops a PostgreSQL test database made by `fresh_database_url`, so test runs leave no litter.
 pub async fn drop_database(database_url: &str) {
-    if let Ok(server) = std::env::var("TEST_DATABASE_URL") {
-        drop_database_on(&server, database_url).await;
+    if let Some((base, _)) = database_url.rsplit_once('/') {
+        drop_database_on(&format!("{base}/postgres"), database_url).await;
+    }
+}
+
+/// The PostgreSQL server for a test of several nodes sharing a database, which only PostgreSQL
+/// allows: `TEST_DATABASE_URL` when it names one; else (the SQLite pass of CI, which also
+/// requires every suite, or a developer's plain `cargo test`) `BOSON_CI_POSTGRES_URL` or the
+/// default local server, if it answers. Without a server the suite is skipped loudly (a failure
+/// when every suite is required).
+pub async fn multi_node_postgres(suite: &str) -> Option<String> {
+    use sqlx::Connection;
+    if let Ok(url) = std::env::var("TEST_DATABASE_URL")
+        && url.starts_with("postgres")
+    {
+        return Some(url);
+    }
+    let url = std::env::var("BOSON_CI_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let connected =
+        tokio::time::timeout(Duration::from_secs(5), sqlx::PgConnection::connect(&url)).await;
+    match connected {
+        Ok(Ok(connection)) => {
+            let _ = connection.close().await;
+            Some(url)
+        }
+        Ok(Err(error)) => {
+            skip_or_fail(
+                suite,
+                &format!("needs TEST_DATABASE_URL=postgres://… ({url}: {error})"),
+            );
+            None
+        }
+        Err(_) => {
+            skip_or_fail(
+                suite,
+                &format!("needs TEST_DATABASE_URL=postgres://… ({url} did not answer)"),
+            );
+            None
+        }
     }
 }
 
@@ -100,6 +138,13 @@ pub struct TestApp {
 /// Starts a server with test defaults (private destinations allowed, fast retries).
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_| {}).await
+}
+
+/// Starts a server on a fresh database on the PostgreSQL `server`, whatever the test pass.
+pub async fn spawn_app_on_postgres(server: &str) -> TestApp {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let database_url = fresh_postgres_database(server).await;
+    start(database_url, dir, true, |_| {}).await
 }
 
 /// Starts a server after `adjust` has changed the configuration.

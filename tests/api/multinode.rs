@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::helpers::{Receiver, skip_or_fail};
+use crate::helpers::{Receiver, multi_node_postgres};
 use crate::process::{
     Boson, DELIVERY, Deliveries, Deployment, Load, POLL, assert_none_missing, tagged_batch,
 };
@@ -35,7 +35,7 @@ const QUIET: Duration = Duration::from_secs(1);
 
 #[tokio::test]
 async fn killed_and_stalled_nodes_duplicate_only_requests_in_flight() {
-    let Some(server) = postgres_server().await else {
+    let Some(server) = multi_node_postgres("multinode").await else {
         return;
     };
     let started = Instant::now();
@@ -136,44 +136,6 @@ async fn killed_and_stalled_nodes_duplicate_only_requests_in_flight() {
          may be"
     );
     deliveries.assert_redeliveries_keep_their_id();
-}
-
-/// The PostgreSQL server to run on: `TEST_DATABASE_URL` when it names one; else (the SQLite
-/// pass of CI, which also requires every suite, or a developer's plain `cargo test`)
-/// `BOSON_CI_POSTGRES_URL` or the default local server, if it answers. The test is about several
-/// nodes sharing a database, which only PostgreSQL allows, so it never runs on SQLite; without
-/// a server it is skipped loudly (a failure when every suite is required).
-async fn postgres_server() -> Option<String> {
-    use sqlx::Connection;
-    if let Ok(url) = std::env::var("TEST_DATABASE_URL")
-        && url.starts_with("postgres")
-    {
-        return Some(url);
-    }
-    let url = std::env::var("BOSON_CI_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    let connected =
-        tokio::time::timeout(Duration::from_secs(5), sqlx::PgConnection::connect(&url)).await;
-    match connected {
-        Ok(Ok(connection)) => {
-            let _ = connection.close().await;
-            Some(url)
-        }
-        Ok(Err(error)) => {
-            skip_or_fail(
-                "multinode",
-                &format!("needs TEST_DATABASE_URL=postgres://… ({url}: {error})"),
-            );
-            None
-        }
-        Err(_) => {
-            skip_or_fail(
-                "multinode",
-                &format!("needs TEST_DATABASE_URL=postgres://… ({url} did not answer)"),
-            );
-            None
-        }
-    }
 }
 
 /// Posts batch `1_000_000 + n` (apart from the load's numbers) to `node` until it is accepted,

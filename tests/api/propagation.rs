@@ -3,9 +3,9 @@
 //! second node does (its answers, its Live Stream, its deliveries), which it decides from its
 //! in-memory catalog and not from the database.
 //!
-//! These tests run only in the PostgreSQL pass (`TEST_DATABASE_URL=postgres://…`): on SQLite a
-//! node owns its database file, so there is no second node to tell. In the SQLite pass each test
-//! says on stderr that it did not run and passes.
+//! They need PostgreSQL (on SQLite a node owns its database file, so there is no second node to
+//! tell): `TEST_DATABASE_URL`'s server, or in the SQLite pass the local one (see
+//! `helpers::multi_node_postgres`); without one they are skipped loudly.
 //!
 //! The bound is generous (1 s) so a busy test machine does not make them flaky; the 100 ms
 //! target is measured by `boson-load --scenario propagation`.
@@ -15,22 +15,17 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{Receiver, TestApp, batch_of, spawn_app};
+use crate::helpers::{Receiver, TestApp, batch_of, multi_node_postgres, spawn_app_on_postgres};
 
 /// How soon another node must apply a change saved on the first.
 const BOUND: Duration = Duration::from_secs(1);
 /// How often the second node is asked whether it applied the change yet.
 const PROBE_EVERY: Duration = Duration::from_millis(20);
 
-/// A first node on a fresh PostgreSQL database, or `None` (with a note) in the SQLite pass.
+/// A first node on a fresh PostgreSQL database, or `None` if there is no server (said loudly).
 async fn first_node(test: &str) -> Option<TestApp> {
-    let on_postgres =
-        std::env::var("TEST_DATABASE_URL").is_ok_and(|url| url.starts_with("postgres"));
-    if !on_postgres {
-        eprintln!("{test}: runs only on PostgreSQL (set TEST_DATABASE_URL); not run on SQLite.");
-        return None;
-    }
-    Some(spawn_app().await)
+    let server = multi_node_postgres(test).await?;
+    Some(spawn_app_on_postgres(&server).await)
 }
 
 /// Runs `probe` every `PROBE_EVERY` until it answers true, and returns how long after `since`
