@@ -31,7 +31,7 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job, lease: &HeldJob<'_>) -
     }
     let mut attempt = Attempt::new(ctx, &job);
     let Some((connection, output)) = ctx.catalog.connection(&job.connection_id) else {
-        // A miss may only mean another node created the connection after our last reload: drop
+        // A miss may only mean this node has not yet applied another node's new connection: drop
         // the job only when the store confirms the connection is gone.
         let whole_batch = vec![(job.progress, job.body.to_vec())];
         return match ctx.catalog.connection_exists(&job.connection_id).await {
