@@ -19,6 +19,7 @@ use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::http::{HeaderMap, HeaderName};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use crate::model::now_ms;
 use crate::store::sessions_sql::NewSession;
@@ -53,10 +54,11 @@ impl AdminAccess {
         }
     }
 
-    /// Whether `token` is the admin token.
+    /// Whether `token` is the admin token, exactly as given (never trimmed).
     pub(crate) fn is_token(&self, token: &str) -> bool {
-        // Comparing hashes: equal-length values, so a timing difference reveals nothing useful.
-        hash_token(token) == self.token_hash
+        // Hashes of equal length, compared in constant time: the time taken says nothing of
+        // how much of the token was right.
+        bool::from(hash_token(token).ct_eq(&self.token_hash))
     }
 
     /// Whether a request may use the admin API: by the bearer token (checked in memory, so it
@@ -67,7 +69,9 @@ impl AdminAccess {
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|token| self.is_token(token.trim()));
+            // More than one space may follow the scheme (RFC 9110 §11.4); the token itself is
+            // compared as sent (it cannot start with a space: see `config`).
+            .is_some_and(|token| self.is_token(token.trim_start_matches(' ')));
         if by_token {
             return Verdict::Allowed;
         }
@@ -135,13 +139,19 @@ impl Sessions {
         };
         let csrf_matches = headers
             .get(CSRF_HEADER)
-            .is_some_and(|v| v.as_bytes() == csrf.as_bytes());
+            .is_some_and(|v| same_secret(v.as_bytes(), csrf.as_bytes()));
         if !changes_state || csrf_matches {
             Verdict::Allowed
         } else {
             Verdict::Refused
         }
     }
+}
+
+/// Whether two secrets are equal, in time that depends only on their lengths (CSRF tokens all
+/// have one length, so it reveals nothing), so a wrong guess cannot be refined byte by byte.
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    bool::from(given.ct_eq(expected))
 }
 
 /// The hash a session is stored under (hex, like the admin token's).

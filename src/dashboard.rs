@@ -81,7 +81,8 @@ pub(crate) struct LoginIn {
 
 /// Exchanges the admin token for a session cookie and a CSRF token.
 async fn login(State(state): State<AppState>, AppJson(login): AppJson<LoginIn>) -> Response {
-    if !state.access.is_token(login.token.trim()) {
+    // Compared exactly as typed: a secret is never trimmed.
+    if !state.access.is_token(&login.token) {
         return ApiError::new(
             StatusCode::UNAUTHORIZED,
             "invalid_token",

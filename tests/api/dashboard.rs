@@ -200,6 +200,28 @@ async fn sessions_need_the_token_and_their_csrf_header() {
     app.stop().await.unwrap();
 }
 
+#[tokio::test]
+async fn sign_in_takes_the_token_exactly_as_configured() {
+    let app = spawn_app().await;
+    // Blank and padded values once signed in because the input was trimmed; a secret is
+    // compared as given.
+    for token in [
+        "",
+        "   ",
+        &format!(" {ADMIN_TOKEN}"),
+        &format!("{ADMIN_TOKEN}\n"),
+    ] {
+        let refused = login(&app, &app.client, token).await;
+        assert_eq!(refused.status(), 401, "{token:?}");
+        assert!(
+            refused.headers().get("set-cookie").is_none(),
+            "{token:?} got a session"
+        );
+    }
+    assert_eq!(login(&app, &app.client, ADMIN_TOKEN).await.status(), 200);
+    app.stop().await.unwrap();
+}
+
 /// Signs in on `app` and returns the session's `Cookie` header value and its CSRF token.
 async fn sign_in(app: &TestApp) -> (String, String) {
     let signed_in = login(app, &app.client, ADMIN_TOKEN).await;
