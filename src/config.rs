@@ -52,7 +52,8 @@ pub struct Config {
     /// Admin API token; generated on first start when unset.
     #[serde(default)]
     pub admin_token: Option<SecretString>,
-    /// Allow webhook destinations on loopback, private and link-local addresses.
+    /// Allow webhook destinations that are not globally routable unicast (loopback, private,
+    /// link-local, …; see `model::destination`).
     pub allow_private_destinations: bool,
     /// PEM certificate chain; with `tls_key`, Boson serves HTTPS instead of HTTP.
     #[serde(default)]
