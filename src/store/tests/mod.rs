@@ -3,6 +3,8 @@
 //! of each operation, and a model-based test of random operation sequences of the queue.
 
 mod commit;
+#[cfg(unix)]
+mod files;
 pub(super) mod harness;
 mod model;
 mod queue;
