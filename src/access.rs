@@ -13,6 +13,8 @@
 //! which the HTTP modules answer with 503 (not 401, so the dashboard keeps its sign-in and the
 //! browser can simply try again).
 
+mod throttle;
+
 use std::time::Duration;
 
 use axum::http::header::{AUTHORIZATION, COOKIE};
@@ -24,6 +26,20 @@ use subtle::ConstantTimeEq;
 use crate::model::now_ms;
 use crate::store::sessions_sql::NewSession;
 use crate::store::{Store, StoreError, StoreResult};
+
+pub(crate) use throttle::{Client, LoginThrottle};
+
+/// The address a connection comes from, as the server records it for each request
+/// (`ConnectInfo<Peer>`), for the sign-in throttle. Local to the crate so the server can
+/// provide it for its own listener types.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub(crate) std::net::SocketAddr);
+
+impl axum::extract::connect_info::Connected<std::net::SocketAddr> for Peer {
+    fn connect_info(address: std::net::SocketAddr) -> Self {
+        Peer(address)
+    }
+}
 
 /// SHA-256 of a token; only the hash is kept in memory and in the database.
 pub(crate) fn hash_token(token: &str) -> [u8; 32] {
@@ -44,6 +60,8 @@ pub(crate) enum Verdict {
 pub(crate) struct AdminAccess {
     token_hash: [u8; 32],
     pub(crate) sessions: Sessions,
+    /// Wrong dashboard sign-ins per client, which make that client wait.
+    pub(crate) sign_ins: LoginThrottle,
 }
 
 impl AdminAccess {
@@ -51,6 +69,7 @@ impl AdminAccess {
         Self {
             token_hash,
             sessions: Sessions { store },
+            sign_ins: LoginThrottle::default(),
         }
     }
 
