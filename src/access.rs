@@ -13,16 +13,33 @@
 //! which the HTTP modules answer with 503 (not 401, so the dashboard keeps its sign-in and the
 //! browser can simply try again).
 
+mod throttle;
+
 use std::time::Duration;
 
 use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::http::{HeaderMap, HeaderName};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use crate::model::now_ms;
 use crate::store::sessions_sql::NewSession;
 use crate::store::{Store, StoreError, StoreResult};
+
+pub(crate) use throttle::{Client, LoginThrottle};
+
+/// The address a connection comes from, as the server records it for each request
+/// (`ConnectInfo<Peer>`), for the sign-in throttle. Local to the crate so the server can
+/// provide it for its own listener types.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub(crate) std::net::SocketAddr);
+
+impl axum::extract::connect_info::Connected<std::net::SocketAddr> for Peer {
+    fn connect_info(address: std::net::SocketAddr) -> Self {
+        Peer(address)
+    }
+}
 
 /// SHA-256 of a token; only the hash is kept in memory and in the database.
 pub(crate) fn hash_token(token: &str) -> [u8; 32] {
@@ -43,6 +60,8 @@ pub(crate) enum Verdict {
 pub(crate) struct AdminAccess {
     token_hash: [u8; 32],
     pub(crate) sessions: Sessions,
+    /// Wrong dashboard sign-ins per client, which make that client wait.
+    pub(crate) sign_ins: LoginThrottle,
 }
 
 impl AdminAccess {
@@ -50,13 +69,15 @@ impl AdminAccess {
         Self {
             token_hash,
             sessions: Sessions { store },
+            sign_ins: LoginThrottle::default(),
         }
     }
 
-    /// Whether `token` is the admin token.
+    /// Whether `token` is the admin token, exactly as given (never trimmed).
     pub(crate) fn is_token(&self, token: &str) -> bool {
-        // Comparing hashes: equal-length values, so a timing difference reveals nothing useful.
-        hash_token(token) == self.token_hash
+        // Hashes of equal length, compared in constant time: the time taken says nothing of
+        // how much of the token was right.
+        bool::from(hash_token(token).ct_eq(&self.token_hash))
     }
 
     /// Whether a request may use the admin API: by the bearer token (checked in memory, so it
@@ -67,7 +88,9 @@ impl AdminAccess {
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|token| self.is_token(token.trim()));
+            // More than one space may follow the scheme (RFC 9110 §11.4); the token itself is
+            // compared as sent (it cannot start with a space: see `config`).
+            .is_some_and(|token| self.is_token(token.trim_start_matches(' ')));
         if by_token {
             return Verdict::Allowed;
         }
@@ -135,13 +158,19 @@ impl Sessions {
         };
         let csrf_matches = headers
             .get(CSRF_HEADER)
-            .is_some_and(|v| v.as_bytes() == csrf.as_bytes());
+            .is_some_and(|v| same_secret(v.as_bytes(), csrf.as_bytes()));
         if !changes_state || csrf_matches {
             Verdict::Allowed
         } else {
             Verdict::Refused
         }
     }
+}
+
+/// Whether two secrets are equal, in time that depends only on their lengths (CSRF tokens all
+/// have one length, so it reveals nothing), so a wrong guess cannot be refined byte by byte.
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    bool::from(given.ct_eq(expected))
 }
 
 /// The hash a session is stored under (hex, like the admin token's).

@@ -8,13 +8,17 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 /// The defaults, with a comment on every key.
 pub const DEFAULT_CONFIG: &str = include_str!("../config.default.toml");
 
 const ENV_PREFIX: &str = "BOSON_";
+/// The shortest admin token accepted. The token grants everything (secrets, destinations), is
+/// checked on every request without throttling over the admin API, and is chosen by a person;
+/// 16 characters keep even a lowercase-and-digits token beyond guessing (36^16 ≈ 8·10^24).
+pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 /// Top-level keys the environment may set; anything else prefixed `BOSON_` is warned about.
 const KNOWN_KEYS: &[&str] = &[
     "retention",
@@ -48,7 +52,8 @@ pub struct Config {
     /// Admin API token; generated on first start when unset.
     #[serde(default)]
     pub admin_token: Option<SecretString>,
-    /// Allow webhook destinations on loopback, private and link-local addresses.
+    /// Allow webhook destinations that are not globally routable unicast (loopback, private,
+    /// link-local, …; see `model::destination`).
     pub allow_private_destinations: bool,
     /// PEM certificate chain; with `tls_key`, Boson serves HTTPS instead of HTTP.
     #[serde(default)]
@@ -182,6 +187,9 @@ impl Config {
             (None, None) => {}
             _ => bail!("tls_cert and tls_key (BOSON_TLS_CERT, BOSON_TLS_KEY) must be set together"),
         }
+        if let Some(token) = &self.admin_token {
+            check_admin_token(token.expose_secret())?;
+        }
         let d = &self.delivery;
         if d.initial_backoff_ms < 10 || d.poll_interval_ms < 10 {
             bail!("delivery.initial_backoff_ms and delivery.poll_interval_ms must be at least 10");
@@ -213,6 +221,27 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Refuses an admin token that is empty, short, or would not arrive intact: a blank
+/// `BOSON_ADMIN_TOKEN=` must not start a server anyone can administer, and surrounding
+/// whitespace or control characters cannot be sent reliably in a header (HTTP strips them), so
+/// such a token could never be presented, and trimming it on comparison would weaken it.
+fn check_admin_token(token: &str) -> anyhow::Result<()> {
+    if token.chars().count() < MIN_ADMIN_TOKEN_CHARS {
+        bail!(
+            "admin_token (BOSON_ADMIN_TOKEN) must be at least {MIN_ADMIN_TOKEN_CHARS} characters: \
+             it grants full admin access, so an empty or short one could be guessed; \
+             leave it unset to have a random one generated on first start"
+        );
+    }
+    if token.trim() != token || token.chars().any(char::is_control) {
+        bail!(
+            "admin_token (BOSON_ADMIN_TOKEN) must not start or end with whitespace or contain \
+             control characters: it is compared exactly as sent in a header, which cannot carry them"
+        );
+    }
+    Ok(())
 }
 
 fn warn_unknown_env() {
@@ -266,6 +295,42 @@ mod tests {
         figment::Jail::expect_with(|jail| {
             jail.set_env("BOSON_DATABASE_URL", "mysql://x");
             assert!(Config::load(None).is_err());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn an_empty_or_short_admin_token_is_refused_with_the_reason() {
+        for token in ["", "   ", "change-me", "fifteen-chars!!"] {
+            figment::Jail::expect_with(|jail| {
+                jail.set_env("BOSON_ADMIN_TOKEN", token);
+                let error = format!("{:#}", Config::load(None).expect_err(token));
+                assert!(error.contains("at least 16"), "{token:?}: {error}");
+                Ok(())
+            });
+        }
+    }
+
+    #[test]
+    fn an_admin_token_with_surrounding_whitespace_is_refused() {
+        figment::Jail::expect_with(|jail| {
+            // A file, since figment trims environment values.
+            jail.create_file(
+                "boson.toml",
+                "admin_token = \" a-long-enough-admin-token \"",
+            )?;
+            let loaded = Config::load(Some(Path::new("boson.toml")));
+            let error = format!("{:#}", loaded.expect_err("whitespace"));
+            assert!(error.contains("whitespace"), "{error}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_long_admin_token_is_accepted() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("BOSON_ADMIN_TOKEN", "sixteen-chars-ok");
+            Config::load(None).map_err(|e| e.to_string())?;
             Ok(())
         });
     }

@@ -3,18 +3,21 @@
 //! itself only talks to the admin API, so the two never disagree.
 //! Sessions themselves are kept in [`crate::access`] (in the database, shared by every node).
 
-use axum::Json;
-use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, IF_NONE_MATCH, SET_COOKIE};
-use axum::http::{HeaderMap, StatusCode};
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::header::{
+    CACHE_CONTROL, CONTENT_TYPE, ETAG, IF_NONE_MATCH, RETRY_AFTER, SET_COOKIE,
+};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
 use rust_embed::RustEmbed;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::access::{SESSION_COOKIE, SESSION_LIFETIME, Verdict, session_id};
+use crate::access::{Client, Peer, SESSION_COOKIE, SESSION_LIFETIME, Verdict, session_id};
 use crate::error::{ApiError, AppJson};
 use crate::state::AppState;
 
@@ -79,9 +82,21 @@ pub(crate) struct LoginIn {
     token: String,
 }
 
-/// Exchanges the admin token for a session cookie and a CSRF token.
-async fn login(State(state): State<AppState>, AppJson(login): AppJson<LoginIn>) -> Response {
-    if !state.access.is_token(login.token.trim()) {
+/// Exchanges the admin token for a session cookie and a CSRF token. A client that keeps giving
+/// a wrong token must wait longer and longer before it may try again (`access::throttle`).
+async fn login(
+    State(state): State<AppState>,
+    peer: Option<Extension<ConnectInfo<Peer>>>,
+    AppJson(login): AppJson<LoginIn>,
+) -> Response {
+    let client = Client::of(peer.map(|Extension(ConnectInfo(Peer(address)))| address.ip()));
+    let sign_ins = &state.access.sign_ins;
+    if let Err(wait) = sign_ins.check(client) {
+        return too_many_attempts(wait);
+    }
+    // Compared exactly as typed: a secret is never trimmed.
+    if !state.access.is_token(&login.token) {
+        sign_ins.failed(client);
         return ApiError::new(
             StatusCode::UNAUTHORIZED,
             "invalid_token",
@@ -89,6 +104,7 @@ async fn login(State(state): State<AppState>, AppJson(login): AppJson<LoginIn>) 
         )
         .into_response();
     }
+    sign_ins.succeeded(client);
     let (id, csrf) = match state.access.sessions.create().await {
         Ok(session) => session,
         Err(error) => return ApiError::sessions_unavailable(&error).into_response(),
@@ -104,6 +120,22 @@ async fn login(State(state): State<AppState>, AppJson(login): AppJson<LoginIn>) 
         SESSION_LIFETIME.as_secs()
     );
     ([(SET_COOKIE, cookie)], Json(json!({"csrf": csrf}))).into_response()
+}
+
+/// 429 with the seconds to wait, in `Retry-After` and in words.
+fn too_many_attempts(wait: Duration) -> Response {
+    // Rounded up, so a client that waits as told is let in.
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let mut response = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too_many_attempts",
+        format!("too many wrong sign-ins from this address; try again in {secs} s"),
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(secs));
+    response
 }
 
 /// Ends the session in the database, so it is signed out on every node at once.

@@ -9,6 +9,7 @@
 //! about the deadline plus the writer's drain.
 
 mod cutoff;
+mod headers;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,7 +29,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
-use crate::access::{AdminAccess, hash_token};
+use crate::access::{AdminAccess, Peer, hash_token};
 use crate::admin;
 use crate::config::{Config, RetentionConfig};
 use crate::delivery::webhook::WebhookClient;
@@ -56,8 +57,11 @@ pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .merge(ingest::router(state.config.ingest.max_body_bytes))
         .merge(crate::identity::router())
-        .merge(crate::dashboard::router())
-        .merge(admin::router(state.clone()))
+        .merge(
+            crate::dashboard::router()
+                .merge(admin::router(state.clone()))
+                .layer(axum::middleware::from_fn(headers::security_headers)),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -235,6 +239,8 @@ async fn serve_http(
     overdue: &CancellationToken,
 ) -> std::io::Result<()> {
     let listener = cutoff::CutoffListener::new(listener, overdue.clone());
+    // The peer's address, for the sign-in throttle.
+    let app = app.into_make_service_with_connect_info::<Peer>();
     let server = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .into_future();
@@ -259,7 +265,7 @@ async fn serve_tls(
     });
     let server = axum_server::from_tcp_rustls(listener.into_std()?, tls)?
         .handle(handle)
-        .serve(app.into_make_service());
+        .serve(app.into_make_service_with_connect_info::<Peer>());
     finish_by(server, overdue).await
 }
 

@@ -1,5 +1,6 @@
 //! Outputs: webhook configurations (a POST URL, an optional Authorization header, Include MP
-//! DeviceId). The URL's destination is checked when saved.
+//! DeviceId). Every setting is checked when saved (a 400 naming the field), the URL's
+//! destination included.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -12,7 +13,7 @@ use crate::delivery::webhook::check_destination;
 use crate::error::{ApiError, AppJson};
 use crate::model::ids::OutputId;
 use crate::model::now_ms;
-use crate::model::settings::WebhookSettings;
+use crate::model::settings::{WebhookSettings, WebhookSettingsError};
 use crate::state::AppState;
 use crate::store::OutputRow;
 
@@ -68,8 +69,14 @@ fn output_id(raw: &str) -> Result<OutputId, ApiError> {
 
 /// Parses and checks webhook settings, returning them as stored JSON text.
 async fn webhook_settings(state: &AppState, settings: Value) -> Result<String, ApiError> {
-    let settings: WebhookSettings = serde_json::from_value(settings).map_err(|e| {
-        ApiError::bad_request("invalid_settings", format!("invalid webhook settings: {e}"))
+    let settings = WebhookSettings::parse(settings).map_err(|error| {
+        let code = match error {
+            WebhookSettingsError::Url(_) => "invalid_url",
+            WebhookSettingsError::Malformed(_) | WebhookSettingsError::AuthorizationHeader(_) => {
+                "invalid_settings"
+            }
+        };
+        ApiError::bad_request(code, error.to_string())
     })?;
     check_destination(&settings.url, state.config.allow_private_destinations)
         .await

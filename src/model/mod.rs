@@ -3,6 +3,7 @@
 
 pub(crate) mod attempt;
 pub(crate) mod batch;
+pub(crate) mod destination;
 pub(crate) mod event_type;
 pub(crate) mod identity;
 pub(crate) mod ids;

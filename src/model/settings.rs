@@ -512,10 +512,109 @@ pub(crate) struct WebhookSettings {
     pub(crate) include_mp_deviceid: bool,
 }
 
+/// Longest webhook URL accepted; far beyond any real endpoint, short of what servers refuse.
+pub(crate) const MAX_WEBHOOK_URL_BYTES: usize = 2048;
+/// Longest `authorization_header` accepted; common servers refuse header fields past 8 KiB.
+pub(crate) const MAX_AUTHORIZATION_HEADER_BYTES: usize = 4096;
+
+/// Why webhook settings were refused, naming the field at fault.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(crate) enum WebhookSettingsError {
+    /// Not the settings' shape (a missing `url`, an unknown key, a wrong type).
+    #[error("invalid webhook settings: {0}")]
+    Malformed(String),
+    #[error("`url` {0}")]
+    Url(String),
+    #[error("`authorization_header` {0}")]
+    AuthorizationHeader(&'static str),
+}
+
+impl WebhookSettings {
+    /// Parses and checks webhook settings as saved through the admin API, so a value that could
+    /// never be sent is refused when it is saved, not found out by dead-lettering every event.
+    /// (Whether the URL's address may be reached is checked by delivery, after resolution.)
+    pub(crate) fn parse(value: serde_json::Value) -> Result<Self, WebhookSettingsError> {
+        let settings: Self = serde_json::from_value(value)
+            .map_err(|e| WebhookSettingsError::Malformed(e.to_string()))?;
+        check_webhook_url(&settings.url).map_err(WebhookSettingsError::Url)?;
+        if let Some(header) = &settings.authorization_header {
+            check_header_value(header).map_err(WebhookSettingsError::AuthorizationHeader)?;
+        }
+        Ok(settings)
+    }
+}
+
+/// An absolute `http`/`https` URL with a host.
+fn check_webhook_url(url: &str) -> Result<(), String> {
+    if url.len() > MAX_WEBHOOK_URL_BYTES {
+        return Err(format!("is longer than {MAX_WEBHOOK_URL_BYTES} bytes"));
+    }
+    let parsed = url::Url::parse(url).map_err(|e| format!("is not a valid URL: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err("must start with http:// or https://".into());
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err("must name a host".into());
+    }
+    Ok(())
+}
+
+/// A header value sent as configured: printable ASCII only. CR and LF would end the header
+/// (header injection, or a request the client refuses to build), other control characters are
+/// refused by HTTP libraries and servers, and non-ASCII bytes are read differently by each.
+fn check_header_value(value: &str) -> Result<(), &'static str> {
+    if value.len() > MAX_AUTHORIZATION_HEADER_BYTES {
+        return Err("is longer than 4096 bytes");
+    }
+    if value.contains(['\r', '\n']) {
+        return Err("must not contain a line break (CR or LF)");
+    }
+    if !value.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) {
+        return Err("must be printable ASCII: no control or non-ASCII characters");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn webhook_settings_name_the_field_they_refuse() {
+        let parse = |settings| WebhookSettings::parse(settings).map_err(|e| e.to_string());
+        let refused = [
+            (
+                json!({"url": "http://e.com", "authorization_header": "a\r\nb: c"}),
+                "`authorization_header`",
+            ),
+            (
+                json!({"url": "http://e.com", "authorization_header": "a\tb"}),
+                "`authorization_header`",
+            ),
+            (
+                json!({"url": "http://e.com", "authorization_header": "x".repeat(4097)}),
+                "`authorization_header`",
+            ),
+            (json!({"url": "ftp://e.com/"}), "`url`"),
+            (json!({"url": "http://"}), "`url`"),
+            (json!({"url": "e.com/hook"}), "`url`"),
+            (
+                json!({"url": format!("http://e.com/{}", "x".repeat(2048))}),
+                "`url`",
+            ),
+            (
+                json!({"url": "http://e.com", "headers": {}}),
+                "invalid webhook settings",
+            ),
+        ];
+        for (settings, field) in refused {
+            let error = parse(settings.clone()).expect_err("refused");
+            assert!(error.contains(field), "{settings}: {error}");
+        }
+        let ok = json!({"url": "https://u:p@e.com:8443/h?q=1", "authorization_header": "Bearer abc-._~+/="});
+        assert!(parse(ok).is_ok());
+    }
 
     #[test]
     fn omitted_keys_take_mparticle_defaults() {

@@ -13,6 +13,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use crate::access::Peer;
+
 /// A TCP listener whose connections all end when `cut` is cancelled.
 #[derive(Debug)]
 pub(super) struct CutoffListener {
@@ -40,6 +42,14 @@ impl axum::serve::Listener for CutoffListener {
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.local_addr()
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, CutoffListener>>
+    for Peer
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, CutoffListener>) -> Self {
+        Peer(*stream.remote_addr())
     }
 }
 

@@ -13,6 +13,7 @@ mod catalog_sql;
 pub(crate) mod faults;
 mod group;
 pub(crate) mod identity_sql;
+mod private_files;
 pub(crate) mod queue;
 pub(crate) mod sessions_sql;
 mod steps;
@@ -124,13 +125,7 @@ async fn connect_sqlite(url: &str) -> anyhow::Result<SqlitePool> {
         .trim_start_matches("sqlite://")
         .trim_start_matches("sqlite:");
     let path = path.split('?').next().unwrap_or(path);
-    if let Some(dir) = std::path::Path::new(path)
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-    {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("failed to create data directory {}", dir.display()))?;
-    }
+    private_files::prepare(std::path::Path::new(path))?;
     let options = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))
         .with_context(|| format!("invalid SQLite URL {url:?}"))?
         .create_if_missing(true)

@@ -166,6 +166,81 @@ async fn bad_admin_requests_get_clear_errors_and_store_nothing() {
     app.stop().await.unwrap();
 }
 
+#[tokio::test]
+async fn output_settings_are_validated_on_create_and_update() {
+    let app = spawn_app().await;
+    let webhook = |settings: Value| json!({"name": "x", "kind": "webhook", "settings": settings});
+    let header =
+        |value: &str| json!({"url": "http://example.com/hook", "authorization_header": value});
+    // Each refused value with the code and the field its message must name.
+    let cases = [
+        (
+            header("Bearer a\r\nX-Injected: 1"),
+            "invalid_settings",
+            "authorization_header",
+        ),
+        (
+            header("Bearer a\nb"),
+            "invalid_settings",
+            "authorization_header",
+        ),
+        (
+            header("Bearer \u{0}"),
+            "invalid_settings",
+            "authorization_header",
+        ),
+        (
+            header("Bearer \u{7f}"),
+            "invalid_settings",
+            "authorization_header",
+        ),
+        (
+            header("Bearer caf\u{e9}"),
+            "invalid_settings",
+            "authorization_header",
+        ),
+        (json!({"url": "http://"}), "invalid_url", "url"),
+        (json!({"url": "mailto:a@example.com"}), "invalid_url", "url"),
+        (json!({"url": "data:text/plain,x"}), "invalid_url", "url"),
+    ];
+    for (settings, code, field) in &cases {
+        let (status, body) = call(
+            &app,
+            Method::POST,
+            "/api/v1/outputs",
+            Some(webhook(settings.clone())),
+        )
+        .await;
+        assert_error(status, &body, 400, code);
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("`{field}`")),
+            "{settings}: {message}"
+        );
+    }
+    assert_eq!(app.count("outputs").await, 0);
+
+    let output = app.create_webhook("http://example.com/hook").await;
+    let path = format!("/api/v1/outputs/{}", output["id"].as_str().unwrap());
+    for (settings, code, _) in cases {
+        let (status, body) = call(
+            &app,
+            Method::PATCH,
+            &path,
+            Some(json!({"settings": settings})),
+        )
+        .await;
+        assert_error(status, &body, 400, code);
+    }
+    let (status, stored) = call(&app, Method::GET, &path, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        stored["settings"], output["settings"],
+        "a refused update changes nothing"
+    );
+    app.stop().await.unwrap();
+}
+
 /// An id that names nothing gets the same answer whether it is well formed or not: ids are
 /// parsed at the edge, and a malformed one is answered as an unknown one.
 #[tokio::test]

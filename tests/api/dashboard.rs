@@ -200,6 +200,129 @@ async fn sessions_need_the_token_and_their_csrf_header() {
     app.stop().await.unwrap();
 }
 
+#[tokio::test]
+async fn sign_in_takes_the_token_exactly_as_configured() {
+    let app = spawn_app().await;
+    // Blank and padded values once signed in because the input was trimmed; a secret is
+    // compared as given.
+    for token in [
+        "",
+        "   ",
+        &format!(" {ADMIN_TOKEN}"),
+        &format!("{ADMIN_TOKEN}\n"),
+    ] {
+        let refused = login(&app, &app.client, token).await;
+        assert_eq!(refused.status(), 401, "{token:?}");
+        assert!(
+            refused.headers().get("set-cookie").is_none(),
+            "{token:?} got a session"
+        );
+    }
+    assert_eq!(login(&app, &app.client, ADMIN_TOKEN).await.status(), 200);
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn dashboard_and_admin_answers_carry_the_security_headers() {
+    let app = spawn_app().await;
+    let (cookie, _) = sign_in(&app).await;
+    let answers = [
+        app.client
+            .get(format!("{}/", app.base))
+            .send()
+            .await
+            .unwrap(),
+        app.client
+            .get(format!("{}/assets/app.js", app.base))
+            .send()
+            .await
+            .unwrap(),
+        with_session(&app, reqwest::Method::GET, "/api/v1/inputs", &cookie, None)
+            .send()
+            .await
+            .unwrap(),
+        // Refusals too: a page that fails must not be framable either.
+        app.client
+            .get(format!("{}/api/v1/inputs", app.base))
+            .send()
+            .await
+            .unwrap(),
+        login(&app, &app.client, "wrong-token-wrong").await,
+    ];
+    for answer in answers {
+        let url = answer.url().path().to_owned();
+        let headers = answer.headers();
+        let csp = headers["content-security-policy"].to_str().unwrap();
+        for directive in [
+            "default-src 'none'",
+            "script-src 'self'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(csp.contains(directive), "{url}: {csp}");
+        }
+        assert!(!csp.contains("unsafe-inline"), "{url}: {csp}");
+        assert_eq!(headers["x-frame-options"], "DENY", "{url}");
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{url}");
+        assert_eq!(headers["referrer-policy"], "no-referrer", "{url}");
+    }
+    app.stop().await.unwrap();
+}
+
+/// A client whose requests come from `ip` (any address of 127.0.0.0/8 reaches the server).
+fn client_from(ip: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn wrong_sign_ins_are_slowed_down_per_client() {
+    let app = spawn_app().await;
+    let guesser = client_from("127.0.0.2");
+    // A few typos cost nothing.
+    for _ in 0..5 {
+        assert_eq!(
+            login(&app, &guesser, "wrong-token-wrong").await.status(),
+            401
+        );
+    }
+    // Then each further failure makes the client wait, twice as long each time.
+    let mut waits = Vec::new();
+    for _ in 0..2 {
+        let wrong = login(&app, &guesser, "wrong-token-wrong").await;
+        assert_eq!(wrong.status(), 401);
+        let throttled = login(&app, &guesser, ADMIN_TOKEN).await;
+        assert_eq!(throttled.status(), 429, "even the right token waits");
+        let wait: u64 = throttled.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let body: Value = throttled.json::<Value>().await.unwrap();
+        assert_eq!(body["error"]["code"], "too_many_attempts", "{body}");
+        waits.push(wait);
+        tokio::time::sleep(Duration::from_secs(wait)).await;
+    }
+    assert!(waits[0] >= 1 && waits[1] > waits[0], "{waits:?}");
+
+    // Another client is not slowed by this one's guesses.
+    assert_eq!(
+        login(&app, &client_from("127.0.0.3"), ADMIN_TOKEN)
+            .await
+            .status(),
+        200
+    );
+    // After the wait, the right token signs in, and the slate is clean.
+    assert_eq!(login(&app, &guesser, ADMIN_TOKEN).await.status(), 200);
+    assert_eq!(
+        login(&app, &guesser, "wrong-token-wrong").await.status(),
+        401
+    );
+    assert_eq!(login(&app, &guesser, ADMIN_TOKEN).await.status(), 200);
+    app.stop().await.unwrap();
+}
+
 /// Signs in on `app` and returns the session's `Cookie` header value and its CSRF token.
 async fn sign_in(app: &TestApp) -> (String, String) {
     let signed_in = login(app, &app.client, ADMIN_TOKEN).await;

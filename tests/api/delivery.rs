@@ -230,6 +230,21 @@ async fn private_destinations_are_refused_when_saved_and_when_sent() {
             .unwrap()
             .contains("BOSON_ALLOW_PRIVATE_DESTINATIONS")
     );
+    // IPv6 forms that lead to loopback or the metadata service, and non-unicast IPv4.
+    for url in [
+        "http://[::127.0.0.1]:9/",
+        "http://[64:ff9b::a9fe:a9fe]/",
+        "http://[2002:7f00:1::]:9/",
+        "http://224.0.0.1:9/",
+    ] {
+        let response = app
+            .admin(Method::POST, "/api/v1/outputs")
+            .json(&json!({"name": "h", "kind": "webhook", "settings": {"url": url}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{url}");
+    }
     assert_eq!(app.count("outputs").await, 0);
     app.stop().await.unwrap();
 }

@@ -62,3 +62,25 @@ async fn boson_serves_https_when_given_a_certificate() {
     );
     app.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_session_cookie_is_secure_over_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = certificate(dir.path());
+    let app = spawn_app_with(|c| {
+        c.tls_cert = Some(cert);
+        c.tls_key = Some(key);
+    })
+    .await;
+    let signed_in = app
+        .client
+        .post(format!("{}/dashboard/login", app.base))
+        .json(&json!({"token": crate::helpers::ADMIN_TOKEN}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), 200);
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    app.stop().await.unwrap();
+}

@@ -19,6 +19,11 @@ const browser = await chromium.launch({
 });
 const page = await (await browser.newContext({ viewport: { width: 1280, height: 860 } })).newPage();
 page.on('pageerror', (error) => console.error(`[page error] ${error}`));
+// Anything the Content-Security-Policy blocks is a failure: the dashboard must work under it.
+const blocked = [];
+page.on('console', (message) => {
+  if (message.type() === 'error' && message.text().includes('Content Security Policy')) blocked.push(message.text());
+});
 page.on('dialog', (dialog) => dialog.accept());
 const shot = (name) => page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
 
@@ -109,6 +114,7 @@ try {
   } else {
     throw new Error(`unknown phase ${phase}`);
   }
+  if (blocked.length) throw new Error(`blocked by the Content-Security-Policy: ${blocked.join(' | ')}`);
 } catch (error) {
   console.error(`dashboard.mjs: ${error}`);
   await shot('zz-failure').catch(() => {});

@@ -4,6 +4,8 @@
 
 mod catalog;
 mod commit;
+#[cfg(unix)]
+mod files;
 pub(super) mod harness;
 mod model;
 mod queue;
