@@ -35,12 +35,6 @@ pub(crate) use throttle::{Client, LoginThrottle};
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Peer(pub(crate) std::net::SocketAddr);
 
-impl axum::extract::connect_info::Connected<std::net::SocketAddr> for Peer {
-    fn connect_info(address: std::net::SocketAddr) -> Self {
-        Peer(address)
-    }
-}
-
 /// SHA-256 of a token; only the hash is kept in memory and in the database.
 pub(crate) fn hash_token(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()

@@ -29,6 +29,7 @@ const KNOWN_KEYS: &[&str] = &[
     "tls_cert",
     "tls_key",
     "shutdown_deadline_secs",
+    "http",
     "ingest",
     "delivery",
 ];
@@ -64,6 +65,8 @@ pub struct Config {
     /// Seconds requests and deliveries in flight get to finish once shutdown begins; then the
     /// connections left are dropped and the deliveries left are released.
     pub shutdown_deadline_secs: u64,
+    /// The HTTP server's connection cap and timeouts.
+    pub http: HttpConfig,
     /// Events API limits.
     pub ingest: IngestConfig,
     /// Webhook delivery: retries, timeouts, concurrency.
@@ -80,6 +83,22 @@ pub struct RetentionConfig {
     pub hours: u64,
     /// Seconds between two pruning passes.
     pub interval_secs: u64,
+}
+
+/// The HTTP server's guards against clients that hold connections: a cap on open connections
+/// and deadlines for request heads, request bodies and idle connections.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Most connections open at once; beyond it new ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// Seconds a connection (new, or kept alive after a response) gets to send a complete
+    /// request head.
+    pub header_read_timeout_secs: u64,
+    /// Seconds a request's body gets to arrive, counted from its head.
+    pub body_read_timeout_secs: u64,
+    /// Seconds a connection may move no byte in either direction before it is closed.
+    pub idle_timeout_secs: u64,
 }
 
 /// Events API limits.
@@ -216,8 +235,26 @@ impl Config {
         if self.delivery.lane_capacity < 4 {
             bail!("delivery.lane_capacity must be at least 4");
         }
+        self.http.validate()?;
         if self.ingest.max_bulk_batches == 0 || self.ingest.max_body_bytes == 0 {
             bail!("ingest.max_bulk_batches and ingest.max_body_bytes must be positive");
+        }
+        Ok(())
+    }
+}
+
+impl HttpConfig {
+    /// A zero would close every connection at once (or, for the cap, accept none).
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.max_connections == 0
+            || self.header_read_timeout_secs == 0
+            || self.body_read_timeout_secs == 0
+            || self.idle_timeout_secs == 0
+        {
+            bail!(
+                "http.max_connections, http.header_read_timeout_secs, http.body_read_timeout_secs \
+                 and http.idle_timeout_secs must be positive"
+            );
         }
         Ok(())
     }
@@ -272,6 +309,21 @@ mod tests {
         assert!(!c.allow_private_destinations);
         assert_eq!(c.delivery.retry_window_secs, 86_400);
         assert_eq!(c.shutdown_deadline_secs, 30);
+        assert_eq!(c.http.max_connections, 512);
+    }
+
+    #[test]
+    fn http_limits_come_from_the_environment_and_zero_is_refused() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("BOSON_HTTP__MAX_CONNECTIONS", "20");
+            jail.set_env("BOSON_HTTP__IDLE_TIMEOUT_SECS", "3");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!((c.http.max_connections, c.http.idle_timeout_secs), (20, 3));
+            jail.set_env("BOSON_HTTP__BODY_READ_TIMEOUT_SECS", "0");
+            let error = format!("{:#}", Config::load(None).expect_err("zero"));
+            assert!(error.contains("http.body_read_timeout_secs"), "{error}");
+            Ok(())
+        });
     }
 
     #[test]

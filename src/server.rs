@@ -3,12 +3,13 @@
 //!
 //! Shutdown has a deadline (`shutdown_deadline_secs`), counted from the signal: requests and
 //! webhook deliveries in flight get until then to finish. At the deadline the HTTP connections
-//! still open are cut ([`cutoff`]), so a slow or stalled client cannot hold the process, and the
+//! still open are cut ([`connections`]), so a slow or stalled client cannot hold the process, and the
 //! deliveries still waiting for an answer are released to the table (see `delivery::run`). The
 //! writer then commits what it was sent, within [`WRITER_DRAIN`]. So the process exits within
 //! about the deadline plus the writer's drain.
 
-mod cutoff;
+mod body_deadline;
+mod connections;
 mod headers;
 
 use std::future::Future;
@@ -31,7 +32,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::access::{AdminAccess, Peer, hash_token};
 use crate::admin;
-use crate::config::{Config, RetentionConfig};
+use crate::config::{Config, HttpConfig, RetentionConfig};
 use crate::delivery::webhook::WebhookClient;
 use crate::delivery::{self, Crowded, DeliveryContext};
 use crate::ingest;
@@ -203,11 +204,11 @@ pub async fn run(
     };
     let address = listener.local_addr().ok();
     tracing::info!(?address, https = tls.is_some(), "Boson is listening.");
-    let app = router(state);
-    let served = match tls {
-        None => serve_http(listener, app, shutdown, &overdue).await,
-        Some(tls) => serve_tls(listener, app, tls, shutdown, shutdown_deadline, &overdue).await,
-    };
+    let http = state.config.http.clone();
+    let (listener, app) = guarded(listener, router(state), &http, &overdue);
+    let header_read = Duration::from_secs(http.header_read_timeout_secs);
+    let server = serve(listener, app, tls, header_read, shutdown, shutdown_deadline);
+    let served = finish_by(server, &overdue).await;
 
     tracing::info!("Shutting down: delivering or releasing in-flight work.");
     cancel.cancel();
@@ -230,43 +231,61 @@ async fn count_down(stopping: CancellationToken, deadline: Duration, overdue: Ca
     overdue.cancel();
 }
 
-/// Serves HTTP; on `shutdown`, stops accepting and lets requests in flight finish, until
-/// `overdue`: then the connections still open are cut.
-async fn serve_http(
+/// The listener and the app held to the `[http]` limits: the connection cap, the idle timeout
+/// and the cut at the deadline (`overdue`) on every connection, the body deadline on every
+/// request.
+fn guarded(
     listener: TcpListener,
     app: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    http: &HttpConfig,
     overdue: &CancellationToken,
-) -> std::io::Result<()> {
-    let listener = cutoff::CutoffListener::new(listener, overdue.clone());
-    // The peer's address, for the sign-in throttle.
-    let app = app.into_make_service_with_connect_info::<Peer>();
-    let server = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .into_future();
-    finish_by(server, overdue).await
+) -> (connections::GuardedListener, Router) {
+    let guards = connections::Guards {
+        max_connections: http.max_connections,
+        idle: Duration::from_secs(http.idle_timeout_secs),
+        cut: overdue.clone(),
+    };
+    let app = app.layer(axum::middleware::from_fn_with_state(
+        Duration::from_secs(http.body_read_timeout_secs),
+        body_deadline::limit_body_time,
+    ));
+    (connections::GuardedListener::new(listener, guards), app)
 }
 
-/// Serves HTTPS; on `shutdown`, stops accepting and lets requests in flight finish for
-/// `grace` (the shutdown deadline), after which axum_server drops the connections left.
-async fn serve_tls(
-    listener: TcpListener,
+/// Serves HTTP, or HTTPS with `tls`, on the guarded `listener` (connection cap, idle timeout,
+/// the cut at the deadline). hyper closes a connection that has not sent a complete request head
+/// within `header_read` (it needs a timer for that, which axum's own `serve` cannot be given).
+/// On `shutdown`, stops accepting and lets requests in flight finish for `grace` (the shutdown
+/// deadline), after which the connections left are dropped.
+async fn serve(
+    listener: connections::GuardedListener,
     app: Router,
-    tls: RustlsConfig,
+    tls: Option<RustlsConfig>,
+    header_read: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
-    overdue: &CancellationToken,
 ) -> std::io::Result<()> {
-    let handle = axum_server::Handle::new();
+    let handle = axum_server::Handle::<connections::GuardedAddr>::new();
     let stopper = handle.clone();
     tokio::spawn(async move {
         shutdown.await;
         stopper.graceful_shutdown(Some(grace));
     });
-    let server = axum_server::from_tcp_rustls(listener.into_std()?, tls)?
-        .handle(handle)
-        .serve(app.into_make_service_with_connect_info::<Peer>());
-    finish_by(server, overdue).await
+    let mut server = axum_server::Server::from_listener(listener).handle(handle);
+    server
+        .http_builder()
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_read);
+    // The peer's address, for the sign-in throttle.
+    let app = app.into_make_service_with_connect_info::<Peer>();
+    match tls {
+        None => server.serve(app).await,
+        Some(tls) => {
+            let tls = axum_server::tls_rustls::RustlsAcceptor::new(tls);
+            server.acceptor(tls).serve(app).await
+        }
+    }
 }
 
 /// Waits for the HTTP server to finish, but once `overdue` has fired (its connections are being

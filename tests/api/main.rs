@@ -17,5 +17,6 @@ mod process;
 mod propagation;
 mod python_sdk;
 mod settings;
+mod starvation;
 mod tls;
 mod web_sdk;

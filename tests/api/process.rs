@@ -33,6 +33,8 @@ pub struct Deployment {
     server: Option<String>,
     /// Extra environment of every process started.
     env: Vec<(String, String)>,
+    /// The open-files limit (`ulimit -n`) of every process started, when set.
+    open_files: Option<u32>,
     logs: Vec<PathBuf>,
 }
 
@@ -46,6 +48,7 @@ impl Deployment {
             database_url,
             server: None,
             env: Vec::new(),
+            open_files: None,
             logs: Vec::new(),
         }
     }
@@ -59,6 +62,7 @@ impl Deployment {
             database_url,
             server: Some(server.to_owned()),
             env: Vec::new(),
+            open_files: None,
             logs: Vec::new(),
         }
     }
@@ -66,6 +70,12 @@ impl Deployment {
     /// Sets an environment variable (e.g. a `BOSON_…` setting) for every process started later.
     pub fn set_env(&mut self, key: &str, value: &str) {
         self.env.push((key.to_owned(), value.to_owned()));
+    }
+
+    /// Starts every later process with at most `limit` open files (sockets included), as a
+    /// service manager would; `ulimit` in a shell, since the workspace forbids `unsafe`.
+    pub fn limit_open_files(&mut self, limit: u32) {
+        self.open_files = Some(limit);
     }
 
     /// Starts `boson serve` on a free port and waits until it is ready.
@@ -82,7 +92,15 @@ impl Deployment {
             .join(format!("boson-{}.log", self.logs.len() + 1));
         let log = std::fs::File::create(&log_path).expect("log file");
         self.logs.push(log_path);
-        let mut command = Command::new(env!("CARGO_BIN_EXE_boson"));
+        let mut command = match self.open_files {
+            None => Command::new(env!("CARGO_BIN_EXE_boson")),
+            Some(limit) => {
+                let mut shell = Command::new("sh");
+                shell.args(["-c", &format!("ulimit -n {limit} && exec \"$0\" \"$@\"")]);
+                shell.arg(env!("CARGO_BIN_EXE_boson"));
+                shell
+            }
+        };
         command
             .arg("serve")
             .current_dir(self.dir.path())
@@ -165,6 +183,11 @@ impl Drop for Boson {
 }
 
 impl Boson {
+    /// `host:port` of the HTTP server, for raw TCP clients.
+    pub fn address(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -202,7 +225,7 @@ impl Boson {
     }
 
     /// SIGTERM, then the exit status; fails the test if the process outlives `within`.
-    async fn sigterm(mut self, within: Duration) -> ExitStatus {
+    pub async fn sigterm(mut self, within: Duration) -> ExitStatus {
         self.signal("TERM");
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
@@ -231,7 +254,7 @@ impl Boson {
     }
 
     /// A custom-feed input connected to a webhook at `url`; returns the input (with credentials).
-    async fn pipeline(&self, url: &str) -> Value {
+    pub async fn pipeline(&self, url: &str) -> Value {
         self.pipeline_with(url, json!({"status": "active"})).await
     }
 
@@ -670,13 +693,13 @@ async fn sigterm_shuts_down_gracefully() {
 /// Shutdown settings for the deadline tests: a 2 s deadline, and webhook requests allowed to
 /// take far longer than that (the lease must be at least twice the request timeout), so only
 /// the deadline can end them in time.
-const SHORT_DEADLINE: &[(&str, &str)] = &[
+pub const SHORT_DEADLINE: &[(&str, &str)] = &[
     ("BOSON_SHUTDOWN_DEADLINE_SECS", "2"),
     ("BOSON_DELIVERY__REQUEST_TIMEOUT_SECS", "60"),
     ("BOSON_DELIVERY__LEASE_SECS", "120"),
 ];
 /// A generous bound on "exits at all" after SIGTERM with the 2 s deadline.
-const EXIT: Duration = Duration::from_secs(15);
+pub const EXIT: Duration = Duration::from_secs(15);
 
 #[tokio::test]
 async fn a_half_sent_request_does_not_hold_up_shutdown() {
