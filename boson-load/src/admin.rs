@@ -1,6 +1,7 @@
 //! Configuring Boson through its admin API: one input, one webhook output
 //! pointing at our receiver, and an active connection between them; for the
-//! propagation scenario, a second connection whose status the run toggles.
+//! propagation scenario, a second connection whose status the run toggles; for the
+//! isolation and recovery scenarios, one input with a connection to each of several receivers.
 
 use anyhow::{Context as _, Result, ensure};
 use serde::Deserialize;
@@ -59,6 +60,28 @@ pub(crate) async fn setup_toggled_pipeline(
     Ok((credentials, toggled))
 }
 
+/// The isolation and recovery scenarios' setup: one input with an active connection to each of
+/// `webhook_urls`. Returns the input's credentials and the connections' ids, in order.
+pub(crate) async fn setup_fan_out(
+    admin: &Admin<'_>,
+    webhook_urls: &[String],
+    send_as_batch: bool,
+) -> Result<(InputCredentials, Vec<String>)> {
+    let (credentials, input_id) = admin.input().await?;
+    let mut ids = Vec::with_capacity(webhook_urls.len());
+    for (i, url) in webhook_urls.iter().enumerate() {
+        let id = admin
+            .connect(&input_id, url, send_as_batch, &format!("endpoint-{i}"))
+            .await?;
+        ids.push(id_text(&id)?);
+    }
+    Ok((credentials, ids))
+}
+
+fn id_text(id: &Value) -> Result<String> {
+    Ok(id.as_str().context("an id is not a string")?.to_owned())
+}
+
 /// The admin API of one node.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Admin<'a> {
@@ -76,13 +99,19 @@ impl Admin<'_> {
         send_as_batch: bool,
         name: &str,
     ) -> Result<(InputCredentials, Value)> {
+        let (credentials, input_id) = self.input().await?;
+        self.connect(&input_id, webhook_url, send_as_batch, name)
+            .await?;
+        Ok((credentials, input_id))
+    }
+
+    /// A new input: its credentials and its id.
+    async fn input(&self) -> Result<(InputCredentials, Value)> {
         let input: CreatedInput = self
             .create(
                 "inputs",
                 &json!({ "name": "load", "platform": "custom_feed" }),
             )
-            .await?;
-        self.connect(&input.id, webhook_url, send_as_batch, name)
             .await?;
         let credentials = InputCredentials {
             api_key: input.api_key,

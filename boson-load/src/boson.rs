@@ -33,11 +33,12 @@ pub(crate) struct Boson {
 
 impl Boson {
     /// Starts `boson serve` on a free loopback port and waits until it is ready: on
-    /// `database_url`, or on a new SQLite file when there is none.
+    /// `database_url`, or on a new SQLite file when there is none; `log` is its `RUST_LOG`.
     pub(crate) async fn start(
         bin: &Path,
         http: &reqwest::Client,
         database_url: Option<&str>,
+        log: &str,
     ) -> Result<Self> {
         ensure!(
             bin.is_file(),
@@ -62,7 +63,7 @@ impl Boson {
             .env("BOSON_DATABASE_URL", database_url)
             .env("BOSON_ADMIN_TOKEN", &admin_token)
             .env("BOSON_ALLOW_PRIVATE_DESTINATIONS", "true")
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", log)
             .stdin(Stdio::null())
             // Our stdout carries only the JSON result line, so anything Boson
             // prints goes to stderr alongside our own logs.

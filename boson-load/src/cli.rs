@@ -51,10 +51,10 @@ pub(crate) struct Args {
     #[arg(long, value_name = "URL")]
     pub(crate) database_url: Option<String>,
 
-    /// Propagation: Boson processes sharing the database (node 1 takes the setting changes,
-    /// the others the load).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(2..=16))]
-    pub(crate) nodes: u64,
+    /// Boson processes sharing the database (PostgreSQL only; on SQLite there is one). Defaults:
+    /// 3 for propagation and for isolation on PostgreSQL, otherwise 1.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub(crate) nodes: Option<u64>,
 
     /// Propagation: setting changes saved on node 1 (inactive, active, …; an odd number is
     /// rounded up, so the run ends active).
@@ -64,6 +64,35 @@ pub(crate) struct Args {
     /// Propagation: time between two changes.
     #[arg(long, default_value_t = 500, value_name = "MS", value_parser = clap::value_parser!(u64).range(50..))]
     pub(crate) change_every_ms: u64,
+
+    /// Isolation: connections from the one input, each to its own receiver (send as batch).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=100))]
+    pub(crate) connections: u64,
+
+    /// Isolation: how many of the connections fail in the failure phase.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=99))]
+    pub(crate) failing: u64,
+
+    /// Isolation and recovery: how the failing endpoints fail (defaults: 500 for isolation, 503
+    /// for recovery).
+    #[arg(long, value_enum)]
+    pub(crate) failure: Option<Failure>,
+
+    /// Isolation: length of each phase (baseline, failure, recovery).
+    #[arg(long, default_value_t = 20, value_name = "SECS", value_parser = clap::value_parser!(u64).range(2..=600))]
+    pub(crate) phase_secs: u64,
+
+    /// Isolation: stop after the failure phase, without the recovery phase.
+    #[arg(long)]
+    pub(crate) no_recovery_phase: bool,
+
+    /// Recovery: how long the receiver is down.
+    #[arg(long, default_value_t = 30, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(crate) outage_secs: u64,
+
+    /// Log filter (`RUST_LOG`) for the Boson processes; their logs go to stderr.
+    #[arg(long, default_value = "warn", value_name = "FILTER")]
+    pub(crate) boson_log: String,
 }
 
 /// A benchmark scenario.
@@ -74,6 +103,37 @@ pub(crate) enum Scenario {
     /// How soon a connection setting saved on node 1 applies on the other nodes, under load
     /// (PostgreSQL, several nodes).
     Propagation,
+    /// Whether failing connections slow the healthy ones: N connections, K of them failing
+    /// (see `isolation.rs`).
+    Isolation,
+    /// How soon a backlog is delivered after an outage of the receiver (see `recovery.rs`).
+    Recovery,
+}
+
+/// How an endpoint fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Failure {
+    /// It answers 500.
+    #[value(name = "500")]
+    Status500,
+    /// It answers 503.
+    #[value(name = "503")]
+    Status503,
+    /// It never answers (Boson's request timeout ends each request).
+    Hang,
+    /// Nothing listens: connections are refused.
+    Refuse,
+}
+
+impl Failure {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Status500 => "500",
+            Self::Status503 => "503",
+            Self::Hang => "hang",
+            Self::Refuse => "refuse",
+        }
+    }
 }
 
 impl Args {
@@ -89,6 +149,21 @@ impl Args {
 
     pub(crate) fn drain_timeout(&self) -> Duration {
         Duration::from_secs(self.drain_timeout_secs)
+    }
+
+    /// How many Boson processes to run: `--nodes`, else the scenario's default.
+    pub(crate) fn node_count(&self) -> u64 {
+        let on_postgres = self.database_url.is_some();
+        self.nodes.unwrap_or(match self.scenario {
+            Scenario::Propagation => 3,
+            Scenario::Isolation if on_postgres => 3,
+            _ => 1,
+        })
+    }
+
+    /// Offered load in events/s: `--rate`, else `default`.
+    pub(crate) fn rate_or(&self, default: f64) -> f64 {
+        self.rate.unwrap_or(default)
     }
 
     /// Total number of events the run will send.

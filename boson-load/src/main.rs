@@ -6,9 +6,12 @@
 //! `/v2/events`, wait for the receiver to see every accepted event, and print
 //! one JSON line of results on stdout. Progress and diagnostics go to stderr.
 //!
-//! `--database-url` runs it on a fresh PostgreSQL database instead, and
-//! `--scenario propagation` measures how soon a setting saved on one of several
-//! nodes applies on the others (see `propagation.rs`).
+//! `--database-url` runs it on a fresh PostgreSQL database instead. Other
+//! scenarios (`--scenario`): `propagation` measures how soon a setting saved on
+//! one of several nodes applies on the others (see `propagation.rs`),
+//! `isolation` whether failing connections slow the healthy ones
+//! (`isolation.rs`), and `recovery` how soon a backlog is delivered after an
+//! outage of the receiver (`recovery.rs`).
 //!
 //! Note that on a small machine the generator competes with Boson for CPU;
 //! compare runs made on the same machine, not absolute numbers across machines.
@@ -17,9 +20,15 @@ mod admin;
 mod boson;
 mod cli;
 mod clock;
+mod cluster;
 mod database;
+mod endpoint;
+mod isolation;
+mod metrics;
+mod openloop;
 mod propagation;
 mod receiver;
+mod recovery;
 mod report;
 mod sender;
 
@@ -52,8 +61,11 @@ async fn main() -> Result<()> {
         .timeout(REQUEST_TIMEOUT)
         .build()
         .context("building HTTP client")?;
-    if args.scenario == Scenario::Propagation {
-        return propagation::run(&args, &http).await;
+    match args.scenario {
+        Scenario::Throughput => {}
+        Scenario::Propagation => return propagation::run(&args, &http).await,
+        Scenario::Isolation => return isolation::run(&args, &http).await,
+        Scenario::Recovery => return recovery::run(&args, &http).await,
     }
     let database = match &args.database_url {
         Some(server) => Some(FreshDatabase::create(server).await?),
@@ -66,6 +78,7 @@ async fn main() -> Result<()> {
         &args.boson_bin(),
         &http,
         database.as_ref().map(FreshDatabase::url),
+        &args.boson_log,
     )
     .await?;
     eprintln!(

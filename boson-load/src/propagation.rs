@@ -20,19 +20,16 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, ensure};
-use reqwest::header::CONTENT_TYPE;
+use anyhow::{Result, ensure};
 use serde::Serialize;
 use serde_json::Value;
-use tokio::task::JoinSet;
 
-use crate::admin::{self, Admin, InputCredentials};
-use crate::boson::Boson;
+use crate::admin::{self, Admin};
 use crate::cli::{Args, EVENTS_PER_BATCH};
-use crate::clock::unix_micros;
-use crate::database::FreshDatabase;
+use crate::cluster::Cluster;
+use crate::openloop::{self, Load, Sent, Start};
 use crate::receiver::Receiver;
-use crate::sender::batch;
+use crate::report::{Spread, ms};
 
 /// Load before the first change, so the nodes have settled and the load runs steadily.
 const WARM_UP: Duration = Duration::from_secs(2);
@@ -42,40 +39,18 @@ const COOL_DOWN: Duration = Duration::from_secs(1);
 const DEFAULT_RATE: f64 = 1000.0;
 /// How long the toggled receiver must get nothing new before its record is complete.
 const SETTLED_AFTER: Duration = Duration::from_secs(2);
-/// How long a node may take to know the input after it was created.
-const KNOWN_WITHIN: Duration = Duration::from_secs(10);
-/// How many failed batches to describe on stderr.
-const MAX_LOGGED_ERRORS: usize = 5;
 
 /// Runs the scenario on a fresh database on `--database-url`'s server and prints one JSON line.
 pub(crate) async fn run(args: &Args, http: &reqwest::Client) -> Result<()> {
-    let server = args
-        .database_url
-        .as_deref()
-        .context("the propagation scenario runs on PostgreSQL: pass --database-url")?;
-    let database = FreshDatabase::create(server).await?;
-    let measured = on_database(args, http, database.url()).await;
-    if let Err(e) = database.drop_now().await {
-        eprintln!("boson-load: {e:#}");
-    }
+    ensure!(
+        args.database_url.is_some(),
+        "the propagation scenario runs on PostgreSQL: pass --database-url"
+    );
+    let cluster = Cluster::start(args, http).await?;
+    let measured = measure(args, http, &cluster).await;
+    cluster.stop().await;
     println!("{}", measured?.to_json_line());
     Ok(())
-}
-
-/// Starts the nodes, measures, and stops them whatever the outcome.
-async fn on_database(args: &Args, http: &reqwest::Client, url: &str) -> Result<Report> {
-    let mut nodes = Vec::new();
-    for _ in 0..args.nodes {
-        nodes.push(Boson::start(&args.boson_bin(), http, Some(url)).await?);
-    }
-    eprintln!("boson-load: {} nodes ready", nodes.len());
-    let measured = measure(args, http, &nodes).await;
-    for node in nodes {
-        if let Err(e) = node.shutdown().await {
-            eprintln!("boson-load: {e:#}");
-        }
-    }
-    measured
 }
 
 /// The run's schedule.
@@ -113,16 +88,6 @@ impl Plan {
     }
 }
 
-/// One batch of the load.
-#[derive(Debug, Clone, Copy)]
-struct Sent {
-    /// Index among the nodes taking load (0 is node 2).
-    node: usize,
-    sent: Instant,
-    answered: Instant,
-    accepted: bool,
-}
-
 /// One status change saved on node 1.
 #[derive(Debug, Clone, Copy)]
 struct Change {
@@ -131,7 +96,8 @@ struct Change {
     active: bool,
 }
 
-async fn measure(args: &Args, http: &reqwest::Client, nodes: &[Boson]) -> Result<Report> {
+async fn measure(args: &Args, http: &reqwest::Client, cluster: &Cluster) -> Result<Report> {
+    let nodes = cluster.nodes();
     ensure!(
         nodes.len() >= 2,
         "the propagation scenario needs --nodes 2 or more"
@@ -146,11 +112,8 @@ async fn measure(args: &Args, http: &reqwest::Client, nodes: &[Boson]) -> Result
     };
     let (credentials, connection) =
         admin::setup_toggled_pipeline(&admin, &steady.url(), &toggled.url()).await?;
-    let targets: Vec<String> = nodes[1..]
-        .iter()
-        .map(|node| format!("{}/v2/events", node.base_url()))
-        .collect();
-    wait_until_known(http, &targets, &credentials).await?;
+    let targets = cluster.event_urls().split_off(1);
+    openloop::wait_until_known(http, &targets, &credentials).await?;
     eprintln!(
         "boson-load: {} batches at {} events/s to {} nodes, {} changes every {:?}",
         plan.batches,
@@ -160,10 +123,18 @@ async fn measure(args: &Args, http: &reqwest::Client, nodes: &[Boson]) -> Result
         plan.every
     );
 
-    let started = Instant::now();
+    let load = Load {
+        http,
+        targets: &targets,
+        credentials: &credentials,
+        interval: plan.interval,
+        batches: plan.batches,
+        users: None,
+    };
+    let start = Start::now();
     let (sent, changes) = tokio::join!(
-        send_load(http, &targets, &credentials, &plan, started),
-        make_changes(&admin, &connection, &plan, started),
+        openloop::send(&load, start),
+        make_changes(&admin, &connection, &plan, start.at),
     );
     let (sent, changes) = (sent?, changes?);
     let accepted = sent.iter().filter(|s| s.accepted).count() as u64;
@@ -179,92 +150,6 @@ async fn measure(args: &Args, http: &reqwest::Client, nodes: &[Boson]) -> Result
     let delivered = steady.stop().delivered;
     toggled.stop();
     Ok(Report::new(args, &plan, &sent, delivered, observation))
-}
-
-/// Waits until every node accepts the input's credentials: a body that is not JSON is answered
-/// 400 by a node that knows the input and 403 by one that does not, and stores nothing.
-async fn wait_until_known(
-    http: &reqwest::Client,
-    targets: &[String],
-    credentials: &InputCredentials,
-) -> Result<()> {
-    let deadline = Instant::now() + KNOWN_WITHIN;
-    for target in targets {
-        loop {
-            let status = post(http, target, credentials, "not json".to_owned())
-                .send()
-                .await
-                .with_context(|| format!("POST {target}"))?
-                .status();
-            if status == reqwest::StatusCode::BAD_REQUEST {
-                break;
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "{target} did not know the new input within {KNOWN_WITHIN:?} (answered {status})"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-    // Every node also needs the connections, created after the input: on a build without
-    // change notices they arrive with the next reload.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    Ok(())
-}
-
-fn post(
-    http: &reqwest::Client,
-    target: &str,
-    credentials: &InputCredentials,
-    body: String,
-) -> reqwest::RequestBuilder {
-    http.post(target)
-        .basic_auth(&credentials.api_key, Some(&credentials.api_secret))
-        .header(CONTENT_TYPE, "application/json")
-        .body(body)
-}
-
-/// Sends batch `k` at `started + k · interval` to node `k mod n`, whatever the answers take
-/// (open loop), and records when each was sent and answered.
-async fn send_load(
-    http: &reqwest::Client,
-    targets: &[String],
-    credentials: &InputCredentials,
-    plan: &Plan,
-    started: Instant,
-) -> Result<Vec<Sent>> {
-    let mut requests = JoinSet::new();
-    for k in 0..plan.batches {
-        let due = started + plan.interval.mul_f64(k as f64);
-        tokio::time::sleep_until(due.into()).await;
-        let node = usize::try_from(k).unwrap_or(usize::MAX) % targets.len();
-        let request = post(http, &targets[node], credentials, batch(k, unix_micros()));
-        requests.spawn(async move {
-            let sent = Instant::now();
-            let answer = request.send().await;
-            let answered = Instant::now();
-            let accepted = matches!(&answer, Ok(r) if r.status() == reqwest::StatusCode::ACCEPTED);
-            if !accepted && k < MAX_LOGGED_ERRORS as u64 {
-                eprintln!("boson-load: batch {k} was not accepted: {answer:?}");
-            }
-            let record = Sent {
-                node,
-                sent,
-                answered,
-                accepted,
-            };
-            (k, record)
-        });
-    }
-    let mut records = vec![None; requests.len()];
-    while let Some(joined) = requests.join_next().await {
-        let (k, record) = joined.context("a sending task panicked")?;
-        records[usize::try_from(k)?] = Some(record);
-    }
-    records
-        .into_iter()
-        .collect::<Option<Vec<_>>>()
-        .context("a batch went unrecorded")
 }
 
 /// Saves the toggled connection inactive, active, … on node 1, one change every `every` from
@@ -389,35 +274,6 @@ impl Observation {
     }
 }
 
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
-}
-
-/// Percentiles of a set of milliseconds, `null` when empty.
-#[derive(Debug, Serialize)]
-struct Spread {
-    p50: Option<f64>,
-    p99: Option<f64>,
-    max: Option<f64>,
-}
-
-impl Spread {
-    /// Nearest-rank percentiles, rounded to 0.1 ms.
-    fn of(mut values: Vec<f64>) -> Self {
-        values.sort_by(f64::total_cmp);
-        let rank = |p: f64| {
-            let n = values.len();
-            let at = ((p * n as f64).ceil() as usize).clamp(1, n.max(1)) - 1;
-            values.get(at).map(|v| (v * 10.0).round() / 10.0)
-        };
-        Self {
-            p50: rank(0.50),
-            p99: rank(0.99),
-            max: rank(1.0),
-        }
-    }
-}
-
 /// The scenario's one JSON line.
 #[derive(Debug, Serialize)]
 struct Report {
@@ -449,7 +305,7 @@ impl Report {
     ) -> Self {
         Self {
             scenario: "propagation",
-            nodes: args.nodes,
+            nodes: args.node_count(),
             changes: plan.changes,
             change_every_ms: args.change_every_ms,
             offered_events_per_s: (plan.offered_events_per_s() * 10.0).round() / 10.0,
@@ -478,6 +334,8 @@ mod tests {
         let sent = zero + Duration::from_millis(sent);
         Sent {
             node: 0,
+            due: sent,
+            due_us: 0,
             sent,
             answered: sent + Duration::from_millis(5),
             accepted: true,
@@ -563,16 +421,6 @@ mod tests {
         assert_eq!(observation.missing, 0);
         assert_eq!(observation.applied_within_ms, [65.0, 65.0, 35.0, 35.0]);
         assert_eq!(observation.applied_after_ms, [20.0, 20.0, 0.0, 0.0]);
-    }
-
-    #[test]
-    fn percentiles_are_nearest_rank() {
-        let spread = Spread::of((1..=200).map(f64::from).collect());
-        assert_eq!(
-            (spread.p50, spread.p99, spread.max),
-            (Some(100.0), Some(198.0), Some(200.0))
-        );
-        assert!(Spread::of(Vec::new()).p99.is_none());
     }
 
     #[test]

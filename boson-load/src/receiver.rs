@@ -161,9 +161,18 @@ fn lock(stats: &Shared) -> MutexGuard<'_, Stats> {
 }
 
 /// One event's identity and stamp, parsed outside the lock.
-struct Stamp {
-    index: Option<usize>,
-    sent_at_us: u64,
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stamp {
+    /// The run-wide index `i`.
+    pub(crate) index: Option<usize>,
+    pub(crate) sent_at_us: u64,
+}
+
+/// The stamps of a webhook body's events, in order (`None` for an event without ours), or
+/// `None` if the body is not JSON.
+pub(crate) fn read_stamps(body: &[u8]) -> Option<Vec<Option<Stamp>>> {
+    let batch = serde_json::from_slice::<Batch>(body).ok()?;
+    Some(batch.events.iter().map(Event::stamp).collect())
 }
 
 async fn hook(State(stats): State<Shared>, body: Bytes) -> StatusCode {
@@ -171,12 +180,11 @@ async fn hook(State(stats): State<Shared>, body: Bytes) -> StatusCode {
     let now_us = unix_micros();
     let now = Instant::now();
 
-    let Ok(batch) = serde_json::from_slice::<Batch>(&body) else {
+    let Some(stamps) = read_stamps(&body) else {
         lock(&stats).malformed_bodies += 1;
         // Still 200: a 4xx/5xx would make Boson retry and distort the numbers.
         return StatusCode::OK;
     };
-    let stamps: Vec<Option<Stamp>> = batch.events.iter().map(Event::stamp).collect();
 
     let mut s = lock(&stats);
     for stamp in stamps {

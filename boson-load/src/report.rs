@@ -77,3 +77,64 @@ pub(crate) fn per_second(count: u64, seconds: f64) -> f64 {
         0.0
     }
 }
+
+/// Nearest-rank percentiles of a set of milliseconds, `null` when empty.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct Spread {
+    pub(crate) p50: Option<f64>,
+    pub(crate) p99: Option<f64>,
+    pub(crate) max: Option<f64>,
+}
+
+impl Spread {
+    /// Nearest-rank percentiles, rounded to 0.1 ms.
+    pub(crate) fn of(mut values: Vec<f64>) -> Self {
+        values.sort_by(f64::total_cmp);
+        let rank = |p: f64| {
+            let n = values.len();
+            let at = ((p * n as f64).ceil() as usize).clamp(1, n.max(1)) - 1;
+            values.get(at).map(|v| round(*v, 1))
+        };
+        Self {
+            p50: rank(0.50),
+            p99: rank(0.99),
+            max: rank(1.0),
+        }
+    }
+}
+
+/// `numerator / denominator` to two decimals, `null` when either is missing or the
+/// denominator is zero.
+pub(crate) fn ratio(numerator: Option<f64>, denominator: Option<f64>) -> Option<f64> {
+    match (numerator, denominator) {
+        (Some(n), Some(d)) if d > 0.0 => Some(round(n / d, 2)),
+        _ => None,
+    }
+}
+
+/// A duration in milliseconds.
+pub(crate) fn ms(duration: std::time::Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let spread = Spread::of((1..=200).map(f64::from).collect());
+        assert_eq!(
+            (spread.p50, spread.p99, spread.max),
+            (Some(100.0), Some(198.0), Some(200.0))
+        );
+        assert!(Spread::of(Vec::new()).p99.is_none());
+    }
+
+    #[test]
+    fn a_ratio_needs_both_values() {
+        assert_eq!(ratio(Some(3.0), Some(2.0)), Some(1.5));
+        assert_eq!(ratio(Some(3.0), None), None);
+        assert_eq!(ratio(Some(3.0), Some(0.0)), None);
+    }
+}

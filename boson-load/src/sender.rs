@@ -212,6 +212,12 @@ pub(crate) async fn run(plan: Plan) -> Result<Outcome> {
 /// doesn't see byte-identical payloads. Written as text directly: building a
 /// `serde_json::Value` first cost the generator more than the request itself.
 pub(crate) fn batch(k: u64, sent_at_us: u64) -> String {
+    batch_from(k, k, sent_at_us)
+}
+
+/// Batch `k` as [`batch`] builds it, but from user `user` (`customer_id` `user-<user>`, MPID
+/// `user + 1`), so that several batches can come from one user.
+pub(crate) fn batch_from(k: u64, user: u64, sent_at_us: u64) -> String {
     const EVENT_TYPES: [&str; 4] = ["other", "navigation", "transaction", "search"];
     const PLANS: [&str; 3] = ["free", "pro", "enterprise"];
 
@@ -220,9 +226,9 @@ pub(crate) fn batch(k: u64, sent_at_us: u64) -> String {
     // Writing to a String cannot fail.
     let _ = write!(
         out,
-        r#"{{"environment":"production","user_identities":{{"customer_id":"user-{k}"}},"user_attributes":{{"plan":"{plan}"}},"mpid":{mpid},"events":["#,
-        plan = PLANS[(k % 3) as usize],
-        mpid = k + 1,
+        r#"{{"environment":"production","user_identities":{{"customer_id":"user-{user}"}},"user_attributes":{{"plan":"{plan}"}},"mpid":{mpid},"events":["#,
+        plan = PLANS[(user % 3) as usize],
+        mpid = user + 1,
     );
     for j in 0..EVENTS_PER_BATCH as u64 {
         let n = k * EVENTS_PER_BATCH as u64 + j;

@@ -1,0 +1,399 @@
+//! The recovery scenario: after an outage of the receiver, how soon is the backlog delivered,
+//! how hard was the receiver tried while it was down, and is each user's order kept?
+//!
+//! Setup: `--nodes` Boson processes (default 1) with their default settings, one input, one
+//! connection (one request per event, or per batch with `--send-as-batch`) to an [`Endpoint`].
+//! Load: `--rate` events/s (default 500) in batches of 10, open loop, round-robin over the
+//! nodes, from 100 users in turn (so each user has many batches). After 5 s the endpoint fails
+//! for `--outage-secs` (default 30) as `--failure` says (default 503; `refuse` closes its port),
+//! then is healthy again while the load goes on for 20 s more; then the run waits until every
+//! accepted event has arrived (at most `--drain-timeout-secs`).
+//!
+//! Figures: from the recovery until every event accepted before it had arrived (`drained_ms`,
+//! the target is 10 s); how long after the recovery the events accepted during the outage
+//! arrived; the end-to-end latency of the events accepted before the outage and after the
+//! recovery; the requests the endpoint got during the outage (not countable when it refuses
+//! connections) and the attempts Boson counted as retries; and the events that arrived before
+//! an event of the same user accepted earlier (order of acceptance: the order of the 202s).
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::admin::{self, Admin};
+use crate::cli::{Args, EVENTS_PER_BATCH, Failure};
+use crate::cluster::Cluster;
+use crate::endpoint::{self, Endpoint, Mode, Record};
+use crate::metrics;
+use crate::openloop::{self, Load, Sent, Start, events_of};
+use crate::report::{Spread, ms};
+
+/// Offered load when `--rate` is not given.
+const DEFAULT_RATE: f64 = 500.0;
+/// Healthy load before the outage.
+const BEFORE: Duration = Duration::from_secs(5);
+/// Load after the recovery.
+const AFTER: Duration = Duration::from_secs(20);
+/// Batch `k` comes from user `k mod USERS`.
+const USERS: u64 = 100;
+
+/// Runs the scenario and prints one JSON line (and a summary on stderr).
+pub(crate) async fn run(args: &Args, http: &reqwest::Client) -> Result<()> {
+    let plan = Plan::new(args);
+    let cluster = Cluster::start(args, http).await?;
+    let measured = measure(args, http, &cluster, &plan).await;
+    cluster.stop().await;
+    let report = measured?;
+    report.summarize();
+    println!("{}", report.to_json_line());
+    Ok(())
+}
+
+/// The run's schedule.
+#[derive(Debug)]
+struct Plan {
+    /// Time between two batches.
+    interval: Duration,
+    batches: u64,
+    outage: Duration,
+    failure: Failure,
+}
+
+impl Plan {
+    fn new(args: &Args) -> Self {
+        let interval =
+            Duration::from_secs_f64(EVENTS_PER_BATCH as f64 / args.rate_or(DEFAULT_RATE));
+        let outage = Duration::from_secs(args.outage_secs);
+        let span = BEFORE + outage + AFTER;
+        Self {
+            interval,
+            batches: (span.as_secs_f64() / interval.as_secs_f64()).round() as u64,
+            outage,
+            failure: args.failure.unwrap_or(Failure::Status503),
+        }
+    }
+
+    fn total_events(&self) -> usize {
+        usize::try_from(self.batches).unwrap_or(usize::MAX) * EVENTS_PER_BATCH
+    }
+
+    fn offered_events_per_s(&self) -> f64 {
+        EVENTS_PER_BATCH as f64 / self.interval.as_secs_f64()
+    }
+}
+
+/// When the endpoint went down and came back (Unix µs), and Boson's retry count at each moment.
+#[derive(Debug, Clone, Copy)]
+struct Outage {
+    down_us: u64,
+    up_us: u64,
+    retries_at_down: u64,
+    retries_at_up: u64,
+}
+
+async fn measure(
+    args: &Args,
+    http: &reqwest::Client,
+    cluster: &Cluster,
+    plan: &Plan,
+) -> Result<Report> {
+    let endpoint = Endpoint::start(plan.total_events()).await?;
+    let nodes = cluster.nodes();
+    let admin = Admin {
+        http,
+        base_url: nodes[0].base_url(),
+        admin_token: nodes[0].admin_token(),
+    };
+    let (credentials, connection_ids) =
+        admin::setup_fan_out(&admin, &[endpoint.url()], args.send_as_batch).await?;
+    let targets = cluster.event_urls();
+    openloop::wait_until_known(http, &targets, &credentials).await?;
+    eprintln!(
+        "boson-load: {} batches at {} events/s to {} node(s); the endpoint fails ({}) from {:?} \
+         for {:?}",
+        plan.batches,
+        plan.offered_events_per_s(),
+        targets.len(),
+        plan.failure.name(),
+        BEFORE,
+        plan.outage,
+    );
+    let load = Load {
+        http,
+        targets: &targets,
+        credentials: &credentials,
+        interval: plan.interval,
+        batches: plan.batches,
+        users: Some(USERS),
+    };
+    let retries = || async {
+        let counts = metrics::attempts(http, nodes, &connection_ids, "retry").await?;
+        anyhow::Ok(counts.iter().sum::<u64>())
+    };
+    let start = Start::now();
+    let outage = async {
+        tokio::time::sleep_until((start.at + BEFORE).into()).await;
+        let (_, down_us) = endpoint.set_mode(Mode::Failing(plan.failure));
+        let retries_at_down = retries().await?;
+        tokio::time::sleep_until((start.at + BEFORE + plan.outage).into()).await;
+        let (_, up_us) = endpoint.set_mode(Mode::Healthy);
+        let retries_at_up = retries().await?;
+        anyhow::Ok(Outage {
+            down_us,
+            up_us,
+            retries_at_down,
+            retries_at_up,
+        })
+    };
+    let (sent, outage) = tokio::join!(openloop::send(&load, start), outage);
+    let (sent, outage) = (sent?, outage?);
+    let accepted = sent.iter().filter(|s| s.accepted).count() as u64 * EVENTS_PER_BATCH as u64;
+    endpoint::wait_for_all(&[&endpoint], accepted, args.drain_timeout()).await;
+    Ok(Report::new(args, plan, &sent, &endpoint.record(), outage))
+}
+
+/// Whether each user's events arrived in the order they were accepted.
+#[derive(Debug, Default, Serialize)]
+struct Order {
+    users: u64,
+    users_out_of_order: u64,
+    /// Events that arrived before an event of the same user accepted earlier.
+    events_out_of_order: u64,
+}
+
+impl Order {
+    /// Reads the order from the arrivals of the accepted batches' events, batches in the order
+    /// of their 202s (batch `k` is from user `k mod users`).
+    fn of(sent: &[Sent], record: &Record, users: u64) -> Self {
+        let mut accepted: Vec<(Instant, u64)> = (0u64..)
+            .zip(sent)
+            .filter(|(_, s)| s.accepted)
+            .map(|(k, s)| (s.answered, k))
+            .collect();
+        accepted.sort_unstable();
+        let slots = usize::try_from(users).unwrap_or(0);
+        let mut latest = vec![0u64; slots];
+        let mut out_of_order = vec![false; slots];
+        let mut order = Self {
+            users,
+            ..Self::default()
+        };
+        for (_, k) in accepted {
+            let user = usize::try_from(k % users.max(1)).unwrap_or(0);
+            for i in events_of(k) {
+                let arrived = record.arrival_order.get(i).copied().unwrap_or(0);
+                if arrived == 0 {
+                    continue;
+                }
+                if arrived < latest[user] {
+                    order.events_out_of_order += 1;
+                    out_of_order[user] = true;
+                } else {
+                    latest[user] = arrived;
+                }
+            }
+        }
+        order.users_out_of_order = out_of_order.iter().filter(|o| **o).count() as u64;
+        order
+    }
+}
+
+/// The scenario's one JSON line.
+#[derive(Debug, Serialize)]
+struct Report {
+    scenario: &'static str,
+    nodes: u64,
+    failure: &'static str,
+    outage_secs: u64,
+    offered_events_per_s: f64,
+    send_as_batch: bool,
+    batches: u64,
+    /// Batches not answered 202.
+    errors: u64,
+    accepted_events: u64,
+    /// Distinct events that reached the endpoint.
+    delivered: u64,
+    duplicates: u64,
+    /// The furthest a batch was sent after it was due.
+    max_lag_ms: f64,
+    /// Accepted events not yet delivered when the endpoint came back.
+    backlog_events: u64,
+    /// From the recovery until every event accepted before it had arrived; `null` if some
+    /// never did.
+    drained_ms: Option<f64>,
+    /// From the recovery until the first event arrived: when Boson noticed.
+    first_delivery_ms: Option<f64>,
+    /// Events accepted during the outage: from the recovery to their arrival.
+    outage_events_after_recovery_ms: Spread,
+    /// End-to-end latency of the events accepted before the outage and after the recovery.
+    before_outage_e2e_ms: Spread,
+    after_recovery_e2e_ms: Spread,
+    /// Requests the endpoint got while it was down (`null` when it refused connections).
+    requests_during_outage: Option<u64>,
+    /// Attempts Boson counted as retries while the endpoint was down, over all nodes.
+    retry_attempts_during_outage: u64,
+    order: Order,
+}
+
+/// The arrivals of the accepted events, sorted by when they were accepted relative to the
+/// outage.
+#[derive(Debug)]
+struct Arrivals {
+    /// Accepted before the recovery and not delivered by then.
+    backlog_events: u64,
+    /// See [`Report::drained_ms`].
+    drained_ms: Option<f64>,
+    /// See [`Report::first_delivery_ms`].
+    first_delivery_ms: Option<f64>,
+    /// Accepted during the outage: from the recovery to their arrival, in ms.
+    outage_delays: Vec<f64>,
+    /// End-to-end latencies (ms) of events accepted before the outage and after the recovery.
+    before: Vec<f64>,
+    after: Vec<f64>,
+}
+
+impl Arrivals {
+    fn read(sent: &[Sent], record: &Record, outage: Outage) -> Self {
+        let up_us = outage.up_us;
+        let mut arrivals = Self {
+            backlog_events: 0,
+            drained_ms: Some(0.0),
+            first_delivery_ms: None,
+            outage_delays: Vec::new(),
+            before: Vec::new(),
+            after: Vec::new(),
+        };
+        for (k, s) in (0u64..).zip(sent).filter(|(_, s)| s.accepted) {
+            for i in events_of(k) {
+                let arrived = record.arrived_us.get(i).copied().unwrap_or(0);
+                if s.due_us < up_us && (arrived == 0 || arrived >= up_us) {
+                    arrivals.backlog_events += 1;
+                    arrivals.drained_ms = arrivals
+                        .drained_ms
+                        .filter(|_| arrived != 0)
+                        .map(|d| d.max(since_ms(up_us, arrived)));
+                }
+                if arrived == 0 {
+                    continue;
+                }
+                if arrived >= up_us {
+                    let after = since_ms(up_us, arrived);
+                    arrivals.first_delivery_ms = Some(
+                        arrivals
+                            .first_delivery_ms
+                            .map_or(after, |d: f64| d.min(after)),
+                    );
+                }
+                if s.due_us >= up_us {
+                    arrivals.after.push(since_ms(s.due_us, arrived));
+                } else if s.due_us >= outage.down_us {
+                    arrivals.outage_delays.push(since_ms(up_us, arrived));
+                } else {
+                    arrivals.before.push(since_ms(s.due_us, arrived));
+                }
+            }
+        }
+        arrivals
+    }
+}
+
+impl Report {
+    fn new(args: &Args, plan: &Plan, sent: &[Sent], record: &Record, outage: Outage) -> Self {
+        let arrivals = Arrivals::read(sent, record, outage);
+        let accepted = sent.iter().filter(|s| s.accepted).count() as u64;
+        Self {
+            scenario: "recovery",
+            nodes: args.node_count(),
+            failure: plan.failure.name(),
+            outage_secs: args.outage_secs,
+            offered_events_per_s: (plan.offered_events_per_s() * 10.0).round() / 10.0,
+            send_as_batch: args.send_as_batch,
+            batches: plan.batches,
+            errors: sent.len() as u64 - accepted,
+            accepted_events: accepted * EVENTS_PER_BATCH as u64,
+            delivered: record.delivered,
+            duplicates: record.duplicates,
+            max_lag_ms: (ms(openloop::max_lag(sent)) * 10.0).round() / 10.0,
+            backlog_events: arrivals.backlog_events,
+            drained_ms: arrivals.drained_ms.map(|d| (d * 10.0).round() / 10.0),
+            first_delivery_ms: arrivals
+                .first_delivery_ms
+                .map(|d| (d * 10.0).round() / 10.0),
+            outage_events_after_recovery_ms: Spread::of(arrivals.outage_delays),
+            before_outage_e2e_ms: Spread::of(arrivals.before),
+            after_recovery_e2e_ms: Spread::of(arrivals.after),
+            requests_during_outage: (plan.failure != Failure::Refuse)
+                .then(|| record.requests_between(outage.down_us, outage.up_us)),
+            retry_attempts_during_outage: outage
+                .retries_at_up
+                .saturating_sub(outage.retries_at_down),
+            order: Order::of(sent, record, USERS),
+        }
+    }
+
+    /// A few readable lines on stderr.
+    fn summarize(&self) {
+        eprintln!(
+            "boson-load: drained {:?} ms after recovery (target ≤ 10000); outage events arrived \
+             p50 {:?} / max {:?} ms after it; {:?} requests reached the endpoint during the \
+             outage, Boson counted {} retries; {} of {} users saw events out of order",
+            self.drained_ms,
+            self.outage_events_after_recovery_ms.p50,
+            self.outage_events_after_recovery_ms.max,
+            self.requests_during_outage,
+            self.retry_attempts_during_outage,
+            self.order.users_out_of_order,
+            self.order.users,
+        );
+    }
+
+    fn to_json_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+/// Milliseconds from `from_us` to `to_us` (0 if `to_us` is earlier).
+fn since_ms(from_us: u64, to_us: u64) -> f64 {
+    to_us.saturating_sub(from_us) as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accepted(answered_ms: u64) -> Sent {
+        let zero = Instant::now();
+        Sent {
+            node: 0,
+            due: zero,
+            due_us: 0,
+            sent: zero,
+            answered: zero + Duration::from_millis(answered_ms),
+            accepted: true,
+        }
+    }
+
+    #[test]
+    fn an_event_overtaking_an_earlier_accepted_one_of_its_user_is_out_of_order() {
+        // Batches 0 and 2 are user 0's, batch 1 user 1's; batch 2 was accepted before batch 0.
+        let sent = [accepted(30), accepted(10), accepted(20)];
+        let mut record = Record {
+            arrived_us: vec![1; 3 * EVENTS_PER_BATCH],
+            arrival_order: vec![0; 3 * EVENTS_PER_BATCH],
+            delivered: 0,
+            duplicates: 0,
+            unrecognized: 0,
+            requests_us: Vec::new(),
+        };
+        // Arrival: batch 0, then batch 1, then batch 2.
+        for (place, slot) in record.arrival_order.iter_mut().enumerate() {
+            *slot = place as u64 + 1;
+        }
+        let order = Order::of(&sent, &record, 2);
+        // User 0: batch 2 accepted first but arrived after batch 0, so batch 0's ten events
+        // are out of order; user 1 is fine.
+        assert_eq!(order.users_out_of_order, 1);
+        assert_eq!(order.events_out_of_order, 10);
+    }
+}
