@@ -139,24 +139,7 @@ impl Boson {
     /// Unlike throughput, this barely moves when something else on the machine takes CPU, so
     /// it is the figure to compare two builds by.
     pub(crate) fn cpu_secs(&self) -> Result<f64> {
-        let path = format!("/proc/{}/stat", self.pid);
-        let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-        // The command name may hold spaces; the fields after it are space-separated, and utime
-        // and stime are the 12th and 13th of them.
-        let after_name = stat.rsplit_once(')').context("no ')' in /proc stat")?.1;
-        let mut fields = after_name.split_whitespace().skip(11);
-        let mut ticks = |name: &str| -> Result<f64> {
-            let field = fields
-                .next()
-                .with_context(|| format!("no {name} in /proc stat"))?;
-            field
-                .parse::<f64>()
-                .with_context(|| format!("parsing {name}"))
-        };
-        let total = ticks("utime")? + ticks("stime")?;
-        // The kernel reports in USER_HZ ticks, 100 per second on every Linux architecture
-        // (sysconf is out of reach without `unsafe`).
-        Ok(total / 100.0)
+        crate::cpu::process_secs(&format!("/proc/{}/stat", self.pid))
     }
 
     /// Sends SIGTERM and waits for a graceful exit, escalating to SIGKILL.

@@ -90,6 +90,10 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 30, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub(crate) outage_secs: u64,
 
+    /// Isolation and recovery: also print, per second of load, the time to 202 on stderr.
+    #[arg(long)]
+    pub(crate) timeline: bool,
+
     /// Log filter (`RUST_LOG`) for the Boson processes; their logs go to stderr.
     #[arg(long, default_value = "warn", value_name = "FILTER")]
     pub(crate) boson_log: String,
@@ -123,6 +127,8 @@ pub(crate) enum Failure {
     Hang,
     /// Nothing listens: connections are refused.
     Refuse,
+    /// It does not fail: a control run, to see how much the phases differ by chance.
+    None,
 }
 
 impl Failure {
@@ -132,6 +138,7 @@ impl Failure {
             Self::Status503 => "503",
             Self::Hang => "hang",
             Self::Refuse => "refuse",
+            Self::None => "none",
         }
     }
 }

@@ -233,7 +233,7 @@ async fn hook(State(shared): State<Arc<Shared>>, body: Bytes) -> StatusCode {
     let mode = *shared.mode.borrow();
     shared.record().requests_us.push(now_us);
     match mode {
-        Mode::Healthy => {}
+        Mode::Healthy | Mode::Failing(Failure::None) => {}
         Mode::Failing(Failure::Status500) => return StatusCode::INTERNAL_SERVER_ERROR,
         // Refusing: a request on a connection opened just before the listener closed.
         Mode::Failing(Failure::Status503 | Failure::Refuse) => {

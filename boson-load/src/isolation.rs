@@ -23,6 +23,7 @@ use crate::admin::{self, Admin};
 use crate::cli::{Args, EVENTS_PER_BATCH, Failure};
 use crate::clock::unix_micros;
 use crate::cluster::Cluster;
+use crate::cpu;
 use crate::endpoint::{self, Endpoint, Mode, Record};
 use crate::metrics;
 use crate::openloop::{self, Load, Sent, Start, events_of};
@@ -115,6 +116,8 @@ struct Boundary {
     at_us: u64,
     /// Retry attempts Boson had counted for the failing connections by then, over all nodes.
     retries: u64,
+    /// CPU used during the phase (`None` if it could not be read).
+    cpu: Option<cpu::Usage>,
 }
 
 async fn measure(
@@ -173,6 +176,9 @@ async fn measure(
     let waited: Vec<&Endpoint> = endpoints[owed..].iter().collect();
     endpoint::wait_for_all(&waited, accepted, args.drain_timeout()).await;
     let records: Vec<Record> = endpoints.iter().map(Endpoint::record).collect();
+    if args.timeline {
+        openloop::print_timeline(&sent, start);
+    }
     Ok(Report::new(args, plan, start, &sent, &records, &boundaries))
 }
 
@@ -190,8 +196,12 @@ impl Failing<'_> {
     /// to fail (after the baseline) or to recover (after the failure phase).
     async fn switch(&self, plan: &Plan, start: Start) -> Result<Vec<Boundary>> {
         let mut boundaries = Vec::with_capacity(plan.phases);
+        tokio::time::sleep_until(plan.phase_start(start, 0).into()).await;
+        let mut cpu = self.cpu();
         for phase in 1..=plan.phases {
             tokio::time::sleep_until(plan.phase_start(start, phase).into()).await;
+            let previous = cpu;
+            cpu = self.cpu();
             let mode = match phase {
                 1 => Some(Mode::Failing(plan.failure)),
                 2 if plan.phases == 3 => Some(Mode::Healthy),
@@ -205,9 +215,19 @@ impl Failing<'_> {
                     at_us = endpoint.set_mode(mode).1;
                 }
             }
-            boundaries.push(Boundary { at_us, retries });
+            boundaries.push(Boundary {
+                at_us,
+                retries,
+                cpu: cpu.zip(previous).map(|(now, then)| now.since(&then)),
+            });
         }
         Ok(boundaries)
+    }
+
+    fn cpu(&self) -> Option<cpu::Reading> {
+        cpu::Reading::take(self.cluster.nodes())
+            .inspect_err(|e| eprintln!("boson-load: CPU time unavailable: {e:#}"))
+            .ok()
     }
 
     async fn retries(&self) -> Result<u64> {
@@ -235,6 +255,8 @@ struct PhaseReport {
     time_to_202_ms: Spread,
     /// How late the generator sent the phase's batches, in ms: a busy machine shows here.
     send_lag_ms: Spread,
+    /// Cores Boson kept busy, and other programs, on average during the phase.
+    cpu_cores: Option<cpu::Usage>,
     /// Events of the phase's batches that never reached a healthy endpoint.
     healthy_missing: u64,
     /// Requests the failing endpoints got during the phase.
@@ -323,6 +345,7 @@ impl Run<'_> {
                     .map(|(_, s)| ms(s.sent.saturating_duration_since(s.due)))
                     .collect(),
             ),
+            cpu_cores: self.boundaries.get(phase).and_then(|b| b.cpu),
             healthy_missing,
             failing_requests: self
                 .failing
@@ -404,7 +427,7 @@ impl Report {
         for p in &self.phases {
             eprintln!(
                 "boson-load: {:<8} healthy e2e p50 {:?} p99 {:?} ms, 202 p50 {:?} p99 {:?} ms; \
-                 failing endpoints got {} requests, Boson counted {} retries",
+                 failing endpoints got {} requests, Boson counted {} retries; CPU {:?}",
                 p.phase,
                 p.healthy_e2e_ms.p50,
                 p.healthy_e2e_ms.p99,
@@ -412,6 +435,7 @@ impl Report {
                 p.time_to_202_ms.p99,
                 p.failing_requests,
                 p.failing_retry_attempts,
+                p.cpu_cores,
             );
         }
         for r in &self.ratios {

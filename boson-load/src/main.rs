@@ -21,6 +21,7 @@ mod boson;
 mod cli;
 mod clock;
 mod cluster;
+mod cpu;
 mod database;
 mod endpoint;
 mod isolation;

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 
 use crate::admin::InputCredentials;
 use crate::cli::EVENTS_PER_BATCH;
+use crate::report::{Spread, ms};
 use crate::sender::batch_from;
 
 /// How many failed batches to describe on stderr.
@@ -134,6 +135,33 @@ pub(crate) async fn send(load: &Load<'_>, start: Start) -> Result<Vec<Sent>> {
 pub(crate) fn events_of(k: u64) -> std::ops::Range<usize> {
     let first = usize::try_from(k).unwrap_or(usize::MAX / 2) * EVENTS_PER_BATCH;
     first..first + EVENTS_PER_BATCH
+}
+
+/// Prints on stderr, for each second of the load, the batches' time to their answer (p50, p99
+/// and max, ms) and how late the latest was sent: to see when a run was slow, and whether the
+/// generator itself was held up (a busy machine).
+pub(crate) fn print_timeline(sent: &[Sent], start: Start) {
+    let mut second = 0;
+    let mut rest = sent;
+    while !rest.is_empty() {
+        let until = start.at + Duration::from_secs(second + 1);
+        let split = rest.partition_point(|s| s.due < until);
+        let (this, next) = rest.split_at(split);
+        if !this.is_empty() {
+            let answers = Spread::of(this.iter().map(|s| ms(s.time_to_answer())).collect());
+            eprintln!(
+                "boson-load: second {second}: {} batches, answered p50 {:?} p99 {:?} max {:?} ms; \
+                 sent up to {:.1} ms late",
+                this.len(),
+                answers.p50,
+                answers.p99,
+                answers.max,
+                ms(max_lag(this)),
+            );
+        }
+        rest = next;
+        second += 1;
+    }
 }
 
 /// The furthest a batch was sent after it was due.

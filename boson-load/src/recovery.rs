@@ -22,8 +22,10 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::admin::{self, Admin};
+use crate::boson::Boson;
 use crate::cli::{Args, EVENTS_PER_BATCH, Failure};
 use crate::cluster::Cluster;
+use crate::cpu;
 use crate::endpoint::{self, Endpoint, Mode, Record};
 use crate::metrics;
 use crate::openloop::{self, Load, Sent, Start, events_of};
@@ -83,13 +85,61 @@ impl Plan {
     }
 }
 
-/// When the endpoint went down and came back (Unix µs), and Boson's retry count at each moment.
+/// When the endpoint went down and came back (Unix µs), what Boson did meanwhile, and the CPU
+/// used.
 #[derive(Debug, Clone, Copy)]
 struct Outage {
     down_us: u64,
     up_us: u64,
-    retries_at_down: u64,
-    retries_at_up: u64,
+    /// Retry attempts Boson counted during the outage, over all nodes.
+    retries: u64,
+    cpu_during: Option<cpu::Usage>,
+    cpu_at_up: Option<cpu::Reading>,
+    /// From the recovery to the end of the load.
+    cpu_after: Option<cpu::Usage>,
+}
+
+/// The endpoint, and what is needed to see what its outage cost Boson.
+#[derive(Debug)]
+struct Watch<'a> {
+    http: &'a reqwest::Client,
+    nodes: &'a [Boson],
+    connection_ids: &'a [String],
+    endpoint: &'a Endpoint,
+}
+
+impl Watch<'_> {
+    /// Takes the endpoint down `BEFORE` after the start and brings it back after the outage.
+    async fn outage(&self, plan: &Plan, start: Start) -> Result<Outage> {
+        tokio::time::sleep_until((start.at + BEFORE).into()).await;
+        // Read before each switch: no request can fail (or succeed) because of it yet.
+        let retries_at_down = self.retries().await?;
+        let cpu_at_down = self.cpu();
+        let (_, down_us) = self.endpoint.set_mode(Mode::Failing(plan.failure));
+        tokio::time::sleep_until((start.at + BEFORE + plan.outage).into()).await;
+        let retries_at_up = self.retries().await?;
+        let cpu_at_up = self.cpu();
+        let (_, up_us) = self.endpoint.set_mode(Mode::Healthy);
+        Ok(Outage {
+            down_us,
+            up_us,
+            retries: retries_at_up.saturating_sub(retries_at_down),
+            cpu_during: cpu_at_up.zip(cpu_at_down).map(|(up, down)| up.since(&down)),
+            cpu_at_up,
+            cpu_after: None,
+        })
+    }
+
+    async fn retries(&self) -> Result<u64> {
+        let counts = metrics::attempts(self.http, self.nodes, self.connection_ids, "retry").await?;
+        Ok(counts.iter().sum())
+    }
+
+    fn cpu(&self) -> Option<cpu::Reading> {
+        cpu::Reading::take(self.nodes)
+            .inspect_err(|e| eprintln!("boson-load: CPU time unavailable: {e:#}"))
+            .ok()
+    }
 }
 
 async fn measure(
@@ -127,29 +177,24 @@ async fn measure(
         batches: plan.batches,
         users: Some(USERS),
     };
-    let retries = || async {
-        let counts = metrics::attempts(http, nodes, &connection_ids, "retry").await?;
-        anyhow::Ok(counts.iter().sum::<u64>())
-    };
     let start = Start::now();
-    let outage = async {
-        tokio::time::sleep_until((start.at + BEFORE).into()).await;
-        let (_, down_us) = endpoint.set_mode(Mode::Failing(plan.failure));
-        let retries_at_down = retries().await?;
-        tokio::time::sleep_until((start.at + BEFORE + plan.outage).into()).await;
-        let (_, up_us) = endpoint.set_mode(Mode::Healthy);
-        let retries_at_up = retries().await?;
-        anyhow::Ok(Outage {
-            down_us,
-            up_us,
-            retries_at_down,
-            retries_at_up,
-        })
+    let watch = Watch {
+        http,
+        nodes,
+        connection_ids: &connection_ids,
+        endpoint: &endpoint,
     };
-    let (sent, outage) = tokio::join!(openloop::send(&load, start), outage);
-    let (sent, outage) = (sent?, outage?);
+    let (sent, outage) = tokio::join!(openloop::send(&load, start), watch.outage(plan, start));
+    let (sent, mut outage) = (sent?, outage?);
+    outage.cpu_after = watch
+        .cpu()
+        .zip(outage.cpu_at_up)
+        .map(|(now, up)| now.since(&up));
     let accepted = sent.iter().filter(|s| s.accepted).count() as u64 * EVENTS_PER_BATCH as u64;
     endpoint::wait_for_all(&[&endpoint], accepted, args.drain_timeout()).await;
+    if args.timeline {
+        openloop::print_timeline(&sent, start);
+    }
     Ok(Report::new(args, plan, &sent, &endpoint.record(), outage))
 }
 
@@ -160,16 +205,18 @@ struct Order {
     users_out_of_order: u64,
     /// Events that arrived before an event of the same user accepted earlier.
     events_out_of_order: u64,
+    /// Of those, the events accepted after the recovery: live events overtaking the backlog.
+    accepted_after_recovery: u64,
 }
 
 impl Order {
     /// Reads the order from the arrivals of the accepted batches' events, batches in the order
-    /// of their 202s (batch `k` is from user `k mod users`).
-    fn of(sent: &[Sent], record: &Record, users: u64) -> Self {
-        let mut accepted: Vec<(Instant, u64)> = (0u64..)
+    /// of their 202s (batch `k` is from user `k mod users`); the recovery was at `up_us`.
+    fn of(sent: &[Sent], record: &Record, users: u64, up_us: u64) -> Self {
+        let mut accepted: Vec<(Instant, u64, bool)> = (0u64..)
             .zip(sent)
             .filter(|(_, s)| s.accepted)
-            .map(|(k, s)| (s.answered, k))
+            .map(|(k, s)| (s.answered, k, s.due_us >= up_us))
             .collect();
         accepted.sort_unstable();
         let slots = usize::try_from(users).unwrap_or(0);
@@ -179,7 +226,7 @@ impl Order {
             users,
             ..Self::default()
         };
-        for (_, k) in accepted {
+        for (_, k, after_recovery) in accepted {
             let user = usize::try_from(k % users.max(1)).unwrap_or(0);
             for i in events_of(k) {
                 let arrived = record.arrival_order.get(i).copied().unwrap_or(0);
@@ -188,6 +235,7 @@ impl Order {
                 }
                 if arrived < latest[user] {
                     order.events_out_of_order += 1;
+                    order.accepted_after_recovery += u64::from(after_recovery);
                     out_of_order[user] = true;
                 } else {
                     latest[user] = arrived;
@@ -233,6 +281,10 @@ struct Report {
     requests_during_outage: Option<u64>,
     /// Attempts Boson counted as retries while the endpoint was down, over all nodes.
     retry_attempts_during_outage: u64,
+    /// Cores Boson kept busy, and other programs, during the outage and from the recovery to
+    /// the end of the load.
+    cpu_cores_during_outage: Option<cpu::Usage>,
+    cpu_cores_after_recovery: Option<cpu::Usage>,
     order: Order,
 }
 
@@ -325,10 +377,10 @@ impl Report {
             after_recovery_e2e_ms: Spread::of(arrivals.after),
             requests_during_outage: (plan.failure != Failure::Refuse)
                 .then(|| record.requests_between(outage.down_us, outage.up_us)),
-            retry_attempts_during_outage: outage
-                .retries_at_up
-                .saturating_sub(outage.retries_at_down),
-            order: Order::of(sent, record, USERS),
+            retry_attempts_during_outage: outage.retries,
+            cpu_cores_during_outage: outage.cpu_during,
+            cpu_cores_after_recovery: outage.cpu_after,
+            order: Order::of(sent, record, USERS, outage.up_us),
         }
     }
 
@@ -390,10 +442,11 @@ mod tests {
         for (place, slot) in record.arrival_order.iter_mut().enumerate() {
             *slot = place as u64 + 1;
         }
-        let order = Order::of(&sent, &record, 2);
+        let order = Order::of(&sent, &record, 2, 1);
         // User 0: batch 2 accepted first but arrived after batch 0, so batch 0's ten events
         // are out of order; user 1 is fine.
         assert_eq!(order.users_out_of_order, 1);
         assert_eq!(order.events_out_of_order, 10);
+        assert_eq!(order.accepted_after_recovery, 0);
     }
 }
