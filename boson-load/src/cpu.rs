@@ -6,8 +6,6 @@ use std::time::Instant;
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
-use crate::boson::Boson;
-
 /// The kernel reports CPU time in USER_HZ ticks, 100 per second on every Linux architecture
 /// (sysconf is out of reach without `unsafe`).
 const TICKS_PER_SEC: f64 = 100.0;
@@ -72,10 +70,11 @@ pub(crate) struct Usage {
 }
 
 impl Reading {
-    pub(crate) fn take(nodes: &[Boson]) -> Result<Self> {
+    /// A reading now; `nodes` are the Boson nodes' CPU times (`Boson::cpu_secs` of each).
+    pub(crate) fn take(nodes: impl IntoIterator<Item = Result<f64>>) -> Result<Self> {
         let mut boson = 0.0;
         for node in nodes {
-            boson += node.cpu_secs()?;
+            boson += node?;
         }
         Ok(Self {
             at: Instant::now(),

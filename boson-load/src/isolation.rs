@@ -20,6 +20,7 @@ use anyhow::{Result, ensure};
 use serde::Serialize;
 
 use crate::admin::{self, Admin};
+use crate::boson::Boson;
 use crate::cli::{Args, EVENTS_PER_BATCH, Failure};
 use crate::clock::unix_micros;
 use crate::cluster::Cluster;
@@ -225,7 +226,7 @@ impl Failing<'_> {
     }
 
     fn cpu(&self) -> Option<cpu::Reading> {
-        cpu::Reading::take(self.cluster.nodes())
+        cpu::Reading::take(self.cluster.nodes().iter().map(Boson::cpu_secs))
             .inspect_err(|e| eprintln!("boson-load: CPU time unavailable: {e:#}"))
             .ok()
     }

@@ -136,7 +136,7 @@ impl Watch<'_> {
     }
 
     fn cpu(&self) -> Option<cpu::Reading> {
-        cpu::Reading::take(self.nodes)
+        cpu::Reading::take(self.nodes.iter().map(Boson::cpu_secs))
             .inspect_err(|e| eprintln!("boson-load: CPU time unavailable: {e:#}"))
             .ok()
     }
