@@ -17,6 +17,7 @@ mod process;
 mod propagation;
 mod python_sdk;
 mod settings;
+mod shutdown;
 mod starvation;
 mod tls;
 mod web_sdk;

@@ -9,7 +9,8 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 
 use crate::helpers::Receiver;
-use crate::process::{Deployment, EXIT, SHORT_DEADLINE};
+use crate::process::Deployment;
+use crate::shutdown::{EXIT, SHORT_DEADLINE};
 
 /// More idle connections than the cap, and than the open-files limit leaves room for.
 const IDLE_CLIENTS: usize = 80;
