@@ -1,6 +1,6 @@
 //! Who may use the admin API: the admin token (only its hash is kept) and the dashboard's
 //! signed-in sessions. The admin API and the dashboard both check here, so neither imports the
-//! other.
+//! other. Also how many users callers with only a public key may create ([`NewUserLimits`]).
 //!
 //! Sessions: the cookie is `HttpOnly; SameSite=Strict` and holds a random id; state-changing
 //! admin requests made with it must also carry the session's CSRF token in `x-boson-csrf`
@@ -13,6 +13,7 @@
 //! which the HTTP modules answer with 503 (not 401, so the dashboard keeps its sign-in and the
 //! browser can simply try again).
 
+mod new_users;
 mod throttle;
 
 use std::time::Duration;
@@ -27,6 +28,7 @@ use crate::model::now_ms;
 use crate::store::sessions_sql::NewSession;
 use crate::store::{Store, StoreError, StoreResult};
 
+pub(crate) use new_users::{CapReached, NewUserCaps, NewUserLimits};
 pub(crate) use throttle::{Client, LoginThrottle};
 
 /// The address a connection comes from, as the server records it for each request

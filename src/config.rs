@@ -32,6 +32,7 @@ const KNOWN_KEYS: &[&str] = &[
     "http",
     "ingest",
     "delivery",
+    "identity",
 ];
 /// Variables that are read by the CLI or tests, not configuration keys.
 const NON_CONFIG_VARS: &[&str] = &[
@@ -73,6 +74,22 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     /// How long the batch log, attempt log and dead letters are kept.
     pub retention: RetentionConfig,
+    /// IDSync: device bindings and caps on the users public keys may create.
+    pub identity: IdentityConfig,
+}
+
+/// IDSync's limits on callers who hold only a public key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentityConfig {
+    /// Seconds a device binding (the `context` IDSync answers) lets its device modify its user.
+    pub binding_max_age_secs: u64,
+    /// Length of the windows the two caps below count in, in seconds.
+    pub new_user_window_secs: u64,
+    /// Users IDSync may create per input and window on one node (0: no cap).
+    pub max_new_users_per_input: u32,
+    /// Users IDSync may create per client address and window on one node (0: no cap).
+    pub max_new_users_per_client: u32,
 }
 
 /// Pruning of the batch log, attempt log and dead letters.

@@ -75,8 +75,9 @@ impl ApiError {
                 };
                 Self::new(StatusCode::CONFLICT, code, message)
             }
-            StoreError::WriterStopped => {
-                tracing::error!("Admin request failed: the writer has stopped.");
+            // Only IDSync refuses from inside a store call; no admin call does.
+            StoreError::WriterStopped | StoreError::Refused => {
+                tracing::error!(%error, "Admin request failed.");
                 Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "unavailable",

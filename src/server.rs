@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
-use crate::access::{AdminAccess, Peer, hash_token};
+use crate::access::{AdminAccess, NewUserCaps, NewUserLimits, Peer, hash_token};
 use crate::admin;
 use crate::config::{Config, HttpConfig, RetentionConfig};
 use crate::delivery::webhook::WebhookClient;
@@ -184,12 +184,18 @@ pub async fn run(
             stopping.cancel();
         }
     };
+    let new_users = NewUserLimits::new(NewUserCaps {
+        per_input: config.identity.max_new_users_per_input,
+        per_client: config.identity.max_new_users_per_client,
+        window: Duration::from_secs(config.identity.new_user_window_secs.max(1)),
+    });
     let state = AppState {
         config: Arc::new(config),
         store: store.clone(),
         pipeline,
         metrics,
         access: Arc::new(AdminAccess::new(admin_token_hash, store.clone())),
+        new_users: Arc::new(new_users),
         live: Arc::clone(&live),
         stopping: stopping.clone(),
         webhooks,

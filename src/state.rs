@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::access::AdminAccess;
+use crate::access::{AdminAccess, NewUserLimits};
 use crate::config::Config;
 use crate::delivery::webhook::WebhookClient;
 use crate::live::LiveStream;
@@ -23,6 +23,8 @@ pub(crate) struct AppState {
     pub(crate) pipeline: Pipeline,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) access: Arc<AdminAccess>,
+    /// How many users IDSync may still create for public-key callers.
+    pub(crate) new_users: Arc<NewUserLimits>,
     pub(crate) live: Arc<LiveStream>,
     /// Cancelled when shutdown begins, so long-lived responses (the Live Stream) end and the
     /// server can drain.

@@ -3,22 +3,33 @@
 //! SDKs require (`mpid` as a decimal string, `context`, `is_ephemeral`, `is_logged_in`,
 //! `matched_identities`). Login, logout and modify also put a `profile` event into the input's
 //! stream, so connections with Send Profile Change Events see them.
+//!
+//! The key is public, so an answer discloses no more than the caller sent: `matched_identities`
+//! holds only the request's own identities, never the rest of the profile. Modify needs the
+//! device's binding to the user ([`binding`]), and new users are capped per input and per client
+//! address ([`NewUserLimits`](crate::access::NewUserLimits)).
 
+mod binding;
+
+use axum::Extension;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::access::{CapReached, Client, Peer};
 use crate::ingest::body::{decode_body, mpid_of};
 use crate::ingest::cors::{self, X_MP_KEY};
 use crate::model::batch::Channel;
 use crate::model::identity::names::{Kind, classify, device_rank};
 use crate::model::identity::resolve::Call;
+use crate::model::identity::types::IdentityType;
 use crate::model::ids::Mpid;
 use crate::model::{Platform, now_ms};
 use crate::pipeline::catalog::InputEntry;
@@ -52,6 +63,9 @@ struct IdentityRequest {
     request_id: Option<String>,
     #[serde(default)]
     identity_changes: Option<Vec<ChangeIn>>,
+    /// What the SDK was last answered as `context`: Boson's binding of the device to its user.
+    #[serde(default)]
+    context: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -66,27 +80,64 @@ struct ChangeIn {
 struct IdentityError {
     status: StatusCode,
     message: String,
+    /// Seconds to announce in `Retry-After`.
+    retry_after: Option<u64>,
 }
 
 impl IdentityError {
-    fn bad_request(message: impl Into<String>) -> Self {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
-            status: StatusCode::BAD_REQUEST,
+            status,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
     }
 
     fn unauthorized() -> Self {
-        Self {
-            status: StatusCode::UNAUTHORIZED,
-            message: "Missing or unknown x-mp-key header.".into(),
-        }
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "Missing or unknown x-mp-key header.",
+        )
     }
 
     fn unavailable() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Identity store unavailable; retry.",
+        )
+    }
+
+    /// A modify without the device's binding to the user.
+    fn not_bound(mpid: Mpid, refusal: binding::Refusal) -> Self {
+        let why = match refusal {
+            binding::Refusal::Missing => "carries no binding to it",
+            binding::Refusal::OtherUser => "is bound to another user",
+            binding::Refusal::Expired => "has an expired binding to it",
+        };
+        Self::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Only a device that identified or logged in as {mpid} may modify it; this request {why}."
+            ),
+        )
+    }
+
+    fn too_many_new_users(cap: CapReached) -> Self {
+        let (whose, retry_after) = match cap {
+            CapReached::Input { retry_after } => ("this input", retry_after),
+            CapReached::Client { retry_after } => ("this client address", retry_after),
+        };
+        let seconds = retry_after.as_secs().max(1);
         Self {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: "Identity store unavailable; retry.".into(),
+            retry_after: Some(seconds),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("Too many new users for {whose}; retry in {seconds} s."),
+            )
         }
     }
 }
@@ -103,56 +154,105 @@ impl IntoResponse for IdentityError {
             "ErrorCode": code,
             "StatusCode": self.status.as_u16(),
         });
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
-async fn identify(state: State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(state, headers, body, Call::Identify).await
+async fn identify(
+    state: State<AppState>,
+    peer: Option<Extension<ConnectInfo<Peer>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(state, client_of(peer), headers, body, Call::Identify).await
 }
 
-async fn login(state: State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(state, headers, body, Call::Login).await
+async fn login(
+    state: State<AppState>,
+    peer: Option<Extension<ConnectInfo<Peer>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(state, client_of(peer), headers, body, Call::Login).await
 }
 
-async fn logout(state: State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(state, headers, body, Call::Logout).await
+async fn logout(
+    state: State<AppState>,
+    peer: Option<Extension<ConnectInfo<Peer>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(state, client_of(peer), headers, body, Call::Logout).await
+}
+
+fn client_of(peer: Option<Extension<ConnectInfo<Peer>>>) -> Client {
+    Client::of(peer.map(|Extension(ConnectInfo(Peer(address)))| address.ip()))
 }
 
 async fn handle(
     State(state): State<AppState>,
+    client: Client,
     headers: HeaderMap,
     body: Bytes,
     call: Call,
 ) -> Response {
-    match resolve_call(&state, &headers, &body, call).await {
-        Ok(resolution) => answer(&resolution).into_response(),
+    match resolve_call(&state, client, &headers, &body, call).await {
+        Ok(answered) => answer(&answered).into_response(),
         Err(error) => error.into_response(),
     }
 }
 
+/// A resolution with what the answer may show of it.
+struct Answered {
+    resolution: Resolution,
+    /// The request's own user identities: the only ones the answer shows.
+    asked: Vec<(String, String)>,
+    /// The device's binding to the user, when it is entitled to one.
+    binding: Option<String>,
+}
+
 async fn resolve_call(
     state: &AppState,
+    client: Client,
     headers: &HeaderMap,
     body: &[u8],
     call: Call,
-) -> Result<Resolution, IdentityError> {
+) -> Result<Answered, IdentityError> {
     let input = input_of(state, headers)?;
     let request = parse(&gunzip(state, headers, body)?)?;
     let (identities, device) = split_identities(request.known_identities.as_ref())?;
     let previous = request.previous_mpid.as_ref().and_then(mpid_of);
+    let cap_reached = std::sync::OnceLock::new();
+    let may_create = || match state.new_users.take(input.id.as_str(), client) {
+        Ok(()) => true,
+        Err(cap) => {
+            let _ = cap_reached.set(cap);
+            false
+        }
+    };
+    let now = now_ms();
     let resolution = identity::resolve(
         &state.store,
         call,
         &identities,
         device.as_deref(),
         previous,
-        now_ms(),
+        now,
+        may_create,
     )
     .await
-    .map_err(|error| {
-        tracing::error!(%error, "Identity resolution failed.");
-        IdentityError::unavailable()
+    .map_err(|error| match (error, cap_reached.get()) {
+        (StoreError::Refused, Some(cap)) => IdentityError::too_many_new_users(*cap),
+        (error, _) => {
+            tracing::error!(%error, "Identity resolution failed.");
+            IdentityError::unavailable()
+        }
     })?;
     let profile_event = match call {
         Call::Identify => None,
@@ -172,7 +272,28 @@ async fn resolve_call(
         )
         .await;
     }
-    Ok(resolution)
+    let binding = entitled_to_binding(&resolution, &identities)
+        .then(|| binding::issue(&input.secret, input.id.as_str(), resolution.mpid, now));
+    Ok(Answered {
+        resolution,
+        asked: identities,
+        binding,
+    })
+}
+
+/// Whether the caller may be given the user's binding: any caller for a user who has not
+/// logged in (the device's own anonymous user, or one known by weaker identities only), but for
+/// a logged-in user only a caller that gave the user's customer id. Knowing someone's email
+/// finds their MPID (that is what identify is for); it does not let one modify them.
+fn entitled_to_binding(resolution: &Resolution, asked: &[(String, String)]) -> bool {
+    let login = IdentityType::CustomerId.as_str();
+    !resolution.logged_in
+        || asked.iter().any(|(kind, value)| {
+            kind == login
+                && resolution
+                    .identities
+                    .contains(&(kind.clone(), value.clone()))
+        })
 }
 
 async fn modify(
@@ -188,6 +309,19 @@ async fn modify(
         })?;
         let request = parse(&gunzip(&state, &headers, &body)?)?;
         let changes = changes_of(request.identity_changes.as_deref().unwrap_or_default())?;
+        let context = request.context.as_ref().and_then(Value::as_str);
+        let max_age_ms = i64::try_from(state.config.identity.binding_max_age_secs)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1000);
+        binding::check(
+            context,
+            &input.secret,
+            input.id.as_str(),
+            mpid,
+            now_ms(),
+            max_age_ms,
+        )
+        .map_err(|refusal| IdentityError::not_bound(mpid, refusal))?;
         let resolution = state
             .store
             .modify_identities(mpid, &changes, now_ms())
@@ -203,18 +337,17 @@ async fn modify(
                 }
             })?;
         record_profile_event(&state, &input, &request, &resolution, None, "update", mpid).await;
-        Ok::<_, IdentityError>(resolution)
+        Ok::<_, IdentityError>((resolution.mpid, changes))
     }
     .await;
     match result {
-        Ok(resolution) => {
-            let changes: Vec<Value> = resolution
-                .identities
+        // One result per requested change: what else the user has stays undisclosed.
+        Ok((mpid, changes)) => {
+            let results: Vec<Value> = changes
                 .iter()
-                .map(|(kind, _)| json!({"identity_type": kind, "modified_mpid": resolution.mpid.to_string()}))
+                .map(|c| json!({"identity_type": c.identity_type.as_str(), "modified_mpid": mpid.to_string()}))
                 .collect();
-            Json(json!({"change_results": changes, "mpid": resolution.mpid.to_string()}))
-                .into_response()
+            Json(json!({"change_results": results, "mpid": mpid.to_string()})).into_response()
         }
         Err(error) => error.into_response(),
     }
@@ -229,9 +362,11 @@ fn input_of(state: &AppState, headers: &HeaderMap) -> Result<InputEntry, Identit
         .catalog()
         .input_by_key(key)
         .ok_or_else(IdentityError::unauthorized)?;
-    cors::origin_allowed(&input, headers).map_err(|origin| IdentityError {
-        status: StatusCode::FORBIDDEN,
-        message: format!("Origin {origin} is not allowed for this input."),
+    cors::origin_allowed(&input, headers).map_err(|origin| {
+        IdentityError::new(
+            StatusCode::FORBIDDEN,
+            format!("Origin {origin} is not allowed for this input."),
+        )
     })?;
     Ok(input)
 }
@@ -306,16 +441,20 @@ fn changes_of(changes: &[ChangeIn]) -> Result<Vec<IdentityChange>, IdentityError
         .collect()
 }
 
-fn answer(resolution: &Resolution) -> Json<Value> {
+/// The answer: the MPID, the device's binding as `context`, and of the user's identities only
+/// those the request gave.
+fn answer(answered: &Answered) -> Json<Value> {
+    let resolution = &answered.resolution;
     let matched: Map<String, Value> = resolution
         .identities
         .iter()
+        .filter(|identity| answered.asked.contains(identity))
         .map(|(kind, value)| (kind.clone(), Value::from(value.as_str())))
         .collect();
     Json(json!({
         // The Web SDK keeps MPIDs as strings; a JSON number would lose precision in JavaScript.
         "mpid": resolution.mpid.to_string(),
-        "context": null,
+        "context": answered.binding,
         "is_ephemeral": false,
         "is_logged_in": resolution.logged_in,
         "matched_identities": matched,

@@ -12,7 +12,7 @@ use super::{identity, inbound};
 use crate::live::LiveStream;
 use crate::model::batch::{Channel, NormalizedBatch, normalize};
 use crate::model::ids::InputId;
-use crate::model::now_ms;
+use crate::model::{Platform, now_ms};
 use crate::store::Store;
 use crate::store::queue::IngestOutcome;
 use crate::store::writer::Writer;
@@ -116,8 +116,11 @@ impl Pipeline {
         let inner = &*self.inner;
         let now = now_ms();
         let mut batches = normalize_all(documents, channel, now)?;
+        // Only server-side inputs prove who they are (the input's secret); the others' new users
+        // come from IDSync, under its caps.
+        let may_create_users = input.platform == Platform::CustomFeed;
         for batch in &mut batches {
-            identity::resolve_batch_mpid(&inner.store, batch, now)
+            identity::resolve_batch_mpid(&inner.store, batch, now, may_create_users)
                 .await
                 .map_err(|error| {
                     tracing::error!(%error, "Resolving a batch's MPID failed.");

@@ -134,14 +134,15 @@ async fn answer(mut tx: Tx, mpid: Mpid) -> StoreResult<Resolution> {
 
 impl Store {
     /// Resolves a request's identities to a user: looks up who owns them, the device's user and
-    /// the previous user, lets `decide` choose from that, and applies its decision.
+    /// the previous user, lets `decide` choose from that, and applies its decision. When
+    /// `decide` answers `None`, nothing is written and the answer is [`StoreError::Refused`].
     pub(crate) async fn resolve_identity(
         &self,
         identities: &[(String, String)],
         device: Option<&str>,
         previous: Option<Mpid>,
         now: i64,
-        decide: impl FnOnce(&Lookup) -> Decision + Send,
+        decide: impl FnOnce(&Lookup) -> Option<Decision> + Send,
     ) -> StoreResult<Resolution> {
         let mut keys: Vec<String> = identities.iter().map(|(k, v)| format!("{k}:{v}")).collect();
         keys.extend(device.map(|d| format!("device:{d}")));
@@ -183,7 +184,8 @@ impl Store {
             device_user,
             previous: previous_user,
         };
-        let decision = decide(&lookup);
+        // Dropping the transaction rolls it back: the locks taken so far are all it holds.
+        let decision = decide(&lookup).ok_or(StoreError::Refused)?;
         let mpid = match decision.target {
             Target::Existing(mpid) => {
                 tx.execute(TOUCH_USER, args![mpid, now]).await?;

@@ -51,6 +51,9 @@ pub(crate) enum StoreError {
     NotFound,
     #[error("{0}")]
     Conflict(&'static str),
+    /// The caller declined to go on (e.g. a cap on new users); nothing was written.
+    #[error("refused by the caller")]
+    Refused,
     #[error("database error")]
     Database(#[from] sqlx::Error),
     #[error("the writer has stopped")]

@@ -98,7 +98,9 @@ async fn identify_login_logout_and_modify_follow_the_identity_store() {
     let (_, elsewhere) = idsync(&app, key, "/identity/v1/login", other_device).await;
     assert_eq!(mpid(&elsewhere), anonymous);
 
-    let change = json!({"identity_changes": [{"identity_type": "email", "old_value": "a@example.com", "new_value": "b@example.com"}]});
+    // The device that logged in with the customer id holds the binding that modify needs.
+    let change = json!({"context": elsewhere["context"], "identity_changes":
+        [{"identity_type": "email", "old_value": "a@example.com", "new_value": "b@example.com"}]});
     let (status, modified) = idsync(&app, key, &format!("/v1/{anonymous}/modify"), change).await;
     assert_eq!(status, 200, "{modified}");
     let (status, user) = user_by(&app, "email", "b@example.com").await;
@@ -179,7 +181,7 @@ async fn malformed_identity_requests_are_refused_and_store_nothing() {
     .await;
     assert_eq!(status, 400);
     let (status, _) = idsync(&app, key, "/v1/123/modify", json!({"identity_changes": []})).await;
-    assert_eq!(status, 400, "modify of an unknown MPID");
+    assert_eq!(status, 403, "modify of an MPID this device is not bound to");
     assert_eq!(app.count("users").await, 0);
     assert_eq!(app.count("user_identities").await, 0);
     app.stop().await.unwrap();

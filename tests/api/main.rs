@@ -9,6 +9,7 @@ mod dashboard;
 mod delivery;
 mod helpers;
 mod identity;
+mod idsync_guard;
 mod ingest;
 mod legacy_web;
 mod mobile;

@@ -262,7 +262,9 @@ async fn web_sdk_shopping_session_reaches_two_connections() {
         .await
         .unwrap();
     assert_eq!(user["mpid"], login_mpid.to_string());
-    assert_eq!(user["user_identities"]["email"], "ada@example.com");
+    // The SDK's modify carried the binding login answered, so it changed the email.
+    assert_eq!(recorded["modifyCode"], 200, "{recorded}");
+    assert_eq!(user["user_identities"]["email"], "ada.lovelace@example.com");
     app.stop().await.unwrap();
 }
 

@@ -24,6 +24,7 @@ try {
     error: window.__bosonError ?? null,
     identifyMpid: window.__identifyMpid ?? null,
     loginMpid: window.__loginMpid ?? null,
+    modifyCode: window.__modifyCode ?? null,
     logoutMpid: window.__logoutMpid ?? null,
   }));
   console.log(JSON.stringify(result));
