@@ -32,6 +32,10 @@ const CONTROLS = {
       read: () => [...rows.querySelectorAll('select')].map((s) => s.value).filter(Boolean),
     };
   },
+  optional_count(d, value) {
+    const input = h('input', { type: 'number', min: '1', step: '1', id: `setting-${d.name}`, value: value ?? '', 'aria-describedby': `help-${d.name}` });
+    return { block: field(d, h('label', { for: `setting-${d.name}` }, d.label), input), read: () => (input.value === '' ? null : Number(input.value)) };
+  },
   optional_text(d, value) {
     const input = h('input', { type: 'text', id: `setting-${d.name}`, value: value ?? '', 'aria-describedby': `help-${d.name}` });
     return { block: field(d, h('label', { for: `setting-${d.name}` }, d.label), input), read: () => input.value || null };

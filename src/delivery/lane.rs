@@ -1,6 +1,7 @@
 //! What a connection's lane decides before and after each job: how many requests may be in
-//! flight (the ramp), and whether its endpoint is failing (the circuit breaker). See
-//! [`super::breaker`] for the rules; this is their shared, thread-safe home.
+//! flight (the ramp), whether its endpoint is failing (the circuit breaker), and when its next
+//! request may go out under the connection's rate limit (the pacer). See [`super::breaker`] for
+//! the rules; this is their shared, thread-safe home.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -16,6 +17,11 @@ use crate::store::queue::JobUpdate;
 /// Requests in flight a connection starts with after its endpoint came back.
 const RECOVERY_START_IN_FLIGHT: usize = 4;
 
+/// How much wider than `1 / rate` the pacer spaces requests: the receiver sees arrival times,
+/// which network jitter moves by a little, and no one-second window there may hold more than
+/// `rate` requests. 2% of a second absorbs 20 ms of jitter.
+const PACING_MARGIN: f64 = 1.02;
+
 /// One lane's breaker, ramp and count of requests in flight.
 #[derive(Debug)]
 pub(super) struct LaneControl {
@@ -23,6 +29,9 @@ pub(super) struct LaneControl {
     ramp: Mutex<Ramp>,
     in_flight: AtomicUsize,
     slot_freed: Notify,
+    /// When the last rate-limited request went out. An async lock: requests wait their turn in
+    /// order (tokio's mutex is fair), each holding it while it sleeps until its moment.
+    last_paced: tokio::sync::Mutex<Option<Instant>>,
 }
 
 /// The breaker's settings.
@@ -44,7 +53,23 @@ impl LaneControl {
             ramp: Mutex::new(Ramp::new(RECOVERY_START_IN_FLIGHT, max_in_flight)),
             in_flight: AtomicUsize::new(0),
             slot_freed: Notify::new(),
+            last_paced: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// Waits until a request may go out under a limit of `rate` per second (no wait without a
+    /// limit). Requests are spaced evenly, at least `PACING_MARGIN / rate` apart counted from
+    /// when each actually left, so however late a timer fires, no second holds more than `rate`.
+    pub(super) async fn pace(&self, rate: Option<u32>) {
+        let Some(rate) = rate.filter(|r| *r > 0) else {
+            return;
+        };
+        let mut last = self.last_paced.lock().await;
+        if let Some(at) = *last {
+            let spacing = Duration::from_secs_f64(PACING_MARGIN / f64::from(rate));
+            tokio::time::sleep_until((at + spacing).into()).await;
+        }
+        *last = Some(Instant::now());
     }
 
     /// Waits until one more request may be in flight, and takes that place.

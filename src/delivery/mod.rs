@@ -448,7 +448,7 @@ impl Lanes {
             let control = Arc::clone(&control);
             self.tracker.spawn(async move {
                 let (job_id, connection_id) = (job.id, job.connection_id.clone());
-                let update = lanes.work(job).await;
+                let update = lanes.work(job, &control).await;
                 let transition = control.ended(&update, Instant::now());
                 // The place is free only once the outcome is committed (see `Writer::update`).
                 lanes.record(job_id, update).await;
@@ -463,13 +463,13 @@ impl Lanes {
     }
 
     /// Works one job. A panic (a bug) must not leave the job held, and so renewed, for ever.
-    async fn work(&self, job: Job) -> JobUpdate {
+    async fn work(&self, job: Job, control: &LaneControl) -> JobUpdate {
         let job_id = job.id;
         let lease = HeldJob {
             lanes: self,
             job_id,
         };
-        AssertUnwindSafe(worker::work(&self.ctx, job, &lease))
+        AssertUnwindSafe(worker::work(&self.ctx, job, &lease, control))
             .catch_unwind()
             .await
             .unwrap_or_else(|_| {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::Rng;
 
+use super::lane::LaneControl;
 use super::retry::{Classification, classify};
 use super::webhook::SendError;
 use super::{DeliveryContext, HeldJob};
@@ -20,10 +21,15 @@ use crate::model::now_ms;
 use crate::pipeline::filter;
 use crate::store::queue::{AttemptRecord, DeadLetter, Job, JobKey, JobUpdate};
 
-/// Delivers what is left of `job` and returns the update to record. The `lease` is confirmed
-/// before every request (a renewal may find another node took the job over), so a lost job
-/// sends nothing more.
-pub(crate) async fn work(ctx: &DeliveryContext, job: Job, lease: &HeldJob<'_>) -> JobUpdate {
+/// Delivers what is left of `job` and returns the update to record. Each request waits its turn
+/// under the connection's rate limit (`lane`), then the `lease` is confirmed (a renewal may find
+/// another node took the job over), so a lost job sends nothing more.
+pub(super) async fn work(
+    ctx: &DeliveryContext,
+    job: Job,
+    lease: &HeldJob<'_>,
+    lane: &LaneControl,
+) -> JobUpdate {
     if ctx.catalog.is_paused(&job.connection_id) {
         // Set to inactive after the job was queued: it waits in the table, unworked (a job
         // already past this point finishes its pass, like a request in flight).
@@ -101,6 +107,7 @@ pub(crate) async fn work(ctx: &DeliveryContext, job: Job, lease: &HeldJob<'_>) -
         .collect();
 
     for (position, (index, event_count, body, events)) in bodies.iter().enumerate() {
+        lane.pace(settings.rate_limit_per_second).await;
         if !lease.confirm().await {
             // Another node delivers it now. The release is fenced: it changes nothing there.
             return JobUpdate::Release { job_id: job.id };

@@ -35,6 +35,8 @@ pub(crate) struct ConnectionSettings {
     pub(crate) include_event_batch_location: bool,
     pub(crate) send_batches_without_events: bool,
     pub(crate) unique_id: Option<String>,
+    /// Most webhook requests per second this connection sends from one node (`None`: no limit).
+    pub(crate) rate_limit_per_second: Option<u32>,
 }
 
 impl Default for ConnectionSettings {
@@ -58,6 +60,7 @@ impl Default for ConnectionSettings {
             include_event_batch_location: false,
             send_batches_without_events: true,
             unique_id: None,
+            rate_limit_per_second: None,
         }
     }
 }
@@ -84,6 +87,7 @@ pub(crate) enum SettingName {
     IncludeEventBatchLocation,
     SendBatchesWithoutEvents,
     UniqueId,
+    RateLimitPerSecond,
 }
 
 impl SettingName {
@@ -108,6 +112,7 @@ impl SettingName {
             Self::IncludeEventBatchLocation => "include_event_batch_location",
             Self::SendBatchesWithoutEvents => "send_batches_without_events",
             Self::UniqueId => "unique_id",
+            Self::RateLimitPerSecond => "rate_limit_per_second",
         }
     }
 }
@@ -124,6 +129,8 @@ pub(crate) enum SettingKind {
     MetadataExclusions,
     /// A string, or `null` when unset.
     OptionalText,
+    /// A positive whole number, or `null` when unset.
+    OptionalCount,
 }
 
 /// How a setting is presented: everything about it except its default, which is read from
@@ -154,7 +161,7 @@ const fn describe(
 
 /// Every connection setting, in the order forms show them (the order of [`ConnectionSettings`]).
 pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
-    use SettingKind::{Boolean, MetadataExclusions, OptionalText, Status};
+    use SettingKind::{Boolean, MetadataExclusions, OptionalCount, OptionalText, Status};
     use SettingName as N;
     &[
         describe(
@@ -265,6 +272,12 @@ pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
             OptionalText,
             "A value of your choosing added to every request as unique_id, to tell connections apart.",
         ),
+        describe(
+            N::RateLimitPerSecond,
+            "Rate Limit (requests per second)",
+            OptionalCount,
+            "Most webhook requests per second, per Boson node; requests beyond it wait their turn. Empty: no limit.",
+        ),
     ]
 };
 
@@ -329,6 +342,11 @@ impl ConnectionSettings {
     }
 
     fn validate(&self) -> Result<(), SettingsError> {
+        if self.rate_limit_per_second == Some(0) {
+            return Err(SettingsError::Malformed(
+                "`rate_limit_per_second` must be at least 1, or null for no limit".into(),
+            ));
+        }
         for field in &self.metadata_field_exclusions {
             if !is_metadata_path(field) {
                 return Err(SettingsError::UnknownMetadataField {

@@ -484,7 +484,7 @@ async fn metadata_fields_are_listed_with_labels() {
     app.stop().await.unwrap();
 }
 
-/// mParticle's Webhook defaults (name, kind, default), stated here independently of the server's
+/// mParticle's Webhook defaults (name, kind, default), and Boson's own, stated here independently of the server's
 /// settings model so a changed default there shows up as a failure here.
 fn mparticle_defaults() -> Vec<(&'static str, &'static str, Value)> {
     let (on, off) = (json!(true), json!(false));
@@ -523,6 +523,8 @@ fn mparticle_defaults() -> Vec<(&'static str, &'static str, Value)> {
         ("include_event_batch_location", "boolean", off),
         ("send_batches_without_events", "boolean", on),
         ("unique_id", "optional_text", Value::Null),
+        // Boson's own delivery controls follow mParticle's settings; null keeps today's behaviour.
+        ("rate_limit_per_second", "optional_count", Value::Null),
     ]
 }
 

@@ -17,6 +17,7 @@ mod multinode;
 mod process;
 mod propagation;
 mod python_sdk;
+mod rate_limit;
 mod settings;
 mod shutdown;
 mod starvation;
