@@ -126,6 +126,8 @@ pub struct IngestConfig {
     pub max_body_bytes: usize,
     /// Most batches per bulk request.
     pub max_bulk_batches: usize,
+    /// Most seconds a signed mobile upload's `Date` may be from the server's clock, either way.
+    pub mobile_max_clock_skew_secs: u64,
 }
 
 /// Webhook delivery settings.
@@ -256,6 +258,28 @@ impl Config {
         if self.ingest.max_bulk_batches == 0 || self.ingest.max_body_bytes == 0 {
             bail!("ingest.max_bulk_batches and ingest.max_body_bytes must be positive");
         }
+        self.check_replay_window()?;
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Replays of a signed mobile upload are recognised by the batch it stored, so the batch log
+    /// must outlive the time a replay's `Date` still passes.
+    fn check_replay_window(&self) -> anyhow::Result<()> {
+        let skew = self.ingest.mobile_max_clock_skew_secs;
+        if skew == 0 {
+            bail!("ingest.mobile_max_clock_skew_secs must be positive");
+        }
+        let window = crate::model::signed_date::replay_window_secs(skew);
+        if self.retention.hours.saturating_mul(3600) < window {
+            bail!(
+                "retention.hours must cover the mobile replay window: {} hours for \
+                 ingest.mobile_max_clock_skew_secs = {skew} (twice the skew, plus 26 hours for \
+                 dates in a named time zone)",
+                window.div_ceil(3600)
+            );
+        }
         Ok(())
     }
 }
@@ -339,6 +363,26 @@ mod tests {
             jail.set_env("BOSON_HTTP__BODY_READ_TIMEOUT_SECS", "0");
             let error = format!("{:#}", Config::load(None).expect_err("zero"));
             assert!(error.contains("http.body_read_timeout_secs"), "{error}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_mobile_clock_skew_is_a_setting_and_retention_must_cover_its_replays() {
+        figment::Jail::expect_with(|jail| {
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.ingest.mobile_max_clock_skew_secs, 600);
+            jail.set_env("BOSON_INGEST__MOBILE_MAX_CLOCK_SKEW_SECS", "60");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.ingest.mobile_max_clock_skew_secs, 60);
+            // 24 hours cover the retries but not a replay of a date in a named zone.
+            jail.set_env("BOSON_RETENTION__HOURS", "24");
+            let error = format!("{:#}", Config::load(None).expect_err("24 hours"));
+            assert!(error.contains("27 hours"), "{error}");
+            jail.set_env("BOSON_RETENTION__HOURS", "27");
+            jail.set_env("BOSON_INGEST__MOBILE_MAX_CLOCK_SKEW_SECS", "0");
+            let error = format!("{:#}", Config::load(None).expect_err("zero"));
+            assert!(error.contains("mobile_max_clock_skew_secs"), "{error}");
             Ok(())
         });
     }

@@ -91,6 +91,32 @@ impl IngestError {
         }
     }
 
+    /// A mobile upload whose signed `Date` cannot be read as a date.
+    pub(crate) fn bad_date() -> Self {
+        Self {
+            status: StatusCode::UNAUTHORIZED,
+            code: "UNAUTHORIZED",
+            message: "The Date header is not a date (expected e.g. Sat, 21 Nov 2026 10:00:00 GMT)."
+                .into(),
+            reason: "bad_date",
+        }
+    }
+
+    /// A mobile upload whose signed `Date` is too far from the server's clock: a replay, or a
+    /// device whose clock is wrong. A 4xx, so the SDKs drop the batch instead of retrying it
+    /// forever (they would sign every retry with the same wrong clock).
+    pub(crate) fn clock_skew(off_by_secs: u64, max_secs: u64) -> Self {
+        Self {
+            status: StatusCode::FORBIDDEN,
+            code: "FORBIDDEN",
+            message: format!(
+                "The Date header is {off_by_secs} s from the server's clock; at most {max_secs} s \
+                 is accepted. Check the device's clock."
+            ),
+            reason: "clock_skew",
+        }
+    }
+
     /// A key of another platform's input (spec: platform fidelity).
     pub(crate) fn wrong_platform(actual: Platform, expected: Platform) -> Self {
         Self {

@@ -10,6 +10,7 @@ pub(crate) mod ids;
 pub(crate) mod legacy_web;
 pub(crate) mod mobile;
 pub(crate) mod settings;
+pub(crate) mod signed_date;
 
 use serde::{Deserialize, Serialize};
 

@@ -3,6 +3,7 @@
 //! real webhook; and every kind of bad upload gets the status the SDKs handle correctly.
 
 use std::io::Write;
+use std::time::{Duration, SystemTime};
 
 use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
@@ -10,7 +11,13 @@ use sha2::Sha256;
 
 use crate::helpers::{Receiver, TestApp, spawn_app};
 
-const DATE: &str = "Sat, 21 Nov 2026 10:00:00 GMT";
+/// A `Date` header as the SDKs send it, `offset` seconds from now.
+fn date_in(offset: i64) -> String {
+    let now = SystemTime::now();
+    let by = Duration::from_secs(offset.unsigned_abs());
+    let at = if offset >= 0 { now + by } else { now - by };
+    httpdate::fmt_http_date(at)
+}
 
 fn fixture(name: &str) -> Value {
     let path = format!("{}/tests/data/mobile/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -24,9 +31,9 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// The SDKs' signature: hex HMAC-SHA256 of `POST\n{Date}\n{default path}{uncompressed body}`.
-fn sign(secret: &str, path: &str, body: &[u8]) -> String {
+fn sign(secret: &str, date: &str, path: &str, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(format!("POST\n{DATE}\n{path}").as_bytes());
+    mac.update(format!("POST\n{date}\n{path}").as_bytes());
     mac.update(body);
     hex::encode(mac.finalize().into_bytes())
 }
@@ -34,21 +41,35 @@ fn sign(secret: &str, path: &str, body: &[u8]) -> String {
 /// Uploads `batch` the way the SDKs do, to `path` (default: `/v2/{key}/events`).
 async fn upload(app: &TestApp, input: &Value, batch: &Value, path: Option<&str>) -> (u16, Value) {
     let key = input["api_key"].as_str().unwrap();
-    let body = batch.to_string();
-    let signature = sign(
-        input["api_secret"].as_str().unwrap(),
-        &format!("/v2/{key}/events"),
-        body.as_bytes(),
-    );
     let path = path.map_or_else(|| format!("/v2/{key}/events"), str::to_owned);
+    let body = batch.to_string();
+    let signature = sign_upload(input, &date_in(0), &body);
+    send(app, &path, &date_in(0), &signature, gzip(body.as_bytes())).await
+}
+
+/// The signature an SDK puts on an upload of `body` for `input` at `date`.
+fn sign_upload(input: &Value, date: &str, body: &str) -> String {
+    let key = input["api_key"].as_str().unwrap();
+    let secret = input["api_secret"].as_str().unwrap();
+    sign(secret, date, &format!("/v2/{key}/events"), body.as_bytes())
+}
+
+/// Posts a gzip upload to `path` with the given `Date` and signature, as they are.
+async fn send(
+    app: &TestApp,
+    path: &str,
+    date: &str,
+    signature: &str,
+    body: Vec<u8>,
+) -> (u16, Value) {
     let response = app
         .client
         .post(format!("{}{path}", app.base))
         .header("content-type", "application/json")
         .header("content-encoding", "gzip")
-        .header("date", DATE)
+        .header("date", date)
         .header("x-mp-signature", signature)
-        .body(gzip(body.as_bytes()))
+        .body(body)
         .send()
         .await
         .unwrap();
@@ -268,12 +289,13 @@ async fn bad_uploads_get_the_status_the_sdks_handle_and_store_nothing() {
     let key = android["api_key"].as_str().unwrap();
     let url = format!("{}/v2/{key}/events", app.base);
     let batch = fixture("android_batch.json").to_string();
+    let date = date_in(0);
     let post = |body: Vec<u8>, signature: Option<String>| {
         let mut request = app
             .client
             .post(&url)
             .header("content-encoding", "gzip")
-            .header("date", DATE)
+            .header("date", &date)
             .body(body);
         if let Some(signature) = signature {
             request = request.header("x-mp-signature", signature);
@@ -283,6 +305,7 @@ async fn bad_uploads_get_the_status_the_sdks_handle_and_store_nothing() {
 
     let wrong = sign(
         "not-the-secret",
+        &date,
         &format!("/v2/{key}/events"),
         batch.as_bytes(),
     );
@@ -299,8 +322,7 @@ async fn bad_uploads_get_the_status_the_sdks_handle_and_store_nothing() {
         401,
         "no signature"
     );
-    let secret = android["api_secret"].as_str().unwrap();
-    let signed = sign(secret, &format!("/v2/{key}/events"), batch.as_bytes());
+    let signed = sign_upload(&android, &date, &batch);
     assert_eq!(
         post(b"not gzip at all".to_vec(), Some(signed))
             .await
@@ -350,11 +372,8 @@ async fn bad_uploads_get_the_status_the_sdks_handle_and_store_nothing() {
     let response = app
         .client
         .post(&url)
-        .header("date", DATE)
-        .header(
-            "x-mp-signature",
-            sign(secret, &format!("/v2/{key}/events"), big_body.as_bytes()),
-        )
+        .header("date", &date)
+        .header("x-mp-signature", sign_upload(&android, &date, &big_body))
         .body(big_body)
         .send()
         .await
@@ -420,5 +439,110 @@ async fn android_identity_calls_may_be_gzipped() {
     assert_eq!(response.status(), 200);
     let answer: Value = response.json().await.unwrap();
     assert_eq!(answer["is_logged_in"], true);
+    app.stop().await.unwrap();
+}
+
+/// The iOS fixture without its `id`: nothing in the body tells one upload from another.
+fn upload_without_id() -> String {
+    let mut batch = fixture("ios_batch.json");
+    batch.as_object_mut().unwrap().remove("id");
+    batch.to_string()
+}
+
+#[tokio::test]
+async fn an_upload_dated_too_far_from_the_servers_clock_is_refused() {
+    let app = spawn_app().await;
+    let ios = app.create_input("ios").await;
+    let path = format!("/v2/{}/events", ios["api_key"].as_str().unwrap());
+    let body = fixture("ios_batch.json").to_string();
+    let attempt = |date: String| {
+        let signature = sign_upload(&ios, &date, &body);
+        let gzipped = gzip(body.as_bytes());
+        let path = path.clone();
+        let app = &app;
+        async move { send(app, &path, &date, &signature, gzipped).await }
+    };
+
+    for (offset, why) in [(-3600, "an hour old"), (3600, "an hour ahead")] {
+        let (status, answer) = attempt(date_in(offset)).await;
+        // 4xx: the SDKs delete the batch rather than retry it forever; the answer and the
+        // rejection metric say why.
+        assert_eq!(status, 403, "{why}: {answer}");
+        assert_eq!(answer["errors"][0]["code"], "FORBIDDEN", "{why}");
+        let message = answer["errors"][0]["message"].as_str().unwrap();
+        assert!(message.contains("Date"), "{why}: {message}");
+    }
+    let (status, _) = attempt("yesterday at noon".to_owned()).await;
+    assert_eq!(status, 401, "a Date that is not a date");
+    assert_eq!(app.count("batches").await, 0, "nothing stored");
+
+    assert_eq!(attempt(date_in(-300)).await.0, 202, "five minutes old");
+    assert_eq!(attempt(date_in(300)).await.0, 202, "five minutes ahead");
+    assert!(
+        app.metrics()
+            .await
+            .lines()
+            .any(|l| l.contains("clock_skew") && !l.starts_with('#')),
+        "counted as a rejection"
+    );
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_android_date_in_local_time_is_read_with_its_offset() {
+    let app = spawn_app().await;
+    let android = app.create_input("android").await;
+    let path = format!("/v2/{}/events", android["api_key"].as_str().unwrap());
+    let body = fixture("android_batch.json").to_string();
+    // Android formats the device's local time with its zone: 05:30 ahead of GMT in India.
+    let wall_clock = date_in(5 * 3600 + 1800);
+    let local = wall_clock.replace(" GMT", " GMT+05:30");
+    let signature = sign_upload(&android, &local, &body);
+    let (status, answer) = send(&app, &path, &local, &signature, gzip(body.as_bytes())).await;
+    assert_eq!(status, 202, "{answer}");
+    // The same wall clock read as GMT is five and a half hours ahead.
+    let signature = sign_upload(&android, &wall_clock, &body);
+    let (status, _) = send(&app, &path, &wall_clock, &signature, gzip(body.as_bytes())).await;
+    assert_eq!(status, 403);
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_replayed_upload_is_answered_alike_and_stored_once_on_every_node() {
+    let app = spawn_app().await;
+    let ios = app.create_input("ios").await;
+    // Started after the input exists: on SQLite a node reads the catalog at start.
+    let other_node = app.second_node(|_| {}).await;
+    let path = format!("/v2/{}/events", ios["api_key"].as_str().unwrap());
+    let body = upload_without_id();
+    let date = date_in(0);
+    let signature = sign_upload(&ios, &date, &body);
+
+    let first = send(&app, &path, &date, &signature, gzip(body.as_bytes())).await;
+    assert_eq!(first, (202, json!({})));
+    let replay = send(&app, &path, &date, &signature, gzip(body.as_bytes())).await;
+    assert_eq!(replay, first, "a replay gets the first upload's answer");
+    // The same signature in capitals, and the body compressed differently: still a replay.
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(body.as_bytes()).unwrap();
+    let recompressed = encoder.finish().unwrap();
+    let shouting = signature.to_uppercase();
+    let replay = send(&app, &path, &date, &shouting, recompressed).await;
+    assert_eq!(replay, first);
+    let replay = send(&other_node, &path, &date, &signature, gzip(body.as_bytes())).await;
+    assert_eq!(replay, first, "another node knows the upload too");
+    assert_eq!(app.count("batches").await, 1, "stored once");
+
+    // An upload with an `id` is known by it, as before.
+    let mut with_id = fixture("ios_batch.json");
+    with_id["id"] = json!("upload-7");
+    let with_id = with_id.to_string();
+    let signature = sign_upload(&ios, &date, &with_id);
+    for node in [&app, &other_node] {
+        let answer = send(node, &path, &date, &signature, gzip(with_id.as_bytes())).await;
+        assert_eq!(answer, first);
+    }
+    assert_eq!(app.count("batches").await, 2);
+    other_node.stop().await.unwrap();
     app.stop().await.unwrap();
 }
