@@ -546,3 +546,30 @@ async fn a_replayed_upload_is_answered_alike_and_stored_once_on_every_node() {
     other_node.stop().await.unwrap();
     app.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_upload_is_inflated_only_up_to_the_body_limit() {
+    let app = spawn_app().await;
+    let ios = app.create_input("ios").await;
+    let path = format!("/v2/{}/events", ios["api_key"].as_str().unwrap());
+    let padded = |bytes: usize| {
+        let mut batch = fixture("ios_batch.json");
+        batch["ua"] = json!({"padding": "y".repeat(bytes)});
+        batch.to_string()
+    };
+    let date = date_in(0);
+
+    // 1 MB of JSON, a few kilobytes gzipped: over the 256 KB limit once inflated.
+    let big = padded(1024 * 1024);
+    let signature = sign_upload(&ios, &date, &big);
+    let (status, answer) = send(&app, &path, &date, &signature, gzip(big.as_bytes())).await;
+    assert_eq!(status, 413, "{answer}");
+    assert_eq!(answer["errors"][0]["code"], "REQUEST_TOO_LARGE");
+    assert_eq!(app.count("batches").await, 0);
+
+    let fits = padded(200 * 1024);
+    let signature = sign_upload(&ios, &date, &fits);
+    let (status, _) = send(&app, &path, &date, &signature, gzip(fits.as_bytes())).await;
+    assert_eq!(status, 202, "200 KB inflated is within the limit");
+    app.stop().await.unwrap();
+}
