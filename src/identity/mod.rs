@@ -371,10 +371,22 @@ fn input_of(state: &AppState, headers: &HeaderMap) -> Result<InputEntry, Identit
     Ok(input)
 }
 
-/// Android gzips identity bodies; the others send them plain.
+/// Android gzips identity bodies; the others send them plain. A body too large once inflated
+/// is 413 and says so; anything else that cannot be inflated is not gzip.
 fn gunzip(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Vec<u8>, IdentityError> {
-    decode_body(headers, body, state.config.ingest.max_body_bytes)
-        .map_err(|_| IdentityError::bad_request("Identity request body is not valid gzip."))
+    let limit = state.config.ingest.max_body_bytes;
+    decode_body(headers, body, limit).map_err(|error| {
+        if error.status == StatusCode::PAYLOAD_TOO_LARGE {
+            IdentityError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "Identity request body is too large: over {limit} bytes once decompressed."
+                ),
+            )
+        } else {
+            IdentityError::bad_request("Identity request body is not valid gzip.")
+        }
+    })
 }
 
 fn parse(body: &[u8]) -> Result<IdentityRequest, IdentityError> {

@@ -573,3 +573,29 @@ async fn an_upload_is_inflated_only_up_to_the_body_limit() {
     assert_eq!(status, 202, "200 KB inflated is within the limit");
     app.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_oversized_gzip_identity_call_is_413_too_large() {
+    let app = spawn_app().await;
+    let android = app.create_input("android").await;
+    // Just over the 256 KB limit, and far over it (which used to be called "not valid gzip").
+    for padding in [300 * 1024, 3 * 1024 * 1024] {
+        let body = json!({"client_sdk": {"platform": "android"}, "known_identities":
+            {"android_uuid": "9774d56d682e549c"}, "padding": " ".repeat(padding)});
+        let response = app
+            .client
+            .post(format!("{}/v1/identify", app.base))
+            .header("x-mp-key", android["api_key"].as_str().unwrap())
+            .header("content-encoding", "gzip")
+            .header("content-type", "application/json")
+            .body(gzip(body.to_string().as_bytes()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 413, "{padding} bytes");
+        let answer: Value = response.json().await.unwrap();
+        let message = answer["Errors"][0]["message"].as_str().unwrap();
+        assert!(message.contains("too large"), "{message}");
+    }
+    app.stop().await.unwrap();
+}
