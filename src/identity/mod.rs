@@ -521,6 +521,13 @@ async fn record_profile_event(
     let documents = vec![Document::single(batch)];
     let channel = channel_of(input.platform);
     if let Err(error) = state.pipeline.accept(input, documents, channel).await {
-        tracing::error!(?error, input = %input.id, "Storing a profile event failed.");
+        // An invalid event comes from what the client sent (its identities, its request id):
+        // not an operator's problem, and its message is the client's text, so only the reason.
+        let (reason, input) = (error.reason(), &input.id);
+        if error.is_server_fault() {
+            tracing::error!(reason, %input, kind, "Storing a profile event failed.");
+        } else {
+            tracing::warn!(reason, %input, kind, "Dropped a profile event the request made invalid.");
+        }
     }
 }

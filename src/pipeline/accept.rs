@@ -56,6 +56,22 @@ pub(crate) enum AcceptError {
     Unavailable,
 }
 
+impl AcceptError {
+    /// Whether the server failed (the client is not to blame), which is worth an `error!` log;
+    /// an invalid document is the client's doing, and its message quotes what the client sent.
+    pub(crate) fn is_server_fault(&self) -> bool {
+        matches!(self, AcceptError::Unavailable)
+    }
+
+    /// A bounded name for logs and metrics, free of anything the client sent.
+    pub(crate) fn reason(&self) -> &'static str {
+        match self {
+            AcceptError::Invalid(_) => "invalid_batch",
+            AcceptError::Unavailable => "unavailable",
+        }
+    }
+}
+
 /// The pipeline service; cheap to clone (one reference count: handlers' state is cloned per
 /// request).
 #[derive(Debug, Clone)]
@@ -195,4 +211,19 @@ fn normalize_all(
                 .map_err(|e| AcceptError::Invalid(e.message))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_storage_failure_is_the_servers_fault_and_reasons_are_bounded() {
+        // The message of an invalid document quotes what the client sent.
+        let invalid = AcceptError::Invalid("Field \"user_attributes.\u{1b}[31mx\" …".into());
+        assert!(!invalid.is_server_fault());
+        assert_eq!(invalid.reason(), "invalid_batch");
+        assert!(AcceptError::Unavailable.is_server_fault());
+        assert_eq!(AcceptError::Unavailable.reason(), "unavailable");
+    }
 }
