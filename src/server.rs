@@ -57,7 +57,7 @@ const POOL_CLOSE: Duration = Duration::from_secs(5);
 pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .merge(ingest::router(state.config.ingest.max_body_bytes))
-        .merge(crate::identity::router())
+        .merge(crate::identity::router(state.config.ingest.max_body_bytes))
         .merge(
             crate::dashboard::router()
                 .merge(admin::router(state.clone()))

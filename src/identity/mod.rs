@@ -15,7 +15,8 @@ use axum::Extension;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
 use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -25,6 +26,7 @@ use serde_json::{Map, Value, json};
 
 use crate::access::{CapReached, Client, Peer};
 use crate::ingest::body::{decode_body, mpid_of};
+use crate::ingest::check_signed;
 use crate::ingest::cors::{self, X_MP_KEY};
 use crate::model::batch::Channel;
 use crate::model::identity::names::{Kind, classify, device_rank};
@@ -38,8 +40,8 @@ use crate::state::AppState;
 use crate::store::StoreError;
 use crate::store::identity_sql::{IdentityChange, Resolution};
 
-/// The IDSync routes.
-pub(crate) fn router() -> Router<AppState> {
+/// The IDSync routes, with the same body limit as ingest (compressed or not).
+pub(crate) fn router(max_body_bytes: usize) -> Router<AppState> {
     let mut router = Router::new();
     for prefix in ["", "/identity"] {
         router = router
@@ -48,7 +50,9 @@ pub(crate) fn router() -> Router<AppState> {
             .route(&format!("{prefix}/v1/logout"), post(logout))
             .route(&format!("{prefix}/v1/{{mpid}}/modify"), post(modify));
     }
-    router.layer(cors::layer())
+    router
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(cors::layer())
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -168,7 +172,7 @@ async fn identify(
     state: State<AppState>,
     peer: Option<Extension<ConnectInfo<Peer>>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     handle(state, client_of(peer), headers, body, Call::Identify).await
 }
@@ -177,7 +181,7 @@ async fn login(
     state: State<AppState>,
     peer: Option<Extension<ConnectInfo<Peer>>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     handle(state, client_of(peer), headers, body, Call::Login).await
 }
@@ -186,7 +190,7 @@ async fn logout(
     state: State<AppState>,
     peer: Option<Extension<ConnectInfo<Peer>>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     handle(state, client_of(peer), headers, body, Call::Logout).await
 }
@@ -199,10 +203,14 @@ async fn handle(
     State(state): State<AppState>,
     client: Client,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
     call: Call,
 ) -> Response {
-    match resolve_call(&state, client, &headers, &body, call).await {
+    let result = match body_of(&state, body) {
+        Ok(body) => resolve_call(&state, client, &headers, &body, call).await,
+        Err(error) => Err(error),
+    };
+    match result {
         Ok(answered) => answer(&answered).into_response(),
         Err(error) => error.into_response(),
     }
@@ -296,32 +304,57 @@ fn entitled_to_binding(resolution: &Resolution, asked: &[(String, String)]) -> b
         })
 }
 
+/// Whether this request may modify `mpid`: it carries the device's binding to that user, or,
+/// from the iOS SDK (which never sends the binding back), it is signed with the input's secret
+/// as the mobile SDKs sign every call (`signed`: the headers, the default path and the
+/// uncompressed body).
+fn may_modify(
+    state: &AppState,
+    input: &InputEntry,
+    mpid: Mpid,
+    request: &IdentityRequest,
+    signed: (&HeaderMap, &str, &[u8]),
+) -> Result<(), IdentityError> {
+    let context = request.context.as_ref().and_then(Value::as_str);
+    let max_age_ms = i64::try_from(state.config.identity.binding_max_age_secs)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1000);
+    let (id, secret) = (input.id.as_str(), &input.secret);
+    let refusal = match binding::check(context, secret, id, mpid, now_ms(), max_age_ms) {
+        Ok(()) => return Ok(()),
+        Err(refusal) => refusal,
+    };
+    let (headers, path, body) = signed;
+    let skew = state.config.ingest.mobile_max_clock_skew_secs;
+    if input.platform == Platform::Ios && check_signed(headers, secret, path, body, skew).is_ok() {
+        return Ok(());
+    }
+    Err(IdentityError::not_bound(mpid, refusal))
+}
+
 async fn modify(
     State(state): State<AppState>,
-    Path(mpid): Path<String>,
+    Path(raw_mpid): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let result = async {
         let input = input_of(&state, &headers)?;
-        let mpid: Mpid = mpid.parse().map_err(|_| {
+        let body = body_of(&state, body)?;
+        let mpid: Mpid = raw_mpid.parse().map_err(|_| {
             IdentityError::bad_request("The MPID in the path is not a 64-bit integer.")
         })?;
-        let request = parse(&gunzip(&state, &headers, &body)?)?;
+        let plain = gunzip(&state, &headers, &body)?;
+        let request = parse(&plain)?;
         let changes = changes_of(request.identity_changes.as_deref().unwrap_or_default())?;
-        let context = request.context.as_ref().and_then(Value::as_str);
-        let max_age_ms = i64::try_from(state.config.identity.binding_max_age_secs)
-            .unwrap_or(i64::MAX)
-            .saturating_mul(1000);
-        binding::check(
-            context,
-            &input.secret,
-            input.id.as_str(),
+        let signed_path = format!("/v1/{raw_mpid}/modify");
+        may_modify(
+            &state,
+            &input,
             mpid,
-            now_ms(),
-            max_age_ms,
-        )
-        .map_err(|refusal| IdentityError::not_bound(mpid, refusal))?;
+            &request,
+            (&headers, &signed_path, &plain),
+        )?;
         let resolution = state
             .store
             .modify_identities(mpid, &changes, now_ms())
@@ -369,6 +402,21 @@ fn input_of(state: &AppState, headers: &HeaderMap) -> Result<InputEntry, Identit
         )
     })?;
     Ok(input)
+}
+
+/// The body as sent, or 413 in IDSync's error shape when it is over the body limit.
+fn body_of(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes, IdentityError> {
+    body.map_err(|rejection| {
+        let limit = state.config.ingest.max_body_bytes;
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            IdentityError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("Identity request body is too large: over {limit} bytes."),
+            )
+        } else {
+            IdentityError::bad_request(format!("Identity request body unreadable: {rejection}."))
+        }
+    })
 }
 
 /// Android gzips identity bodies; the others send them plain. A body too large once inflated

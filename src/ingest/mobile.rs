@@ -128,6 +128,21 @@ impl<'h> Signed<'h> {
     }
 }
 
+/// Checks a request signed as the mobile SDKs sign every call: the signature over `path` (the
+/// default path, whatever path was called) and the uncompressed `body`, and a `Date` within
+/// `max_skew_secs` of now. IDSync uses it for the iOS SDK's modify, which carries no binding.
+pub(crate) fn check_signed(
+    headers: &HeaderMap,
+    secret: &str,
+    path: &str,
+    body: &[u8],
+    max_skew_secs: u64,
+) -> Result<(), IngestError> {
+    let signed = Signed::from_headers(headers)?;
+    check_date(signed.date, now_ms() / 1000, max_skew_secs)?;
+    signed.verify(secret, path, body)
+}
+
 /// Refuses a signed `Date` more than `max_skew_secs` from `now` (Unix seconds), so a captured
 /// upload cannot be replayed later on.
 fn check_date(date: &str, now: i64, max_skew_secs: u64) -> Result<(), IngestError> {

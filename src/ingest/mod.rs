@@ -15,6 +15,8 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
+pub(crate) use mobile::check_signed;
+
 use crate::state::AppState;
 
 /// The ingest routes, with the configured body limit. Browser-facing routes answer CORS.

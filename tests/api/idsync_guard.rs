@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, spawn_app, spawn_app_with};
+use crate::mobile::{date_in, sign};
 
 async fn idsync(app: &TestApp, key: &str, path: &str, body: Value) -> (u16, Value) {
     let response = app
@@ -203,6 +204,78 @@ async fn web_batches_without_an_mpid_create_no_users() {
         app.count("users").await,
         0,
         "but made-up devices make no users"
+    );
+    app.stop().await.unwrap();
+}
+
+/// A modify as the iOS SDK sends it: plain JSON, no `context`, signed over the default path.
+async fn ios_modify(app: &TestApp, input: &Value, mpid: &str, secret: &str) -> u16 {
+    let body = change_email("i@example.com", "j@example.com", &Value::Null).to_string();
+    let date = date_in(0);
+    let path = format!("/v1/{mpid}/modify");
+    let response = app
+        .client
+        .post(format!("{}/identity{path}", app.base))
+        .header("x-mp-key", input["api_key"].as_str().unwrap())
+        .header("content-type", "application/json")
+        .header("date", &date)
+        .header(
+            "x-mp-signature",
+            sign(secret, &date, &path, body.as_bytes()),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    response.status().as_u16()
+}
+
+#[tokio::test]
+async fn an_ios_modify_is_allowed_by_the_apps_signature_instead_of_a_binding() {
+    let app = spawn_app().await;
+    for platform in ["ios", "android"] {
+        let input = app.create_input(platform).await;
+        let key = input["api_key"].as_str().unwrap();
+        let secret = input["api_secret"].as_str().unwrap();
+        let device = json!({"known_identities": {"email": "i@example.com",
+            "device_application_stamp": format!("{platform}-device")}});
+        let (_, answer) = idsync(&app, key, "/v1/identify", device).await;
+        let mpid = answer["mpid"].as_str().unwrap();
+        assert_eq!(ios_modify(&app, &input, mpid, "not-the-secret").await, 403);
+        let signed = ios_modify(&app, &input, mpid, secret).await;
+        if platform == "ios" {
+            assert_eq!(signed, 200, "the iOS SDK signs and cannot send a binding");
+            assert_eq!(email_of(&app, mpid).await, "j@example.com");
+        } else {
+            assert_eq!(
+                signed, 403,
+                "Android sends its binding back: a signature is not enough"
+            );
+        }
+    }
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_plain_identity_body_over_the_limit_is_413() {
+    let app = spawn_app().await;
+    let input = app.create_input("web").await;
+    let padding = "x".repeat(300 * 1024);
+    let body = json!({"known_identities": {"email": "big@example.com"}, "padding": padding});
+    let (status, answer) = idsync(
+        &app,
+        input["api_key"].as_str().unwrap(),
+        "/v1/identify",
+        body,
+    )
+    .await;
+    assert_eq!(status, 413, "{answer}");
+    assert!(
+        answer["Errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too large"),
+        "{answer}"
     );
     app.stop().await.unwrap();
 }

@@ -12,7 +12,7 @@ use sha2::Sha256;
 use crate::helpers::{Receiver, TestApp, spawn_app};
 
 /// A `Date` header as the SDKs send it, `offset` seconds from now.
-fn date_in(offset: i64) -> String {
+pub fn date_in(offset: i64) -> String {
     let now = SystemTime::now();
     let by = Duration::from_secs(offset.unsigned_abs());
     let at = if offset >= 0 { now + by } else { now - by };
@@ -31,7 +31,7 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// The SDKs' signature: hex HMAC-SHA256 of `POST\n{Date}\n{default path}{uncompressed body}`.
-fn sign(secret: &str, date: &str, path: &str, body: &[u8]) -> String {
+pub fn sign(secret: &str, date: &str, path: &str, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(format!("POST\n{date}\n{path}").as_bytes());
     mac.update(body);
