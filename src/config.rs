@@ -118,7 +118,7 @@ pub struct HttpConfig {
     pub idle_timeout_secs: u64,
 }
 
-/// Events API limits.
+/// Limits of the ingest routes (Events API and SDK endpoints).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IngestConfig {
@@ -128,6 +128,8 @@ pub struct IngestConfig {
     pub max_bulk_batches: usize,
     /// Most seconds a signed mobile upload's `Date` may be from the server's clock, either way.
     pub mobile_max_clock_skew_secs: u64,
+    /// Most events in one batch, on every ingest route.
+    pub max_events_per_batch: usize,
 }
 
 /// Webhook delivery settings.
@@ -255,8 +257,12 @@ impl Config {
             bail!("delivery.lane_capacity must be at least 4");
         }
         self.http.validate()?;
-        if self.ingest.max_bulk_batches == 0 || self.ingest.max_body_bytes == 0 {
-            bail!("ingest.max_bulk_batches and ingest.max_body_bytes must be positive");
+        let i = &self.ingest;
+        if i.max_bulk_batches == 0 || i.max_body_bytes == 0 || i.max_events_per_batch == 0 {
+            bail!(
+                "ingest.max_bulk_batches, ingest.max_body_bytes and ingest.max_events_per_batch \
+                 must be positive"
+            );
         }
         self.check_replay_window()?;
         Ok(())
@@ -351,6 +357,7 @@ mod tests {
         assert_eq!(c.delivery.retry_window_secs, 86_400);
         assert_eq!(c.shutdown_deadline_secs, 30);
         assert_eq!(c.http.max_connections, 512);
+        assert_eq!(c.ingest.max_events_per_batch, 1000);
     }
 
     #[test]

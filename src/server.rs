@@ -141,6 +141,7 @@ pub async fn run(
         Arc::clone(&live),
         Arc::clone(&metrics),
         Arc::clone(&crowded) as _,
+        config.ingest.max_events_per_batch,
     );
     let ctx = Arc::new(DeliveryContext::new(
         Arc::clone(&catalog),

@@ -171,6 +171,9 @@ impl From<AcceptError> for IngestError {
     fn from(error: AcceptError) -> Self {
         match error {
             AcceptError::Invalid(message) => IngestError::bad_request("invalid_batch", message),
+            AcceptError::TooManyEvents(message) => {
+                IngestError::bad_request("too_many_events", message)
+            }
             AcceptError::Unavailable => IngestError::unavailable(),
         }
     }

@@ -51,6 +51,9 @@ pub(crate) enum AcceptError {
     /// A document is not a valid batch; the message names the field.
     #[error("{0}")]
     Invalid(String),
+    /// A batch holds more events than a batch may; the message names the batch and the limit.
+    #[error("{0}")]
+    TooManyEvents(String),
     /// The database or the writer failed; the client should retry.
     #[error("storage unavailable")]
     Unavailable,
@@ -67,6 +70,7 @@ impl AcceptError {
     pub(crate) fn reason(&self) -> &'static str {
         match self {
             AcceptError::Invalid(_) => "invalid_batch",
+            AcceptError::TooManyEvents(_) => "too_many_events",
             AcceptError::Unavailable => "unavailable",
         }
     }
@@ -87,6 +91,8 @@ struct Inner {
     live: Arc<LiveStream>,
     metrics: Arc<Metrics>,
     handoff: Arc<dyn Handoff>,
+    /// Most events one batch may hold (`ingest.max_events_per_batch`).
+    max_events_per_batch: usize,
 }
 
 impl Pipeline {
@@ -97,6 +103,7 @@ impl Pipeline {
         live: Arc<LiveStream>,
         metrics: Arc<Metrics>,
         handoff: Arc<dyn Handoff>,
+        max_events_per_batch: usize,
     ) -> Self {
         let inner = Inner {
             catalog,
@@ -105,6 +112,7 @@ impl Pipeline {
             live,
             metrics,
             handoff,
+            max_events_per_batch,
         };
         Self {
             inner: Arc::new(inner),
@@ -131,6 +139,7 @@ impl Pipeline {
     ) -> Result<Accepted, AcceptError> {
         let inner = &*self.inner;
         let now = now_ms();
+        check_event_counts(&documents, inner.max_events_per_batch)?;
         let mut batches = normalize_all(documents, channel, now)?;
         // Only server-side inputs prove who they are (the input's secret); the others' new users
         // come from IDSync, under its caps.
@@ -198,6 +207,30 @@ impl Pipeline {
     }
 }
 
+/// Refuses the request if one of its batches holds more than `limit` events. Checked before
+/// anything is normalised: each event of a batch can become a webhook request per real-time
+/// connection, so an oversized batch costs nothing beyond its parsing.
+fn check_event_counts(documents: &[Document], limit: usize) -> Result<(), AcceptError> {
+    for document in documents {
+        let count = document
+            .body
+            .get("events")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        if count > limit {
+            let field = if document.location.is_empty() {
+                "events".to_owned()
+            } else {
+                format!("{}.events", document.location)
+            };
+            return Err(AcceptError::TooManyEvents(format!(
+                "Field \"{field}\" holds {count} events; a batch may hold at most {limit}."
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Every document as a normalised batch, or the first one's error.
 fn normalize_all(
     documents: Vec<Document>,
@@ -215,7 +248,35 @@ fn normalize_all(
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    fn with_events(location: &str, n: usize) -> Document {
+        Document {
+            location: location.to_owned(),
+            body: json!({"events": vec![json!({}); n]}),
+        }
+    }
+
+    #[test]
+    fn a_batch_over_the_event_cap_is_named_and_refused() {
+        assert!(check_event_counts(&[with_events("", 3)], 3).is_ok());
+        assert!(check_event_counts(&[Document::single(json!({}))], 3).is_ok());
+        let bulk = [with_events("[0]", 1), with_events("[1]", 4)];
+        let Err(error) = check_event_counts(&bulk, 3) else {
+            panic!("a batch of 4 events passed a cap of 3");
+        };
+        assert!(!error.is_server_fault());
+        assert_eq!(error.reason(), "too_many_events");
+        let AcceptError::TooManyEvents(message) = error else {
+            panic!("not a too-many-events error: {error:?}");
+        };
+        assert_eq!(
+            message,
+            "Field \"[1].events\" holds 4 events; a batch may hold at most 3."
+        );
+    }
 
     #[test]
     fn only_a_storage_failure_is_the_servers_fault_and_reasons_are_bounded() {
