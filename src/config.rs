@@ -92,7 +92,8 @@ pub struct IdentityConfig {
     pub max_new_users_per_client: u32,
 }
 
-/// Pruning of the batch log, attempt log and dead letters.
+/// Pruning of the batch log, attempt log and dead letters, and of what public keys write
+/// outside batches (kit forwarding statistics).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetentionConfig {
@@ -100,6 +101,19 @@ pub struct RetentionConfig {
     pub hours: u64,
     /// Seconds between two pruning passes.
     pub interval_secs: u64,
+    /// Days a kit's forwarding statistics are kept after its last report.
+    pub forwarding_stats_days: u64,
+}
+
+impl RetentionConfig {
+    /// Milliseconds forwarding statistics are kept after their last report.
+    pub fn forwarding_stats_ms(&self) -> i64 {
+        days_ms(self.forwarding_stats_days)
+    }
+}
+
+fn days_ms(days: u64) -> i64 {
+    i64::try_from(days.saturating_mul(86_400_000)).unwrap_or(i64::MAX)
 }
 
 /// The HTTP server's guards against clients that hold connections: a cap on open connections
@@ -130,6 +144,9 @@ pub struct IngestConfig {
     pub mobile_max_clock_skew_secs: u64,
     /// Most events in one batch, on every ingest route.
     pub max_events_per_batch: usize,
+    /// Most distinct client-side kits whose forwarding statistics an input keeps; reports of
+    /// further kits are counted together in one overflow bucket.
+    pub max_forwarding_kits_per_input: usize,
 }
 
 /// Webhook delivery settings.
@@ -258,11 +275,18 @@ impl Config {
         }
         self.http.validate()?;
         let i = &self.ingest;
-        if i.max_bulk_batches == 0 || i.max_body_bytes == 0 || i.max_events_per_batch == 0 {
+        if i.max_bulk_batches == 0
+            || i.max_body_bytes == 0
+            || i.max_events_per_batch == 0
+            || i.max_forwarding_kits_per_input == 0
+        {
             bail!(
-                "ingest.max_bulk_batches, ingest.max_body_bytes and ingest.max_events_per_batch \
-                 must be positive"
+                "ingest.max_bulk_batches, ingest.max_body_bytes, ingest.max_events_per_batch and \
+                 ingest.max_forwarding_kits_per_input must be positive"
             );
+        }
+        if self.retention.forwarding_stats_days == 0 {
+            bail!("retention.forwarding_stats_days must be positive");
         }
         self.check_replay_window()?;
         Ok(())
@@ -358,6 +382,8 @@ mod tests {
         assert_eq!(c.shutdown_deadline_secs, 30);
         assert_eq!(c.http.max_connections, 512);
         assert_eq!(c.ingest.max_events_per_batch, 1000);
+        assert_eq!(c.ingest.max_forwarding_kits_per_input, 100);
+        assert_eq!(c.retention.forwarding_stats_ms(), 30 * 86_400_000);
     }
 
     #[test]

@@ -332,7 +332,9 @@ async fn drain_writer(writer: &Writer, task: tokio::task::JoinHandle<()>) {
     let _ = task.await;
 }
 
-/// Deletes what is older than the retention, every `interval_secs`.
+/// Deletes what is older than the retention, every `interval_secs`: the batch log, attempts
+/// and dead letters, and what public keys write outside batches (forwarding statistics), so
+/// none of it grows without end.
 async fn prune_periodically(store: Store, retention: RetentionConfig, cancel: CancellationToken) {
     let keep_ms = i64::try_from(retention.hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
     loop {
@@ -340,13 +342,23 @@ async fn prune_periodically(store: Store, retention: RetentionConfig, cancel: Ca
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(Duration::from_secs(retention.interval_secs)) => {}
         }
-        match store
-            .prune(crate::model::now_ms().saturating_sub(keep_ms))
-            .await
-        {
-            Ok(0) => {}
-            Ok(deleted) => tracing::info!(deleted, "Pruned rows past the retention."),
-            Err(error) => tracing::warn!(%error, "Pruning old rows failed."),
+        let now = crate::model::now_ms();
+        // Each kind is pruned even when another one's statement failed.
+        let results = [
+            store.prune(now.saturating_sub(keep_ms)).await,
+            store
+                .prune_forwarding_stats(now.saturating_sub(retention.forwarding_stats_ms()))
+                .await,
+        ];
+        let mut deleted = 0;
+        for result in results {
+            match result {
+                Ok(n) => deleted += n,
+                Err(error) => tracing::warn!(%error, "Pruning old rows failed."),
+            }
+        }
+        if deleted > 0 {
+            tracing::info!(deleted, "Pruned rows past the retention.");
         }
     }
 }

@@ -9,7 +9,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{path_id, reload};
+use super::{Page, path_id, reload};
 use crate::error::{ApiError, AppJson};
 use crate::model::ids::{ConnectionId, InputId, OutputId};
 use crate::model::now_ms;
@@ -231,17 +231,6 @@ pub(crate) async fn delete(
         .map_err(not_found)?;
     reload(&state).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct Page {
-    limit: Option<i64>,
-}
-
-impl Page {
-    fn limit(&self) -> i64 {
-        self.limit.unwrap_or(100).clamp(1, 1000)
-    }
 }
 
 /// Recent delivery attempts of a connection, newest first.

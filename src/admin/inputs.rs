@@ -1,14 +1,15 @@
 //! Inputs: a platform (or custom feed) and the API key and secret its data arrives with.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use super::{check_name, path_id, reload};
+use super::{Page, check_name, path_id, reload};
 use crate::error::{ApiError, AppJson};
+use crate::model::forwarding::Kit;
 use crate::model::ids::InputId;
 use crate::model::settings::InputSettings;
 use crate::model::{Platform, now_ms};
@@ -191,21 +192,49 @@ pub(crate) async fn rotate_secret(
     Ok(Json(row.into()))
 }
 
-/// `GET /api/v1/inputs/{id}/forwarding-stats`: events each client-side kit reported forwarding.
+/// `?after=` of the forwarding-stats listing: the last kit of the previous page.
+#[derive(Debug, Deserialize)]
+pub(crate) struct AfterKit {
+    after: Option<String>,
+}
+
+/// `GET /api/v1/inputs/{id}/forwarding-stats?limit=&after=`: events each client-side kit
+/// reported forwarding, a page at a time (the `overflow` and `sideloaded` buckets, then kits by
+/// module id); `next` is the `after` of the next page, null on the last.
 pub(crate) async fn forwarding_stats(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    Query(page): Query<Page>,
+    Query(after): Query<AfterKit>,
 ) -> Result<Json<Value>, ApiError> {
+    let after = match after.after.as_deref() {
+        None => None,
+        Some(name) => Some(Kit::parse(name).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_cursor",
+                "`after` must be a kit from the listing: a module id, `overflow` or `sideloaded`",
+            )
+        })?),
+    };
     let id = input_id(&id)?;
     let not_found = |e| ApiError::from_store(e, "input_not_found", "input");
     state.store.get_input(&id).await.map_err(not_found)?;
-    let rows = state.store.forwarding_stats(&id).await.map_err(not_found)?;
-    let items: Vec<Value> = rows
-        .into_iter()
+    let limit = usize::try_from(page.limit()).unwrap_or(1);
+    let page = state
+        .store
+        .forwarding_stats(&id, after, limit)
+        .await
+        .map_err(not_found)?;
+    let items: Vec<Value> = page
+        .items
+        .iter()
         .map(|row| {
-            serde_json::json!({"module_id": row.module_id, "events": row.events,
-                               "last_reported_at": row.last_reported_at})
+            let kit = row.kit();
+            json!({"kit": kit.name(), "module_id": kit.module_id(), "events": row.events,
+                   "last_reported_at": row.last_reported_at})
         })
         .collect();
-    Ok(Json(serde_json::json!({ "items": items })))
+    Ok(Json(
+        json!({ "items": items, "next": page.next.map(Kit::name) }),
+    ))
 }

@@ -110,6 +110,18 @@ fn path_id<T: FromStr>(raw: &str, not_found: &'static str, what: &str) -> Result
         .map_err(|_| ApiError::not_found(not_found, what))
 }
 
+/// `?limit=` of a listing: 100 items unless given, between 1 and 1,000.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct Page {
+    limit: Option<i64>,
+}
+
+impl Page {
+    fn limit(&self) -> i64 {
+        self.limit.unwrap_or(100).clamp(1, 1000)
+    }
+}
+
 /// Checks a human-given name.
 fn check_name(name: &str) -> Result<String, ApiError> {
     let name = name.trim();

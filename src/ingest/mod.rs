@@ -7,6 +7,7 @@ mod auth;
 pub(crate) mod body;
 pub(crate) mod cors;
 mod events_api;
+mod forwarding;
 mod mobile;
 mod response;
 mod web;
@@ -33,10 +34,16 @@ pub(crate) fn router(max_body_bytes: usize) -> Router<AppState> {
         .route("/v2/JS/{key}/Events", post(web::legacy_events))
         .route("/v2/JS/{key}/events", post(web::legacy_events))
         .route("/webevents/v2/JS/{key}/Events", post(web::legacy_events))
-        .route("/v1/JS/{key}/Forwarding", post(web::forwarding))
-        .route("/v2/JS/{key}/Forwarding", post(web::forwarding))
-        .route("/webevents/v1/JS/{key}/Forwarding", post(web::forwarding))
-        .route("/webevents/v2/JS/{key}/Forwarding", post(web::forwarding))
+        .route("/v1/JS/{key}/Forwarding", post(forwarding::forwarding))
+        .route("/v2/JS/{key}/Forwarding", post(forwarding::forwarding))
+        .route(
+            "/webevents/v1/JS/{key}/Forwarding",
+            post(forwarding::forwarding),
+        )
+        .route(
+            "/webevents/v2/JS/{key}/Forwarding",
+            post(forwarding::forwarding),
+        )
         // The Web SDK says `Alias`, the mobile SDKs `alias`.
         .route("/v1/identity/{key}/Alias", post(web::alias))
         .route("/v1/identity/{key}/alias", post(web::alias))

@@ -1,5 +1,6 @@
 //! The Web SDK's endpoints: batched v3 uploads (`/v3/JS/{key}/events`, JSON sent as
-//! `text/plain` and authenticated by the key alone), the config request and alias requests.
+//! `text/plain` and authenticated by the key alone), the legacy per-event upload, the config
+//! request and alias requests. (Its forwarding statistics have a module of their own.)
 
 use axum::Json;
 use axum::body::Bytes;
@@ -21,7 +22,11 @@ use crate::state::AppState;
 use crate::store::identity_sql::NewAlias;
 
 /// The input a Web SDK request's key names; it must be a web input.
-fn web_input(state: &AppState, key: &str, headers: &HeaderMap) -> Result<InputEntry, IngestError> {
+pub(super) fn web_input(
+    state: &AppState,
+    key: &str,
+    headers: &HeaderMap,
+) -> Result<InputEntry, IngestError> {
     let input = state
         .catalog()
         .input_by_key(key)
@@ -121,58 +126,6 @@ fn config_answer(input: &InputEntry) -> Value {
         answer[key] = Value::from(host.as_str());
     }
     answer
-}
-
-/// `POST /v1/JS/{key}/Forwarding` (one report) and `/v2/JS/{key}/Forwarding`
-/// (`{"uuid", "data": [reports]}`): kit forwarding statistics, counted per kit and never
-/// forwarded to outputs.
-pub(crate) async fn forwarding(
-    State(state): State<AppState>,
-    Path(key): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let input = match web_input(&state, &key, &headers) {
-        Ok(input) => input,
-        Err(error) => return reject(&state, None, error),
-    };
-    let result = async {
-        let body = body.map_err(|r| {
-            IngestError::from_body_rejection(&r, state.config.ingest.max_body_bytes)
-        })?;
-        let report = parse_json(&body)?;
-        let reports = match report.get("data") {
-            Some(Value::Array(reports)) => reports.clone(),
-            _ => vec![report],
-        };
-        let mut per_kit: std::collections::BTreeMap<i64, i64> = std::collections::BTreeMap::new();
-        for report in &reports {
-            let kit = report.get("mid").and_then(Value::as_i64).ok_or_else(|| {
-                IngestError::bad_request(
-                    "invalid_forwarding",
-                    "Each forwarding report needs a numeric \"mid\".",
-                )
-            })?;
-            *per_kit.entry(kit).or_default() += 1;
-        }
-        let now = now_ms();
-        for (kit, events) in per_kit {
-            state
-                .store
-                .record_forwarding(&input.id, kit, events, now)
-                .await
-                .map_err(|error| {
-                    tracing::error!(%error, "Storing forwarding statistics failed.");
-                    IngestError::unavailable()
-                })?;
-        }
-        Ok(())
-    }
-    .await;
-    match result {
-        Ok(()) => StatusCode::ACCEPTED.into_response(),
-        Err(error) => reject(&state, Some(&input.id), error),
-    }
 }
 
 #[derive(Debug, Deserialize)]

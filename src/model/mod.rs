@@ -5,6 +5,7 @@ pub(crate) mod attempt;
 pub(crate) mod batch;
 pub(crate) mod destination;
 pub(crate) mod event_type;
+pub(crate) mod forwarding;
 pub(crate) mod identity;
 pub(crate) mod ids;
 pub(crate) mod legacy_web;

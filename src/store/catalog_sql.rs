@@ -43,14 +43,6 @@ pub(crate) struct ConnectionRow {
     pub(crate) updated_at: i64,
 }
 
-/// What one client-side kit reported forwarding for an input.
-#[derive(Debug, Clone, FromRow)]
-pub(crate) struct ForwardingStats {
-    pub(crate) module_id: i64,
-    pub(crate) events: i64,
-    pub(crate) last_reported_at: i64,
-}
-
 const INSERT_INPUT: Sql = Sql::shared(
     "INSERT INTO inputs \
      (id, name, platform, api_key, api_secret, created_at, settings) VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -106,16 +98,6 @@ const UPDATE_CONNECTION: Sql = Sql::shared(
 const DELETE_CONNECTION: Sql = Sql::shared("DELETE FROM connections WHERE id = $1");
 const DELETE_CONNECTION_JOBS: Sql = Sql::shared("DELETE FROM jobs WHERE connection_id = $1");
 const SELECT_REVISION: Sql = Sql::shared("SELECT settings FROM connection_revisions WHERE id = $1");
-
-const RECORD_FORWARDING: Sql = Sql::shared(
-    "INSERT INTO forwarding_stats (input_id, module_id, events, last_at) \
-     VALUES ($1, $2, $3, $4) ON CONFLICT (input_id, module_id) DO UPDATE SET \
-     events = forwarding_stats.events + excluded.events, last_at = excluded.last_at",
-);
-const SELECT_FORWARDING: Sql = Sql::shared(
-    "SELECT module_id, events, last_at AS last_reported_at FROM forwarding_stats \
-     WHERE input_id = $1 ORDER BY module_id",
-);
 
 const SELECT_META: Sql = Sql::shared("SELECT value FROM meta WHERE key = $1");
 const INSERT_META: Sql =
@@ -291,27 +273,6 @@ impl Store {
     pub(crate) async fn get_revision(&self, id: i64) -> StoreResult<String> {
         let row: Option<(String,)> = self.fetch_optional(SELECT_REVISION, args![id]).await?;
         row.map(|(settings,)| settings).ok_or(StoreError::NotFound)
-    }
-
-    /// Adds `events` forwarded by kit `module_id` to an input's statistics.
-    pub(crate) async fn record_forwarding(
-        &self,
-        input_id: &InputId,
-        module_id: i64,
-        events: i64,
-        now: i64,
-    ) -> StoreResult<()> {
-        let args = args![input_id, module_id, events, now];
-        self.execute(RECORD_FORWARDING, args).await?;
-        Ok(())
-    }
-
-    /// An input's kit forwarding statistics, by kit.
-    pub(crate) async fn forwarding_stats(
-        &self,
-        input_id: &InputId,
-    ) -> StoreResult<Vec<ForwardingStats>> {
-        Ok(self.fetch_all(SELECT_FORWARDING, args![input_id]).await?)
     }
 
     pub(crate) async fn get_meta(&self, key: &str) -> StoreResult<Option<String>> {

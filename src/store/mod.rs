@@ -11,6 +11,7 @@ mod catalog_changes;
 mod catalog_sql;
 #[cfg(test)]
 pub(crate) mod faults;
+pub(crate) mod forwarding_sql;
 mod group;
 pub(crate) mod identity_sql;
 mod private_files;

@@ -51,7 +51,7 @@ async fn forwarding_statistics_are_counted_per_kit_and_never_forwarded() {
         post(
             &app,
             &format!("/v2/JS/{key}/Forwarding"),
-            "{\"data\": [{}]}"
+            "{\"data\": [{\"mid\": \"x\"}]}"
         )
         .await
         .status(),

@@ -8,6 +8,7 @@ mod breaker;
 mod dashboard;
 mod delivery;
 mod events_per_batch;
+mod forwarding;
 mod helpers;
 mod identity;
 mod idsync_guard;

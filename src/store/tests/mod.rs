@@ -1,11 +1,13 @@
-//! The store suite: the delivery queue and the dashboard sessions tested on a real database,
-//! SQLite by default and PostgreSQL when `TEST_DATABASE_URL` names a server. Deterministic tests
-//! of each operation, and a model-based test of random operation sequences of the queue.
+//! The store suite: the delivery queue, the dashboard sessions and kit forwarding statistics
+//! tested on a real database, SQLite by default and PostgreSQL when `TEST_DATABASE_URL` names a
+//! server. Deterministic tests of each operation, and a model-based test of random operation
+//! sequences of the queue.
 
 mod catalog;
 mod commit;
 #[cfg(unix)]
 mod files;
+mod forwarding;
 pub(super) mod harness;
 mod model;
 mod queue;
