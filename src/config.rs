@@ -93,7 +93,7 @@ pub struct IdentityConfig {
 }
 
 /// Pruning of the batch log, attempt log and dead letters, and of what public keys write
-/// outside batches (kit forwarding statistics).
+/// outside batches (kit forwarding statistics, alias requests).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetentionConfig {
@@ -103,12 +103,19 @@ pub struct RetentionConfig {
     pub interval_secs: u64,
     /// Days a kit's forwarding statistics are kept after its last report.
     pub forwarding_stats_days: u64,
+    /// Days an alias request is kept after it arrived.
+    pub aliases_days: u64,
 }
 
 impl RetentionConfig {
     /// Milliseconds forwarding statistics are kept after their last report.
     pub fn forwarding_stats_ms(&self) -> i64 {
         days_ms(self.forwarding_stats_days)
+    }
+
+    /// Milliseconds alias requests are kept.
+    pub fn aliases_ms(&self) -> i64 {
+        days_ms(self.aliases_days)
     }
 }
 
@@ -285,8 +292,8 @@ impl Config {
                  ingest.max_forwarding_kits_per_input must be positive"
             );
         }
-        if self.retention.forwarding_stats_days == 0 {
-            bail!("retention.forwarding_stats_days must be positive");
+        if self.retention.forwarding_stats_days == 0 || self.retention.aliases_days == 0 {
+            bail!("retention.forwarding_stats_days and retention.aliases_days must be positive");
         }
         self.check_replay_window()?;
         Ok(())
@@ -384,6 +391,7 @@ mod tests {
         assert_eq!(c.ingest.max_events_per_batch, 1000);
         assert_eq!(c.ingest.max_forwarding_kits_per_input, 100);
         assert_eq!(c.retention.forwarding_stats_ms(), 30 * 86_400_000);
+        assert_eq!(c.retention.aliases_ms(), 30 * 86_400_000);
     }
 
     #[test]

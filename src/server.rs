@@ -333,8 +333,8 @@ async fn drain_writer(writer: &Writer, task: tokio::task::JoinHandle<()>) {
 }
 
 /// Deletes what is older than the retention, every `interval_secs`: the batch log, attempts
-/// and dead letters, and what public keys write outside batches (forwarding statistics), so
-/// none of it grows without end.
+/// and dead letters, and what public keys write outside batches (forwarding statistics,
+/// aliases), so none of it grows without end.
 async fn prune_periodically(store: Store, retention: RetentionConfig, cancel: CancellationToken) {
     let keep_ms = i64::try_from(retention.hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
     loop {
@@ -348,6 +348,9 @@ async fn prune_periodically(store: Store, retention: RetentionConfig, cancel: Ca
             store.prune(now.saturating_sub(keep_ms)).await,
             store
                 .prune_forwarding_stats(now.saturating_sub(retention.forwarding_stats_ms()))
+                .await,
+            store
+                .prune_aliases(now.saturating_sub(retention.aliases_ms()))
                 .await,
         ];
         let mut deleted = 0;

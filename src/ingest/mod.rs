@@ -1,8 +1,10 @@
-//! mParticle-compatible ingestion: the Events API (`/v2/events`, `/v2/bulkevents`) and the Web
-//! SDK's endpoints (v3 uploads, config, alias), with the CNAME path prefixes the SDKs use.
+//! mParticle-compatible ingestion: the Events API (`/v2/events`, `/v2/bulkevents`), the Web
+//! SDK's endpoints (v3 and legacy uploads, config, forwarding statistics, alias) and the mobile
+//! SDKs' (uploads, config, alias), with the CNAME path prefixes the SDKs use.
 //! These endpoints answer with mParticle's status codes and error bodies, not the admin API's,
 //! because real clients depend on them (spec §1.3).
 
+mod alias;
 mod auth;
 pub(crate) mod body;
 pub(crate) mod cors;
@@ -44,15 +46,15 @@ pub(crate) fn router(max_body_bytes: usize) -> Router<AppState> {
             "/webevents/v2/JS/{key}/Forwarding",
             post(forwarding::forwarding),
         )
-        // The Web SDK says `Alias`, the mobile SDKs `alias`.
-        .route("/v1/identity/{key}/Alias", post(web::alias))
-        .route("/v1/identity/{key}/alias", post(web::alias))
-        .route("/webevents/v1/identity/{key}/Alias", post(web::alias))
-        .route("/nativeevents/v1/identity/{key}/alias", post(web::alias))
+        // The Web SDK says `Alias`, the mobile SDKs `alias` (signed, see `alias`).
+        .route("/v1/identity/{key}/Alias", post(alias::web))
+        .route("/webevents/v1/identity/{key}/Alias", post(alias::web))
         .layer(cors::layer());
     let mobile = Router::new()
         .route("/v2/{key}/events", post(mobile::events))
         .route("/nativeevents/v2/{key}/events", post(mobile::events))
+        .route("/v1/identity/{key}/alias", post(alias::mobile))
+        .route("/nativeevents/v1/identity/{key}/alias", post(alias::mobile))
         .route("/v4/{key}/config", get(mobile::config))
         .route("/config/v4/{key}/config", get(mobile::config));
     server

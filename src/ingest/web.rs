@@ -1,6 +1,6 @@
 //! The Web SDK's endpoints: batched v3 uploads (`/v3/JS/{key}/events`, JSON sent as
-//! `text/plain` and authenticated by the key alone), the legacy per-event upload, the config
-//! request and alias requests. (Its forwarding statistics have a module of their own.)
+//! `text/plain` and authenticated by the key alone), the legacy per-event upload and the config
+//! request. (Its forwarding statistics and alias requests have modules of their own.)
 
 use axum::Json;
 use axum::body::Bytes;
@@ -8,18 +8,16 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::body::{decode_body, mpid_of, parse_json};
+use super::body::parse_json;
 use super::response::{IngestError, reject};
+use crate::model::Platform;
 use crate::model::batch::Channel;
 use crate::model::legacy_web;
-use crate::model::{Platform, now_ms};
 use crate::pipeline::Document;
 use crate::pipeline::catalog::InputEntry;
 use crate::state::AppState;
-use crate::store::identity_sql::NewAlias;
 
 /// The input a Web SDK request's key names; it must be a web input.
 pub(super) fn web_input(
@@ -126,74 +124,4 @@ fn config_answer(input: &InputEntry) -> Value {
         answer[key] = Value::from(host.as_str());
     }
     answer
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct AliasRequest {
-    data: AliasData,
-}
-
-#[derive(Debug, Deserialize)]
-struct AliasData {
-    source_mpid: Value,
-    destination_mpid: Value,
-    start_unixtime_ms: Option<i64>,
-    end_unixtime_ms: Option<i64>,
-}
-
-/// `POST /v1/identity/{key}/Alias`: records that one MPID's data belongs to another. (The
-/// mobile SDKs send the same body gzip-compressed to `/alias`.)
-pub(crate) async fn alias(
-    State(state): State<AppState>,
-    Path(key): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let Some(input) = state.catalog().input_by_key(&key) else {
-        return IngestError::forbidden().into_response();
-    };
-    if let Err(origin) = super::cors::origin_allowed(&input, &headers) {
-        return IngestError::origin_not_allowed(&origin).into_response();
-    }
-    let limit = state.config.ingest.max_body_bytes;
-    let body = body
-        .ok()
-        .and_then(|b| decode_body(&headers, &b, limit).ok());
-    let request: AliasRequest = match body.and_then(|b| serde_json::from_slice(&b).ok()) {
-        Some(request) => request,
-        None => {
-            return alias_error(
-                "Alias request must be JSON with data.source_mpid and data.destination_mpid.",
-            );
-        }
-    };
-    let (Some(source_mpid), Some(destination_mpid)) = (
-        mpid_of(&request.data.source_mpid),
-        mpid_of(&request.data.destination_mpid),
-    ) else {
-        return alias_error("data.source_mpid and data.destination_mpid must be 64-bit integers.");
-    };
-    let alias = NewAlias {
-        input_id: input.id,
-        source_mpid,
-        destination_mpid,
-        start_ms: request.data.start_unixtime_ms,
-        end_ms: request.data.end_unixtime_ms,
-    };
-    match state.store.insert_alias(&alias, now_ms()).await {
-        Ok(()) => StatusCode::ACCEPTED.into_response(),
-        Err(error) => {
-            tracing::error!(%error, "Storing an alias request failed.");
-            IngestError::unavailable().into_response()
-        }
-    }
-}
-
-/// The Web SDK surfaces a 400 alias body as `{code, message}`.
-fn alias_error(message: &str) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        Json(json!({"code": 400, "message": message})),
-    )
-        .into_response()
 }
