@@ -3,6 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::data_filter::DataFilter;
+use super::forwarding_rules::{self, ForwardingRules};
+
 /// Whether a connection forwards anything at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -37,6 +40,11 @@ pub(crate) struct ConnectionSettings {
     pub(crate) unique_id: Option<String>,
     /// Most webhook requests per second this connection sends from one node (`None`: no limit).
     pub(crate) rate_limit_per_second: Option<u32>,
+    /// Which event types, names and attributes, user attributes and identity types go out.
+    pub(crate) data_filter: DataFilter,
+    /// Attribute-value, login-identity, consent and sampling rules.
+    #[serde(deserialize_with = "forwarding_rules::deserialize")]
+    pub(crate) forwarding_rules: ForwardingRules,
 }
 
 impl Default for ConnectionSettings {
@@ -61,6 +69,8 @@ impl Default for ConnectionSettings {
             send_batches_without_events: true,
             unique_id: None,
             rate_limit_per_second: None,
+            data_filter: DataFilter::default(),
+            forwarding_rules: ForwardingRules::default(),
         }
     }
 }
@@ -88,6 +98,8 @@ pub(crate) enum SettingName {
     SendBatchesWithoutEvents,
     UniqueId,
     RateLimitPerSecond,
+    DataFilter,
+    ForwardingRules,
 }
 
 impl SettingName {
@@ -113,6 +125,8 @@ impl SettingName {
             Self::SendBatchesWithoutEvents => "send_batches_without_events",
             Self::UniqueId => "unique_id",
             Self::RateLimitPerSecond => "rate_limit_per_second",
+            Self::DataFilter => "data_filter",
+            Self::ForwardingRules => "forwarding_rules",
         }
     }
 }
@@ -131,6 +145,10 @@ pub(crate) enum SettingKind {
     OptionalText,
     /// A positive whole number, or `null` when unset.
     OptionalCount,
+    /// A [`DataFilter`] document: `send_new_data_points` and a list of rules.
+    DataFilter,
+    /// A [`ForwardingRules`] document.
+    ForwardingRules,
 }
 
 /// How a setting is presented: everything about it except its default, which is read from
@@ -162,6 +180,7 @@ const fn describe(
 /// Every connection setting, in the order forms show them (the order of [`ConnectionSettings`]).
 pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
     use SettingKind::{Boolean, MetadataExclusions, OptionalCount, OptionalText, Status};
+    use SettingKind::{DataFilter as Filter, ForwardingRules as Rules};
     use SettingName as N;
     &[
         describe(
@@ -277,6 +296,18 @@ pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
             "Rate Limit (requests per second)",
             OptionalCount,
             "Most webhook requests per second, per Boson node; requests beyond it wait their turn. Empty: no limit.",
+        ),
+        describe(
+            N::DataFilter,
+            "Data Filter",
+            Filter,
+            "Turn forwarding off per event type, event name, event attribute, user attribute and identity type; new data points follow the default.",
+        ),
+        describe(
+            N::ForwardingRules,
+            "Forwarding Rules",
+            Rules,
+            "Forward by an attribute's value, only users with a login identity, only with GDPR consent or without a CCPA opt-out, and a sample of users.",
         ),
     ]
 };
@@ -674,6 +705,97 @@ mod tests {
             described, keys,
             "SETTING_DESCRIPTORS must name every ConnectionSettings field once"
         );
+    }
+
+    #[test]
+    fn data_filter_and_forwarding_rules_parse_and_default_to_today() {
+        let s = ConnectionSettings::from_json(json!({
+            "data_filter": {
+                "send_new_data_points": false,
+                "rules": [
+                    {"event_type": "custom_event", "event_name": "Coupon Viewed", "send": false},
+                    {"event_type": "commerce_event", "event_name": "purchase", "attribute": "coupon_code", "send": false},
+                    {"user_attribute": "$Age", "send": false},
+                    {"identity_type": "email", "send": false}
+                ]
+            },
+            "forwarding_rules": {
+                "attribute": {"scope": "event", "name": "plan", "value": "pro", "mode": "only_forward"},
+                "require_login_identity": true,
+                "gdpr_purposes": ["marketing"],
+                "ccpa_respect_data_sale_opt_out": true,
+                "user_sample_percent": 50
+            }
+        }))
+        .unwrap();
+        let round_trip = ConnectionSettings::from_json(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(round_trip, s);
+        let defaults = default_settings_json();
+        assert_eq!(
+            defaults["data_filter"],
+            json!({"send_new_data_points": true, "rules": []})
+        );
+        assert_eq!(
+            defaults["forwarding_rules"],
+            json!({"attribute": null, "require_login_identity": false, "gdpr_purposes": [],
+                   "ccpa_respect_data_sale_opt_out": false, "user_sample_percent": 100})
+        );
+    }
+
+    #[test]
+    fn invalid_rules_name_the_field() {
+        let refused = [
+            (
+                json!({"data_filter": {"rules": [{"send": false}]}}),
+                "data_filter.rules[0]",
+            ),
+            (
+                json!({"data_filter": {"rules": [{"event_type": "nope", "send": false}]}}),
+                "data_filter.rules[0].event_type",
+            ),
+            (
+                json!({"data_filter": {"rules": [{"event_type": "custom_event", "send": true}, {"identity_type": "fax", "send": false}]}}),
+                "data_filter.rules[1].identity_type",
+            ),
+            (
+                json!({"data_filter": {"rules": [{"event_name": "x", "send": false}]}}),
+                "data_filter.rules[0]",
+            ),
+            (
+                json!({"data_filter": {"rules": [{"user_attribute": "a", "identity_type": "email", "send": false}]}}),
+                "data_filter.rules[0]",
+            ),
+            (
+                json!({"data_filter": {"rules": [{"user_attribute": "a"}]}}),
+                "data_filter",
+            ),
+            (
+                json!({"forwarding_rules": {"user_sample_percent": 0}}),
+                "forwarding_rules.user_sample_percent",
+            ),
+            (
+                json!({"forwarding_rules": {"user_sample_percent": 101}}),
+                "forwarding_rules.user_sample_percent",
+            ),
+            (
+                json!({"forwarding_rules": {"attribute": {"scope": "device", "name": "a", "value": "b", "mode": "only_forward"}}}),
+                "forwarding_rules",
+            ),
+            (
+                json!({"forwarding_rules": {"attribute": {"scope": "event", "name": "", "value": "b", "mode": "only_forward"}}}),
+                "forwarding_rules.attribute.name",
+            ),
+            (
+                json!({"forwarding_rules": {"gdpr_purposes": ["Marketing"]}}),
+                "forwarding_rules.gdpr_purposes[0]",
+            ),
+        ];
+        for (settings, field) in refused {
+            let error = ConnectionSettings::from_json(settings.clone())
+                .expect_err("refused")
+                .to_string();
+            assert!(error.contains(field), "{settings}: {error}");
+        }
     }
 
     #[test]
