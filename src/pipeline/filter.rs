@@ -292,6 +292,10 @@ fn remove_path(map: &mut Map<String, Value>, path: &str) {
 mod rules_tests;
 
 #[cfg(test)]
+#[path = "filter_props.rs"]
+mod rules_props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
