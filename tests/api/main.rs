@@ -7,6 +7,7 @@ mod admin;
 mod breaker;
 mod dashboard;
 mod delivery;
+mod filters;
 mod helpers;
 mod identity;
 mod idsync_guard;
