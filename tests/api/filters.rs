@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::helpers::{Received, Receiver, TestApp, spawn_app};
+use crate::live::LiveStream;
 
 /// Connects one webhook per case (name → settings; every case sends as batch) to a new input.
 async fn connect_cases(app: &TestApp, receiver: &Receiver, cases: &[(&str, Value)]) -> Value {
@@ -276,5 +277,78 @@ async fn half_sampling_forwards_half_the_users_the_same_ones_on_every_node() {
     let again = forwarded_users(&mut receiver).await;
     assert_eq!(first, again);
     second.stop().await.unwrap();
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_live_stream_names_the_rule_behind_each_decision() {
+    let app = spawn_app().await;
+    let receiver = Receiver::start().await;
+    let cases = [
+        (
+            "filter",
+            json!({"data_filter": {"rules": [
+                {"event_type": "custom_event", "event_name": "Coupon Viewed", "send": false},
+                {"event_type": "commerce_event", "event_name": "purchase", "attribute": "coupon_code", "send": false}
+            ]}}),
+        ),
+        (
+            "plan",
+            json!({"forwarding_rules": {"attribute":
+                {"scope": "event", "name": "plan", "value": "pro", "mode": "only_forward"}}}),
+        ),
+        (
+            "gdpr",
+            json!({"forwarding_rules": {"gdpr_purposes": ["marketing"]}}),
+        ),
+        (
+            "ccpa",
+            json!({"forwarding_rules": {"ccpa_respect_data_sale_opt_out": true}}),
+        ),
+        (
+            "half",
+            json!({"forwarding_rules": {"user_sample_percent": 50}}),
+        ),
+    ];
+    let input = connect_cases(&app, &receiver, &cases).await;
+    let mut live = LiveStream::open(
+        &app,
+        &format!(
+            "input_id={}&direction=outbound",
+            input["id"].as_str().unwrap()
+        ),
+    )
+    .await;
+    for mpid in 0..20 {
+        let batch = json!({
+            "mpid": mpid,
+            "consent_state": {"ccpa": {"data_sale_opt_out": {"consented": true, "timestamp_unixtime_ms": 1}}},
+            "events": [custom("Coupon Viewed", json!({})), purchase(json!({"coupon_code": "SAVE"}))],
+        });
+        assert_eq!(app.post_events(&input, batch).await.status(), 202);
+    }
+    let mut expected: BTreeSet<String> = [
+        "filtered (data_filter: custom_event \"Coupon Viewed\")",
+        "forwarded · attribute removed (data_filter: coupon_code)",
+        "filtered (forwarding_rule: plan)",
+        "filtered (consent: gdpr marketing)",
+        "filtered (consent: ccpa)",
+        "filtered (sampling 50%)",
+    ]
+    .map(str::to_owned)
+    .into();
+    while !expected.is_empty() {
+        let Some(item) = live.next_within(Duration::from_secs(10)).await else {
+            panic!("never shown: {expected:?}");
+        };
+        let shown = match (&item["reason"], &item["note"]) {
+            (Value::String(reason), _) => {
+                format!("{} ({reason})", item["outcome"].as_str().unwrap())
+            }
+            (_, Value::String(note)) => format!("{} · {note}", item["outcome"].as_str().unwrap()),
+            _ => continue,
+        };
+        expected.remove(&shown);
+    }
     app.stop().await.unwrap();
 }

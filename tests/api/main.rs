@@ -13,6 +13,7 @@ mod identity;
 mod idsync_guard;
 mod ingest;
 mod legacy_web;
+mod live;
 mod mobile;
 mod multinode;
 mod process;
