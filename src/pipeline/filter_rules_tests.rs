@@ -19,11 +19,11 @@ fn settings(rules: Value) -> ConnectionSettings {
     ConnectionSettings::from_json(patch).expect("valid settings")
 }
 
-fn custom(name: &str, attributes: Value) -> Value {
+fn custom(name: &str, attributes: &Value) -> Value {
     json!({"event_type": "custom_event", "data": {"event_name": name, "custom_event_type": "other", "custom_attributes": attributes}})
 }
 
-fn purchase(attributes: Value) -> Value {
+fn purchase(attributes: &Value) -> Value {
     json!({"event_type": "commerce_event", "data": {"product_action": {"action": "purchase"}, "custom_attributes": attributes}})
 }
 
@@ -31,7 +31,7 @@ fn screen(name: &str) -> Value {
     json!({"event_type": "screen_view", "data": {"screen_name": name}})
 }
 
-fn batch(events: Vec<Value>) -> Value {
+fn batch(events: &[Value]) -> Value {
     json!({
         "events": events,
         "mpid": 42,
@@ -76,10 +76,10 @@ fn event_type_name_and_attribute_rules() {
         {"event_type": "commerce_event", "event_name": "purchase", "attribute": "coupon_code", "send": false},
         {"event_type": "screen_view", "send": false}
     ]}}));
-    let doc = batch(vec![
-        custom("Coupon Viewed", json!({"a": 1})),
-        custom("Other", json!({"coupon_code": "X"})),
-        purchase(json!({"coupon_code": "X", "total": 3})),
+    let doc = batch(&[
+        custom("Coupon Viewed", &json!({"a": 1})),
+        custom("Other", &json!({"coupon_code": "X"})),
+        purchase(&json!({"coupon_code": "X", "total": 3})),
         screen("Home"),
     ]);
     let (plan, body) = sent(&s, &doc);
@@ -113,9 +113,9 @@ fn without_new_data_points_only_send_true_rules_leave() {
             {"identity_type": "customer_id", "send": true}
         ]}}),
     );
-    let doc = batch(vec![
-        custom("Known", json!({"kept": 1, "dropped": 2})),
-        custom("Never Seen", json!({})),
+    let doc = batch(&[
+        custom("Known", &json!({"kept": 1, "dropped": 2})),
+        custom("Never Seen", &json!({})),
         screen("Home"),
     ]);
     let (plan, body) = sent(&s, &doc);
@@ -145,7 +145,7 @@ fn user_attribute_and_identity_rules_strip_the_batch() {
         {"user_attribute": "$Age", "send": false},
         {"identity_type": "email", "send": false}
     ]}}));
-    let (_, body) = sent(&s, &batch(vec![custom("A", json!({}))]));
+    let (_, body) = sent(&s, &batch(&[custom("A", &json!({}))]));
     assert_eq!(
         body["user_attributes"],
         json!({"plan": "pro", "tier": "gold"})
@@ -161,10 +161,10 @@ fn user_attribute_and_identity_rules_strip_the_batch() {
 fn attribute_forwarding_rule_on_events_and_users() {
     let only = settings(json!({"forwarding_rules": {"attribute":
         {"scope": "event", "name": "plan", "value": "pro", "mode": "only_forward"}}}));
-    let doc = batch(vec![
-        custom("A", json!({"plan": "pro"})),
-        custom("B", json!({"plan": "Pro"})),
-        custom("C", json!({})),
+    let doc = batch(&[
+        custom("A", &json!({"plan": "pro"})),
+        custom("B", &json!({"plan": "Pro"})),
+        custom("C", &json!({})),
     ]);
     let (plan, _) = sent(&only, &doc);
     assert_eq!(
@@ -191,7 +191,7 @@ fn attribute_forwarding_rule_on_events_and_users() {
 
 #[test]
 fn login_identity_and_consent_rules_drop_the_whole_user() {
-    let mut anonymous = batch(vec![custom("A", json!({}))]);
+    let mut anonymous = batch(&[custom("A", &json!({}))]);
     anonymous["user_identities"] = json!([]);
     let login = settings(json!({"forwarding_rules": {"require_login_identity": true}}));
     assert_eq!(
@@ -199,33 +199,33 @@ fn login_identity_and_consent_rules_drop_the_whole_user() {
         ["forwarding_rule: login identity"]
     );
     assert_eq!(
-        reasons(&sent(&login, &batch(vec![custom("A", json!({}))])).0),
+        reasons(&sent(&login, &batch(&[custom("A", &json!({}))])).0),
         ["forwarded"]
     );
 
     let gdpr = settings(json!({"forwarding_rules": {"gdpr_purposes": ["marketing", "analytics"]}}));
     assert_eq!(
-        reasons(&sent(&gdpr, &batch(vec![custom("A", json!({}))])).0),
+        reasons(&sent(&gdpr, &batch(&[custom("A", &json!({}))])).0),
         ["consent: gdpr analytics"]
     );
     let gdpr = settings(json!({"forwarding_rules": {"gdpr_purposes": ["marketing"]}}));
     assert_eq!(
-        reasons(&sent(&gdpr, &batch(vec![custom("A", json!({}))])).0),
+        reasons(&sent(&gdpr, &batch(&[custom("A", &json!({}))])).0),
         ["forwarded"]
     );
 
     let ccpa = settings(json!({"forwarding_rules": {"ccpa_respect_data_sale_opt_out": true}}));
-    let mut opted_out = batch(vec![]);
+    let mut opted_out = batch(&[]);
     opted_out["consent_state"]["ccpa"]["data_sale_opt_out"]["consented"] = json!(true);
     let (plan, _) = sent(&ccpa, &opted_out);
     assert!(
         plan.payloads.is_empty(),
         "a batch without events is user data too"
     );
-    opted_out["events"] = json!([custom("A", json!({}))]);
+    opted_out["events"] = json!([custom("A", &json!({}))]);
     assert_eq!(reasons(&sent(&ccpa, &opted_out).0), ["consent: ccpa"]);
     assert_eq!(
-        reasons(&sent(&ccpa, &batch(vec![custom("A", json!({}))])).0),
+        reasons(&sent(&ccpa, &batch(&[custom("A", &json!({}))])).0),
         ["forwarded"]
     );
 }
@@ -235,7 +235,7 @@ fn sampling_is_per_mpid_and_stable() {
     let half = settings(json!({"forwarding_rules": {"user_sample_percent": 50}}));
     let mut forwarded = 0;
     for mpid in 0..2000_i64 {
-        let mut doc = batch(vec![custom("A", json!({})), screen("B")]);
+        let mut doc = batch(&[custom("A", &json!({})), screen("B")]);
         doc["mpid"] = json!(mpid);
         let plan = sent(&half, &doc).0;
         let verdicts = reasons(&plan);

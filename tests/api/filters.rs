@@ -32,12 +32,12 @@ async fn received_by_case(receiver: &mut Receiver) -> BTreeMap<String, Vec<Recei
     got
 }
 
-fn custom(name: &str, attributes: Value) -> Value {
+fn custom(name: &str, attributes: &Value) -> Value {
     json!({"event_type": "custom_event",
            "data": {"event_name": name, "custom_event_type": "other", "custom_attributes": attributes}})
 }
 
-fn purchase(attributes: Value) -> Value {
+fn purchase(attributes: &Value) -> Value {
     json!({"event_type": "commerce_event",
            "data": {"product_action": {"action": "purchase", "total_amount": 5.0}, "custom_attributes": attributes}})
 }
@@ -89,10 +89,10 @@ async fn the_data_filter_removes_events_attributes_user_attributes_and_identitie
         "user_identities": {"customer_id": "c-7", "email": "u7@example.com"},
         "user_attributes": {"$Age": 41, "tier": "gold"},
         "events": [
-            custom("Coupon Viewed", json!({})),
-            custom("Clicked", json!({"button": "buy", "page": "home"})),
-            custom("Never Seen Before", json!({})),
-            purchase(json!({"coupon_code": "SAVE", "channel": "web"})),
+            custom("Coupon Viewed", &json!({})),
+            custom("Clicked", &json!({"button": "buy", "page": "home"})),
+            custom("Never Seen Before", &json!({})),
+            purchase(&json!({"coupon_code": "SAVE", "channel": "web"})),
         ],
     });
     assert_eq!(app.post_events(&input, batch).await.status(), 202);
@@ -174,13 +174,13 @@ async fn forwarding_rules_follow_attribute_values_login_and_consent() {
         "user_identities": {"customer_id": "c-1"},
         "user_attributes": {"tier": "gold"},
         "consent_state": consent(true, false),
-        "events": [custom("Pro", json!({"plan": "pro"})), custom("Missing", json!({}))],
+        "events": [custom("Pro", &json!({"plan": "pro"})), custom("Missing", &json!({}))],
     });
     let anonymous = json!({
         "mpid": 2,
         "user_attributes": {"tier": "silver"},
         "consent_state": consent(false, true),
-        "events": [custom("Free", json!({"plan": "free"})), custom("Pro Too", json!({"plan": "pro"}))],
+        "events": [custom("Free", &json!({"plan": "free"})), custom("Pro Too", &json!({"plan": "pro"}))],
     });
     for batch in [known, anonymous] {
         assert_eq!(app.post_events(&input, batch).await.status(), 202);
@@ -238,7 +238,7 @@ async fn post_users(app: &TestApp, input: &Value, mpids: std::ops::Range<i64>) {
     for chunk in mpids.chunks(100) {
         let bulk: Vec<Value> = chunk
             .iter()
-            .map(|mpid| json!({"mpid": mpid, "events": [custom("A", json!({})), custom("B", json!({}))]}))
+            .map(|mpid| json!({"mpid": mpid, "events": [custom("A", &json!({})), custom("B", &json!({}))]}))
             .collect();
         let response = app
             .post_raw(input, "/v2/bulkevents", Value::Array(bulk).to_string())
@@ -323,7 +323,7 @@ async fn the_live_stream_names_the_rule_behind_each_decision() {
         let batch = json!({
             "mpid": mpid,
             "consent_state": {"ccpa": {"data_sale_opt_out": {"consented": true, "timestamp_unixtime_ms": 1}}},
-            "events": [custom("Coupon Viewed", json!({})), purchase(json!({"coupon_code": "SAVE"}))],
+            "events": [custom("Coupon Viewed", &json!({})), purchase(&json!({"coupon_code": "SAVE"}))],
         });
         assert_eq!(app.post_events(&input, batch).await.status(), 202);
     }
