@@ -142,7 +142,8 @@ impl DataFilter {
             .into_iter()
             .enumerate()
             .map(|(i, rule)| parse_rule(rule, &format!("data_filter.rules[{i}]")))
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<DataFilterRule>, _>>()?;
+        refuse_duplicates(&rules)?;
         Ok(Self {
             send_new_data_points: wire.send_new_data_points,
             rules,
@@ -198,6 +199,18 @@ impl DataPointRef<'_> {
     }
 }
 
+/// Two rules on one data point could disagree; which one wins would be a guess.
+fn refuse_duplicates(rules: &[DataFilterRule]) -> Result<(), String> {
+    for (i, rule) in rules.iter().enumerate() {
+        if let Some(first) = rules[..i].iter().position(|r| r.point == rule.point) {
+            return Err(format!(
+                "`data_filter.rules[{i}]` names the same data point as `data_filter.rules[{first}]`"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn parse_rule(value: Value, at: &str) -> Result<DataFilterRule, String> {
     let wire: WireRule = serde_json::from_value(value).map_err(|e| format!("`{at}`: {e}"))?;
     let send = wire
@@ -250,5 +263,112 @@ fn non_empty(text: String, at: &str) -> Result<String, String> {
         Err(format!("`{at}` must not be empty"))
     } else {
         Ok(text)
+    }
+}
+
+/// The `data_filter` and `forwarding_rules` keys as connection settings parse them.
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::model::settings::{ConnectionSettings, default_settings_json};
+
+    #[test]
+    fn data_filter_and_forwarding_rules_parse_and_default_to_today() {
+        let s = ConnectionSettings::from_json(json!({
+            "data_filter": {
+                "send_new_data_points": false,
+                "rules": [
+                    {"event_type": "custom_event", "event_name": "Coupon Viewed", "send": false},
+                    {"event_type": "commerce_event", "event_name": "purchase", "attribute": "coupon_code", "send": false},
+                    {"user_attribute": "$Age", "send": false},
+                    {"identity_type": "email", "send": false}
+                ]
+            },
+            "forwarding_rules": {
+                "attribute": {"scope": "event", "name": "plan", "value": "pro", "mode": "only_forward"},
+                "require_login_identity": true,
+                "gdpr_purposes": ["marketing"],
+                "ccpa_respect_data_sale_opt_out": true,
+                "user_sample_percent": 50
+            }
+        }))
+        .unwrap();
+        let round_trip = ConnectionSettings::from_json(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(round_trip, s);
+        let defaults = default_settings_json();
+        assert_eq!(
+            defaults["data_filter"],
+            json!({"send_new_data_points": true, "rules": []})
+        );
+        assert_eq!(
+            defaults["forwarding_rules"],
+            json!({"attribute": null, "require_login_identity": false, "gdpr_purposes": [],
+                   "ccpa_respect_data_sale_opt_out": false, "user_sample_percent": 100})
+        );
+    }
+
+    #[test]
+    fn invalid_rules_name_the_field() {
+        let refused = [
+            (
+                json!({"data_filter": {"rules": [{"send": false}]}}),
+                "data_filter.rules[0]",
+            ),
+            (
+                json!({"data_filter": {"rules": [{"event_type": "nope", "send": false}]}}),
+                "data_filter.rules[0].event_type",
+            ),
+            (
+                json!({"data_filter": {"rules": [{"event_type": "custom_event", "send": true}, {"identity_type": "fax", "send": false}]}}),
+                "data_filter.rules[1].identity_type",
+            ),
+            (
+                json!({"data_filter": {"rules": [{"event_name": "x", "send": false}]}}),
+                "data_filter.rules[0]",
+            ),
+            (
+                json!({"data_filter": {"rules": [{"user_attribute": "a", "identity_type": "email", "send": false}]}}),
+                "data_filter.rules[0]",
+            ),
+            (
+                json!({"data_filter": {"rules": [{"user_attribute": "a"}]}}),
+                "data_filter",
+            ),
+            (
+                json!({"forwarding_rules": {"user_sample_percent": 0}}),
+                "forwarding_rules.user_sample_percent",
+            ),
+            (
+                json!({"forwarding_rules": {"user_sample_percent": 101}}),
+                "forwarding_rules.user_sample_percent",
+            ),
+            (
+                json!({"forwarding_rules": {"attribute": {"scope": "device", "name": "a", "value": "b", "mode": "only_forward"}}}),
+                "forwarding_rules",
+            ),
+            (
+                json!({"forwarding_rules": {"attribute": {"scope": "event", "name": "", "value": "b", "mode": "only_forward"}}}),
+                "forwarding_rules.attribute.name",
+            ),
+            (
+                json!({"forwarding_rules": {"gdpr_purposes": ["Marketing"]}}),
+                "forwarding_rules.gdpr_purposes[0]",
+            ),
+            (
+                json!({"data_filter": {"rules": [
+                    {"user_attribute": "a", "send": false},
+                    {"identity_type": "email", "send": false},
+                    {"user_attribute": "a", "send": true}
+                ]}}),
+                "data_filter.rules[2]",
+            ),
+        ];
+        for (settings, field) in refused {
+            let error = ConnectionSettings::from_json(settings.clone())
+                .expect_err("refused")
+                .to_string();
+            assert!(error.contains(field), "{settings}: {error}");
+        }
     }
 }
