@@ -60,6 +60,13 @@ pub(crate) struct LiveItem {
         serialize_with = "setting_name"
     )]
     pub(crate) setting: Option<SettingName>,
+    /// The rule within the setting that filtered the event, as shown after `filtered`:
+    /// `data_filter: custom_event "Coupon Viewed"`, `consent: ccpa`, `sampling 50%`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reason: Option<String>,
+    /// What a setting changed in a forwarded event: `attribute removed (data_filter: coupon_code)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) note: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) status: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -148,6 +155,8 @@ mod tests {
             event: None,
             outcome: Some(Outcome::Filtered),
             setting: Some(SettingName::Status),
+            reason: None,
+            note: None,
             status: None,
             latency_ms: None,
             error: None,

@@ -34,7 +34,7 @@ export async function livePage() {
       h('pre', { class: 'json' }, JSON.stringify(item.event, null, 2)),
       h('h2', {}, 'Connections'),
       results.length ? h('table', { id: 'live-outcomes' }, ...results.map((r) => h('tr', {}, h('td', {}, connectionName[r.connection_id] ?? r.connection_id),
-        h('td', { class: `outcome-${r.outcome}` }, r.outcome), h('td', {}, r.setting ? `by ${r.setting}` : r.status ? `HTTP ${r.status} in ${r.latency_ms} ms` : (r.error ?? '')))))
+        h('td', { class: `outcome-${r.outcome}` }, r.outcome), h('td', {}, r.setting ? `by ${r.reason ?? r.setting}` : [r.status ? `HTTP ${r.status} in ${r.latency_ms} ms` : (r.error ?? ''), r.note].filter(Boolean).join(' · ')))))
         : h('p', { class: 'muted' }, 'No connection has reported on this event yet.'));
   };
 
@@ -49,7 +49,7 @@ export async function livePage() {
       h('td', {}, item.direction === 'inbound' ? '→ in' : 'out →'),
       h('td', {}, item.event_type),
       h('td', {}, item.direction === 'inbound' ? (inputs.find((i) => i.id === item.input_id)?.name ?? '') : (connectionName[item.connection_id] ?? '')),
-      h('td', { class: item.outcome ? `outcome-${item.outcome}` : '' }, item.outcome ? `${item.outcome}${item.setting ? ` (${item.setting})` : item.status ? ` (${item.status})` : ''}` : ''),
+      h('td', { class: item.outcome ? `outcome-${item.outcome}` : '' }, item.outcome ? `${item.outcome}${item.setting ? ` (${item.reason ?? item.setting})` : item.status ? ` (${item.status})` : ''}${item.note ? ` · ${item.note}` : ''}` : ''),
       h('td', {}, item.mpid ?? ''));
     if (item.direction === 'inbound') row.addEventListener('click', () => showDetail(item, row));
     rows.prepend(row);

@@ -86,6 +86,7 @@ pub(super) async fn work(
         job: &job,
         input_id: &connection.input_id,
         document: &document,
+        removed: &plan.removed_attributes,
     };
     // Once per job: a retry's verdicts are the ones already reported.
     if job.attempts == 0 {
@@ -167,6 +168,8 @@ struct Live<'a> {
     job: &'a Job,
     input_id: &'a InputId,
     document: &'a serde_json::Value,
+    /// Per event, the attributes the Data Filter removed.
+    removed: &'a [Vec<String>],
 }
 
 impl Live<'_> {
@@ -188,10 +191,21 @@ impl Live<'_> {
             event: None,
             outcome: Some(outcome),
             setting: None,
+            reason: None,
+            note: None,
             status: None,
             latency_ms: None,
             error: None,
         }
+    }
+
+    /// `attribute removed (data_filter: a, b)` when the Data Filter removed attributes.
+    fn note(&self, index: usize) -> Option<String> {
+        let removed = self.removed.get(index).filter(|r| !r.is_empty())?;
+        Some(format!(
+            "attribute removed (data_filter: {})",
+            removed.join(", ")
+        ))
     }
 
     /// Events the connection's settings dropped, naming the setting.
@@ -200,12 +214,16 @@ impl Live<'_> {
             return;
         }
         for (index, verdict) in verdicts.iter().enumerate() {
-            if let filter::Verdict::Filtered(setting) = verdict {
-                self.ctx.live.publish(LiveItem {
-                    setting: Some(*setting),
-                    ..self.item(index, Outcome::Filtered)
-                });
-            }
+            let (setting, reason) = match verdict {
+                filter::Verdict::Forwarded => continue,
+                filter::Verdict::Filtered(setting) => (*setting, None),
+                filter::Verdict::Ruled(rule) => (rule.setting(), Some(rule.to_string())),
+            };
+            self.ctx.live.publish(LiveItem {
+                setting: Some(setting),
+                reason,
+                ..self.item(index, Outcome::Filtered)
+            });
         }
     }
 
@@ -234,6 +252,7 @@ impl Live<'_> {
                 status,
                 latency_ms: Some(latency),
                 error: error.clone(),
+                note: self.note(index),
                 ..self.item(index, outcome)
             });
         }

@@ -3,9 +3,11 @@
 
 pub(crate) mod attempt;
 pub(crate) mod batch;
+pub(crate) mod data_filter;
 pub(crate) mod destination;
 pub(crate) mod event_type;
 pub(crate) mod forwarding;
+pub(crate) mod forwarding_rules;
 pub(crate) mod identity;
 pub(crate) mod ids;
 pub(crate) mod legacy_web;

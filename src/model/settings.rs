@@ -3,6 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::data_filter::DataFilter;
+use super::forwarding_rules::{self, ForwardingRules};
+
 /// Whether a connection forwards anything at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -37,6 +40,11 @@ pub(crate) struct ConnectionSettings {
     pub(crate) unique_id: Option<String>,
     /// Most webhook requests per second this connection sends from one node (`None`: no limit).
     pub(crate) rate_limit_per_second: Option<u32>,
+    /// Which event types, names and attributes, user attributes and identity types go out.
+    pub(crate) data_filter: DataFilter,
+    /// Attribute-value, login-identity, consent and sampling rules.
+    #[serde(deserialize_with = "forwarding_rules::deserialize")]
+    pub(crate) forwarding_rules: ForwardingRules,
 }
 
 impl Default for ConnectionSettings {
@@ -61,6 +69,8 @@ impl Default for ConnectionSettings {
             send_batches_without_events: true,
             unique_id: None,
             rate_limit_per_second: None,
+            data_filter: DataFilter::default(),
+            forwarding_rules: ForwardingRules::default(),
         }
     }
 }
@@ -88,6 +98,8 @@ pub(crate) enum SettingName {
     SendBatchesWithoutEvents,
     UniqueId,
     RateLimitPerSecond,
+    DataFilter,
+    ForwardingRules,
 }
 
 impl SettingName {
@@ -113,6 +125,8 @@ impl SettingName {
             Self::SendBatchesWithoutEvents => "send_batches_without_events",
             Self::UniqueId => "unique_id",
             Self::RateLimitPerSecond => "rate_limit_per_second",
+            Self::DataFilter => "data_filter",
+            Self::ForwardingRules => "forwarding_rules",
         }
     }
 }
@@ -131,6 +145,10 @@ pub(crate) enum SettingKind {
     OptionalText,
     /// A positive whole number, or `null` when unset.
     OptionalCount,
+    /// A [`DataFilter`] document: `send_new_data_points` and a list of rules.
+    DataFilter,
+    /// A [`ForwardingRules`] document.
+    ForwardingRules,
 }
 
 /// How a setting is presented: everything about it except its default, which is read from
@@ -162,6 +180,7 @@ const fn describe(
 /// Every connection setting, in the order forms show them (the order of [`ConnectionSettings`]).
 pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
     use SettingKind::{Boolean, MetadataExclusions, OptionalCount, OptionalText, Status};
+    use SettingKind::{DataFilter as Filter, ForwardingRules as Rules};
     use SettingName as N;
     &[
         describe(
@@ -277,6 +296,18 @@ pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
             "Rate Limit (requests per second)",
             OptionalCount,
             "Most webhook requests per second, per Boson node; requests beyond it wait their turn. Empty: no limit.",
+        ),
+        describe(
+            N::DataFilter,
+            "Data Filter",
+            Filter,
+            "Turn forwarding off per event type, event name, event attribute, user attribute and identity type; new data points follow the default.",
+        ),
+        describe(
+            N::ForwardingRules,
+            "Forwarding Rules",
+            Rules,
+            "Forward by an attribute's value, only users with a login identity, only with GDPR consent or without a CCPA opt-out, and a sample of users.",
         ),
     ]
 };

@@ -9,12 +9,17 @@ use crate::model::event_type::EventType;
 use crate::model::ids::BatchId;
 use crate::model::settings::{ConnectionSettings, ConnectionStatus, SettingName, WebhookSettings};
 
+use super::rules;
+pub(crate) use super::rules::Rule;
+
 /// What the filter did with one inbound event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
     Forwarded,
     /// Dropped; names the setting that dropped it (e.g. `send_screen_views`).
     Filtered(SettingName),
+    /// Dropped by a rule of the Data Filter or the forwarding rules, which it names.
+    Ruled(Rule),
 }
 
 /// One webhook request body and how many events it carries.
@@ -33,6 +38,8 @@ pub(crate) struct Plan {
     pub(crate) payloads: Vec<Payload>,
     /// One verdict per inbound event, in order.
     pub(crate) verdicts: Vec<Verdict>,
+    /// Per inbound event, the `custom_attributes` keys the Data Filter removed (empty for most).
+    pub(crate) removed_attributes: Vec<Vec<String>>,
 }
 
 /// A gate: the setting and whether it lets its event types through.
@@ -104,12 +111,30 @@ pub(crate) fn plan(
         .get("events")
         .and_then(Value::as_array)
         .unwrap_or(&empty);
-    let verdicts: Vec<Verdict> = events.iter().map(|e| verdict(settings, e)).collect();
+    let mut verdicts: Vec<Verdict> = events.iter().map(|e| verdict(settings, e)).collect();
+    let mut removed_attributes = vec![Vec::new(); events.len()];
     if settings.status == ConnectionStatus::Inactive {
         return Plan {
             payloads: Vec::new(),
             verdicts,
+            removed_attributes,
         };
+    }
+    // The rules come after the event-class gates: an event a gate drops keeps the gate's name.
+    let user_rule = rules::user_rule(&settings.forwarding_rules, document);
+    for ((event, verdict), removed) in events
+        .iter()
+        .zip(&mut verdicts)
+        .zip(&mut removed_attributes)
+        .filter(|((_, v), _)| **v == Verdict::Forwarded)
+    {
+        let rule = user_rule.clone().or_else(|| {
+            rules::event_rule(&settings.data_filter, &settings.forwarding_rules, event)
+        });
+        match rule {
+            Some(rule) => *verdict = Verdict::Ruled(rule),
+            None => *removed = rules::removed_attributes(&settings.data_filter, event),
+        }
     }
 
     // The batch-level fields are serialised once and shared by every body cut from this batch;
@@ -122,10 +147,13 @@ pub(crate) fn plan(
         .zip(&verdicts)
         .enumerate()
         .filter(|(_, (_, v))| **v == Verdict::Forwarded)
-        .map(|(i, (event, _))| (i, outbound_event(settings, event)))
+        .map(|(i, (event, _))| (i, outbound_event(settings, event, &removed_attributes[i])))
         .collect();
 
-    let payloads = if events.is_empty() {
+    let payloads = if user_rule.is_some() {
+        // A user the rules exclude sends nothing, not even a batch without events.
+        Vec::new()
+    } else if events.is_empty() {
         // A batch without events still carries identities and attributes.
         if settings.send_batches_without_events {
             vec![with_events(&base, &[])]
@@ -142,7 +170,11 @@ pub(crate) fn plan(
             .map(|event| with_events(&base, event))
             .collect()
     };
-    Plan { payloads, verdicts }
+    Plan {
+        payloads,
+        verdicts,
+        removed_attributes,
+    }
 }
 
 /// The batch-level part of every outbound body: everything but `events`, stripped per settings.
@@ -181,20 +213,34 @@ fn outbound_base(
     if let Some(unique_id) = settings.unique_id.as_deref().filter(|u| !u.is_empty()) {
         base.insert("unique_id".into(), json!(unique_id));
     }
+    rules::strip_user_data(&settings.data_filter, &mut base);
     base
 }
 
-/// An event as it goes out; borrowed unless something must be removed from it.
-fn outbound_event<'a>(settings: &ConnectionSettings, event: &'a Value) -> Cow<'a, Value> {
+/// An event as it goes out; borrowed unless something must be removed from it: its location,
+/// or the `removed` custom attributes.
+fn outbound_event<'a>(
+    settings: &ConnectionSettings,
+    event: &'a Value,
+    removed: &[String],
+) -> Cow<'a, Value> {
     let has_location = event
         .get("data")
         .is_some_and(|d| d.get("location").is_some());
-    if settings.include_location_information || !has_location {
+    let strip_location = !settings.include_location_information && has_location;
+    if !strip_location && removed.is_empty() {
         return Cow::Borrowed(event);
     }
     let mut event = event.clone();
     if let Some(Value::Object(data)) = event.get_mut("data") {
-        data.remove("location");
+        if strip_location {
+            data.remove("location");
+        }
+        if let Some(Value::Object(attributes)) = data.get_mut("custom_attributes") {
+            for key in removed {
+                attributes.remove(key);
+            }
+        }
     }
     Cow::Owned(event)
 }
@@ -240,6 +286,14 @@ fn remove_path(map: &mut Map<String, Value>, path: &str) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "filter_rules_tests.rs"]
+mod rules_tests;
+
+#[cfg(test)]
+#[path = "filter_props.rs"]
+mod rules_props;
 
 #[cfg(test)]
 mod tests {

@@ -40,6 +40,8 @@ pub(crate) fn publish(
             event: Some(event.clone()),
             outcome: None,
             setting: None,
+            reason: None,
+            note: None,
             status: None,
             latency_ms: None,
             error: None,

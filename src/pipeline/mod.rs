@@ -24,6 +24,7 @@ pub(crate) mod fanout;
 pub(crate) mod filter;
 pub(crate) mod identity;
 mod inbound;
+mod rules;
 
 pub(crate) use accept::{AcceptError, Document, Pipeline};
 

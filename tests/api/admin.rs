@@ -525,6 +525,17 @@ fn mparticle_defaults() -> Vec<(&'static str, &'static str, Value)> {
         ("unique_id", "optional_text", Value::Null),
         // Boson's own delivery controls follow mParticle's settings; null keeps today's behaviour.
         ("rate_limit_per_second", "optional_count", Value::Null),
+        (
+            "data_filter",
+            "data_filter",
+            json!({"send_new_data_points": true, "rules": []}),
+        ),
+        (
+            "forwarding_rules",
+            "forwarding_rules",
+            json!({"attribute": null, "require_login_identity": false, "gdpr_purposes": [],
+                   "ccpa_respect_data_sale_opt_out": false, "user_sample_percent": 100}),
+        ),
     ]
 }
 
