@@ -3,6 +3,7 @@
 
 pub(crate) mod attempt;
 pub(crate) mod batch;
+pub(crate) mod custom_headers;
 pub(crate) mod data_filter;
 pub(crate) mod destination;
 pub(crate) mod event_type;
@@ -14,6 +15,7 @@ pub(crate) mod legacy_web;
 pub(crate) mod mobile;
 pub(crate) mod settings;
 pub(crate) mod signed_date;
+pub(crate) mod signing;
 
 use serde::{Deserialize, Serialize};
 

@@ -1,10 +1,13 @@
 //! Connection settings and webhook output settings: the knobs a user sets, with mParticle's
 //! defaults (spec §2 and §3.1). Pure data; parsing rejects unknown keys and unknown metadata paths.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::data_filter::DataFilter;
 use super::forwarding_rules::{self, ForwardingRules};
+use super::custom_headers::{check_custom_headers, header_value_problem};
 
 /// Whether a connection forwards anything at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -550,7 +553,7 @@ fn is_origin(origin: &str) -> bool {
     matches!(scheme, "http" | "https") && !rest.is_empty() && !rest.contains(['/', '?', '#', ' '])
 }
 
-/// Settings of a webhook output configuration (spec §3.1).
+/// Settings of a webhook output configuration (spec §3.1), and Boson's own additions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct WebhookSettings {
@@ -559,6 +562,35 @@ pub(crate) struct WebhookSettings {
     pub(crate) authorization_header: Option<String>,
     #[serde(default)]
     pub(crate) include_mp_deviceid: bool,
+    /// Headers sent with every request, by name (`model::custom_headers` checks them).
+    #[serde(default)]
+    pub(crate) custom_headers: BTreeMap<String, String>,
+    /// After a signing secret is rotated, how long the previous secret keeps signing too.
+    #[serde(default = "default_rotation_overlap_secs")]
+    pub(crate) signing_rotation_overlap_secs: i64,
+}
+
+/// A day: time for every receiver to be given the new secret.
+pub(crate) const DEFAULT_ROTATION_OVERLAP_SECS: i64 = 86_400;
+/// Longest rotation overlap accepted (30 days): a replaced secret must stop signing some day.
+pub(crate) const MAX_ROTATION_OVERLAP_SECS: i64 = 30 * 86_400;
+
+fn default_rotation_overlap_secs() -> i64 {
+    DEFAULT_ROTATION_OVERLAP_SECS
+}
+
+#[cfg(test)]
+impl WebhookSettings {
+    /// Settings with just a URL, everything else at its default.
+    pub(crate) fn with_url(url: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            authorization_header: None,
+            include_mp_deviceid: false,
+            custom_headers: BTreeMap::new(),
+            signing_rotation_overlap_secs: DEFAULT_ROTATION_OVERLAP_SECS,
+        }
+    }
 }
 
 /// Longest webhook URL accepted; far beyond any real endpoint, short of what servers refuse.
@@ -576,6 +608,13 @@ pub(crate) enum WebhookSettingsError {
     Url(String),
     #[error("`authorization_header` {0}")]
     AuthorizationHeader(&'static str),
+    /// The message names the header at fault.
+    #[error("{0}")]
+    CustomHeaders(String),
+    #[error(
+        "`signing_rotation_overlap_secs` must be between 0 and {MAX_ROTATION_OVERLAP_SECS} (30 days)"
+    )]
+    RotationOverlap,
 }
 
 impl WebhookSettings {
@@ -588,6 +627,11 @@ impl WebhookSettings {
         check_webhook_url(&settings.url).map_err(WebhookSettingsError::Url)?;
         if let Some(header) = &settings.authorization_header {
             check_header_value(header).map_err(WebhookSettingsError::AuthorizationHeader)?;
+        }
+        check_custom_headers(&settings.custom_headers)
+            .map_err(WebhookSettingsError::CustomHeaders)?;
+        if !(0..=MAX_ROTATION_OVERLAP_SECS).contains(&settings.signing_rotation_overlap_secs) {
+            return Err(WebhookSettingsError::RotationOverlap);
         }
         Ok(settings)
     }
@@ -608,20 +652,12 @@ fn check_webhook_url(url: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A header value sent as configured: printable ASCII only. CR and LF would end the header
-/// (header injection, or a request the client refuses to build), other control characters are
-/// refused by HTTP libraries and servers, and non-ASCII bytes are read differently by each.
+/// A header value sent as configured (see [`header_value_problem`]), at most 4,096 bytes.
 fn check_header_value(value: &str) -> Result<(), &'static str> {
     if value.len() > MAX_AUTHORIZATION_HEADER_BYTES {
         return Err("is longer than 4096 bytes");
     }
-    if value.contains(['\r', '\n']) {
-        return Err("must not contain a line break (CR or LF)");
-    }
-    if !value.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) {
-        return Err("must be printable ASCII: no control or non-ASCII characters");
-    }
-    Ok(())
+    header_value_problem(value).map_or(Ok(()), Err)
 }
 
 #[cfg(test)]
@@ -655,6 +691,18 @@ mod tests {
             (
                 json!({"url": "http://e.com", "headers": {}}),
                 "invalid webhook settings",
+            ),
+            (
+                json!({"url": "http://e.com", "custom_headers": {"Host": "x"}}),
+                "`custom_headers.Host`",
+            ),
+            (
+                json!({"url": "http://e.com", "signing_rotation_overlap_secs": -1}),
+                "`signing_rotation_overlap_secs`",
+            ),
+            (
+                json!({"url": "http://e.com", "signing_rotation_overlap_secs": 2_592_001}),
+                "`signing_rotation_overlap_secs`",
             ),
         ];
         for (settings, field) in refused {

@@ -305,11 +305,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn webhook() -> WebhookSettings {
-        WebhookSettings {
-            url: "http://x".into(),
-            authorization_header: None,
-            include_mp_deviceid: false,
-        }
+        WebhookSettings::with_url("http://x")
     }
 
     fn doc(types: &[&str]) -> Value {
