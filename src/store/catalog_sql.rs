@@ -20,8 +20,9 @@ pub(crate) struct InputRow {
     pub(crate) settings: String,
 }
 
-/// An output row; `settings` is the JSON of the output's kind-specific settings.
-#[derive(Debug, Clone, FromRow)]
+/// An output row; `settings` is the JSON of the output's kind-specific settings. The signing
+/// secrets are columns of their own, never part of the settings the admin API shows.
+#[derive(Clone, FromRow)]
 pub(crate) struct OutputRow {
     pub(crate) id: OutputId,
     pub(crate) name: String,
@@ -29,6 +30,26 @@ pub(crate) struct OutputRow {
     pub(crate) settings: String,
     pub(crate) created_at: i64,
     pub(crate) updated_at: i64,
+    /// The `whsec_…` secret requests are signed with; `None`: not signed.
+    pub(crate) signing_secret: Option<String>,
+    /// The secret the last rotation replaced, which signs too for a while after it.
+    pub(crate) previous_signing_secret: Option<String>,
+    /// When the current secret was issued (Unix milliseconds).
+    pub(crate) signing_rotated_at: Option<i64>,
+}
+
+impl std::fmt::Debug for OutputRow {
+    // The secrets are left out.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutputRow")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("settings", &self.settings)
+            .field("signing", &self.signing_secret.is_some())
+            .field("signing_rotated_at", &self.signing_rotated_at)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A connection row joined with its current settings revision.
@@ -63,13 +84,21 @@ const INSERT_OUTPUT: Sql = Sql::shared(
     "INSERT INTO outputs (id, name, kind, settings, created_at, updated_at) \
      VALUES ($1, $2, $3, $4, $5, $5)",
 );
-const SELECT_OUTPUTS: Sql =
-    Sql::shared("SELECT id, name, kind, settings, created_at, updated_at FROM outputs ORDER BY id");
+const SELECT_OUTPUTS: Sql = Sql::shared(
+    "SELECT id, name, kind, settings, created_at, updated_at, signing_secret, \
+     previous_signing_secret, signing_rotated_at FROM outputs ORDER BY id",
+);
 const SELECT_OUTPUT: Sql = Sql::shared(
-    "SELECT id, name, kind, settings, created_at, updated_at FROM outputs WHERE id = $1",
+    "SELECT id, name, kind, settings, created_at, updated_at, signing_secret, \
+     previous_signing_secret, signing_rotated_at FROM outputs WHERE id = $1",
 );
 const UPDATE_OUTPUT: Sql =
     Sql::shared("UPDATE outputs SET name = $2, settings = $3, updated_at = $4 WHERE id = $1");
+/// The right-hand sides read the row as it was, so the current secret becomes the previous one.
+const ROTATE_SIGNING_SECRET: Sql = Sql::shared(
+    "UPDATE outputs SET previous_signing_secret = signing_secret, signing_secret = $2, \
+     signing_rotated_at = $3, updated_at = $3 WHERE id = $1",
+);
 const DELETE_OUTPUT: Sql = Sql::shared("DELETE FROM outputs WHERE id = $1");
 const COUNT_CONNECTIONS_OF_OUTPUT: Sql =
     Sql::shared("SELECT COUNT(*) FROM connections WHERE output_id = $1");
@@ -196,6 +225,18 @@ impl Store {
     ) -> StoreResult<()> {
         let args = args![id, name, settings, now];
         changed_one(self.execute(UPDATE_OUTPUT, args).await?)
+    }
+
+    /// Makes `secret` the output's signing secret, and the one it replaces the previous one (a
+    /// secret replaced before stops signing at once).
+    pub(crate) async fn rotate_signing_secret(
+        &self,
+        id: &OutputId,
+        secret: &str,
+        now: i64,
+    ) -> StoreResult<()> {
+        let args = args![id, secret, now];
+        changed_one(self.execute(ROTATE_SIGNING_SECRET, args).await?)
     }
 
     /// Deletes an output that no connection uses.

@@ -37,6 +37,9 @@ fn output_row() -> OutputRow {
         settings: r#"{"url":"http://127.0.0.1:9/hook"}"#.to_owned(),
         created_at: 1,
         updated_at: 1,
+        signing_secret: None,
+        previous_signing_secret: None,
+        signing_rotated_at: None,
     }
 }
 
@@ -110,6 +113,15 @@ async fn every_committed_change_is_announced_with_what_it_changed() {
         next(&mut changes).await,
         CatalogChange::Input(input.id.clone())
     );
+    // A signing secret's rotation reaches every node like any change to its output.
+    db.store
+        .rotate_signing_secret(&output.id, "whsec_AAAA", 4)
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        CatalogChange::Output(output.id.clone())
+    );
     db.store.delete_connection(&connection).await.unwrap();
     assert_eq!(
         next(&mut changes).await,
@@ -160,4 +172,47 @@ async fn a_lost_listening_connection_is_followed_by_a_whole_reload() {
     let input = input_row();
     db.store.insert_input(&input).await.unwrap();
     assert_eq!(next(&mut changes).await, CatalogChange::Input(input.id));
+}
+
+#[tokio::test]
+async fn a_rotation_keeps_one_previous_secret_and_a_settings_change_keeps_both() {
+    let db = TestStore::open().await;
+    let output = output_row();
+    db.store.insert_output(&output).await.unwrap();
+    let stored = db.store.get_output(&output.id).await.unwrap();
+    assert_eq!(stored.signing_secret, None);
+    assert_eq!(stored.signing_rotated_at, None);
+
+    for (secret, at) in [("whsec_one", 10), ("whsec_two", 20), ("whsec_three", 30)] {
+        db.store
+            .rotate_signing_secret(&output.id, secret, at)
+            .await
+            .unwrap();
+    }
+    db.store
+        .update_output(
+            &output.id,
+            "renamed",
+            r#"{"url":"http://127.0.0.1:9/x"}"#,
+            40,
+        )
+        .await
+        .unwrap();
+    let stored = db.store.get_output(&output.id).await.unwrap();
+    assert_eq!(stored.signing_secret.as_deref(), Some("whsec_three"));
+    assert_eq!(stored.previous_signing_secret.as_deref(), Some("whsec_two"));
+    assert_eq!(stored.signing_rotated_at, Some(30));
+    assert_eq!(stored.updated_at, 40);
+    let listed = db.store.list_outputs().await.unwrap();
+    assert_eq!(listed[0].signing_secret.as_deref(), Some("whsec_three"));
+    assert!(
+        !format!("{stored:?}").contains("whsec_"),
+        "Debug shows no secret"
+    );
+
+    let unknown = db
+        .store
+        .rotate_signing_secret(&OutputId::new(), "whsec_x", 50)
+        .await;
+    assert!(matches!(unknown, Err(crate::store::StoreError::NotFound)));
 }
