@@ -323,10 +323,11 @@ pub(crate) async fn replay(
         .get_output(&connection.output_id)
         .await
         .map_err(not_found)?;
-    let settings: crate::model::settings::WebhookSettings = serde_json::from_str(&output.settings)
-        .map_err(|e| ApiError::bad_request("invalid_output", e.to_string()))?;
+    // Signed, with the custom headers, like every request to the output.
+    let output = crate::pipeline::output::Output::from_row(&output)
+        .map_err(|message| ApiError::bad_request("invalid_output", message))?;
     let delivery_id = format!("replay-{letter}");
-    match crate::delivery::replay(&state.webhooks, &settings, &delivery_id, body).await {
+    match crate::delivery::replay(&state.webhooks, &output, &delivery_id, body).await {
         Ok(status) => {
             state
                 .store

@@ -48,6 +48,10 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
                 .delete(outputs::delete),
         )
         .route(
+            "/api/v1/outputs/{id}/signing-secret",
+            post(outputs::signing_secret),
+        )
+        .route(
             "/api/v1/connections",
             post(connections::create).get(connections::list),
         )

@@ -1,6 +1,7 @@
 //! Outputs: webhook configurations (a POST URL, an optional Authorization header, Include MP
-//! DeviceId). Every setting is checked when saved (a 400 naming the field), the URL's
-//! destination included.
+//! DeviceId, custom headers). Every setting is checked when saved (a 400 naming the field), the
+//! URL's destination included. An output's Standard Webhooks signing secret is issued (or
+//! rotated) by its own route and shown only in that answer.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -14,6 +15,7 @@ use crate::error::{ApiError, AppJson};
 use crate::model::ids::OutputId;
 use crate::model::now_ms;
 use crate::model::settings::{WebhookSettings, WebhookSettingsError};
+use crate::model::signing::generate_secret;
 use crate::state::AppState;
 use crate::store::OutputRow;
 
@@ -41,20 +43,60 @@ pub(crate) struct OutputOut {
     name: String,
     kind: String,
     settings: Value,
+    signing: SigningOut,
     created_at: i64,
     updated_at: i64,
 }
 
+/// Whether an output signs, never with what.
+#[derive(Debug, Serialize)]
+struct SigningOut {
+    enabled: bool,
+    /// When the current secret was issued (Unix milliseconds).
+    rotated_at: Option<i64>,
+    /// Until when the secret the last rotation replaced signs too (it may be past).
+    previous_secret_until: Option<i64>,
+}
+
 impl From<OutputRow> for OutputOut {
     fn from(row: OutputRow) -> Self {
+        // Parsed and written again, so a row saved before a setting existed shows its default.
+        let parsed = serde_json::from_str::<WebhookSettings>(&row.settings).ok();
+        let previous_secret_until = match (&parsed, &row.previous_signing_secret) {
+            (Some(settings), Some(_)) => row.signing_rotated_at.map(|at| {
+                at.saturating_add(settings.signing_rotation_overlap_secs.saturating_mul(1000))
+            }),
+            _ => None,
+        };
+        let settings = parsed
+            .and_then(|settings| serde_json::to_value(settings).ok())
+            .or_else(|| serde_json::from_str(&row.settings).ok())
+            .unwrap_or(Value::Null);
         Self {
-            settings: serde_json::from_str(&row.settings).unwrap_or(Value::Null),
+            settings,
+            signing: SigningOut {
+                enabled: row.signing_secret.is_some(),
+                rotated_at: row.signing_rotated_at,
+                previous_secret_until,
+            },
             id: row.id,
             name: row.name,
             kind: row.kind,
             created_at: row.created_at,
             updated_at: row.updated_at,
         }
+    }
+}
+
+/// The answer that issues a signing secret: the only place it is ever shown.
+#[derive(Serialize)]
+pub(crate) struct SecretOut {
+    secret: String,
+}
+
+impl std::fmt::Debug for SecretOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretOut { .. }")
     }
 }
 
@@ -72,9 +114,10 @@ async fn webhook_settings(state: &AppState, settings: Value) -> Result<String, A
     let settings = WebhookSettings::parse(settings).map_err(|error| {
         let code = match error {
             WebhookSettingsError::Url(_) => "invalid_url",
-            WebhookSettingsError::Malformed(_) | WebhookSettingsError::AuthorizationHeader(_) => {
-                "invalid_settings"
-            }
+            WebhookSettingsError::Malformed(_)
+            | WebhookSettingsError::AuthorizationHeader(_)
+            | WebhookSettingsError::CustomHeaders(_)
+            | WebhookSettingsError::RotationOverlap => "invalid_settings",
         };
         ApiError::bad_request(code, error.to_string())
     })?;
@@ -105,6 +148,9 @@ pub(crate) async fn create(
         settings,
         created_at: now,
         updated_at: now,
+        signing_secret: None,
+        previous_signing_secret: None,
+        signing_rotated_at: None,
     };
     state.store.insert_output(&row).await.map_err(not_found)?;
     reload(&state).await?;
@@ -171,4 +217,22 @@ pub(crate) async fn delete(
     state.store.delete_output(&id).await.map_err(not_found)?;
     reload(&state).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Issues the output a new signing secret, answered once (`201 {"secret": "whsec_…"}`). From
+/// then on its requests are signed with it; the secret it replaces (if any) signs too for the
+/// output's `signing_rotation_overlap_secs`, and one replaced before stops signing at once.
+pub(crate) async fn signing_secret(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<SecretOut>), ApiError> {
+    let id = output_id(&id)?;
+    let secret = generate_secret();
+    state
+        .store
+        .rotate_signing_secret(&id, &secret, now_ms())
+        .await
+        .map_err(not_found)?;
+    reload(&state).await?;
+    Ok((StatusCode::CREATED, Json(SecretOut { secret })))
 }

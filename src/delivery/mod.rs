@@ -518,7 +518,7 @@ impl HeldJob<'_> {
 /// receiver's status if it accepted it, else why not.
 pub(crate) async fn replay(
     client: &WebhookClient,
-    output: &crate::model::settings::WebhookSettings,
+    output: &crate::pipeline::output::Output,
     delivery_id: &str,
     body: Vec<u8>,
 ) -> Result<u16, String> {

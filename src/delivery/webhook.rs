@@ -32,11 +32,17 @@ use url::Url;
 
 use super::retry::parse_retry_after;
 use crate::model::destination::{is_global_unicast, not_global};
-use crate::model::settings::WebhookSettings;
+use crate::model::now_ms;
+use crate::pipeline::output::Output;
 
 /// A stable id per webhook request (job and position in the batch), so receivers can
 /// de-duplicate a request that is delivered twice after a crash or a lost acknowledgement.
 pub(crate) const DELIVERY_ID_HEADER: HeaderName = HeaderName::from_static("x-boson-delivery-id");
+/// The Standard Webhooks headers of a signing output; `webhook-id` is the delivery id, which
+/// a retry keeps, as the specification asks.
+const WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
+const WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
+const WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
 const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
 const ANY: HeaderValue = HeaderValue::from_static("*/*");
 const BOSON_USER_AGENT: HeaderValue =
@@ -130,14 +136,15 @@ impl WebhookClient {
         })
     }
 
-    /// POSTs one JSON body to the output's URL.
+    /// POSTs one JSON body to the output's URL, with its custom headers, signed if the output
+    /// has a signing secret.
     pub(crate) async fn post(
         &self,
-        output: &WebhookSettings,
+        output: &Output,
         delivery_id: &str,
         body: Bytes,
     ) -> Result<Answer, SendError> {
-        let target = self.target(&output.url)?;
+        let target = self.target(&output.settings.url)?;
         // A literal address never reaches the resolver, so it is checked here.
         if let Some(ip) = target.literal
             && !self.allow_private
@@ -150,7 +157,22 @@ impl WebhookClient {
             .header(ACCEPT, ANY)
             .header(USER_AGENT, BOSON_USER_AGENT)
             .header(DELIVERY_ID_HEADER, delivery_id);
+        if let Some(signer) = &output.signer {
+            // Unix seconds of this attempt: a retry is signed anew, so its timestamp stays
+            // within the tolerance receivers apply.
+            let now = now_ms();
+            let timestamp = (now / 1000).to_string();
+            let signature = signer.signature(delivery_id, &timestamp, &body, now);
+            request = request
+                .header(WEBHOOK_ID, delivery_id)
+                .header(WEBHOOK_TIMESTAMP, timestamp)
+                .header(WEBHOOK_SIGNATURE, signature);
+        }
+        for (name, value) in &output.headers {
+            request = request.header(name, value);
+        }
         let configured = output
+            .settings
             .authorization_header
             .as_deref()
             .filter(|a| !a.is_empty());
@@ -386,12 +408,9 @@ mod tests {
         assert!(check_destination("not a url", true).await.is_err());
     }
 
-    fn output(url: &str) -> WebhookSettings {
-        WebhookSettings {
-            url: url.into(),
-            authorization_header: None,
-            include_mp_deviceid: false,
-        }
+    fn output(url: &str) -> Output {
+        Output::new(crate::model::settings::WebhookSettings::with_url(url), None)
+            .expect("plain settings")
     }
 
     #[tokio::test]
@@ -459,11 +478,7 @@ mod tests {
     #[tokio::test]
     async fn sending_to_a_private_literal_is_refused() {
         let client = WebhookClient::new(false, Duration::from_secs(1)).unwrap();
-        let output = WebhookSettings {
-            url: "http://127.0.0.1:9/".into(),
-            authorization_header: None,
-            include_mp_deviceid: false,
-        };
+        let output = output("http://127.0.0.1:9/");
         let result = client.post(&output, "d1", Bytes::from_static(b"{}")).await;
         assert!(matches!(result, Err(SendError::Refused(_))), "{result:?}");
     }

@@ -80,7 +80,7 @@ pub(super) async fn work(
             return attempt.finish(AttemptOutcome::DeadLetter, None);
         }
     };
-    let plan = filter::plan(&settings, &output, job.batch_id, &document);
+    let plan = filter::plan(&settings, &output.settings, job.batch_id, &document);
     let live = Live {
         ctx,
         job: &job,

@@ -18,11 +18,10 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use super::output::Output;
 use crate::model::Platform;
 use crate::model::ids::{ConnectionId, InputId, OutputId};
-use crate::model::settings::{
-    ConnectionSettings, ConnectionStatus, InputSettings, WebhookSettings,
-};
+use crate::model::settings::{ConnectionSettings, ConnectionStatus, InputSettings};
 use crate::store::{
     CatalogChange, ConnectionRow, InputRow, OutputRow, Store, StoreError, StoreResult,
 };
@@ -79,7 +78,7 @@ struct Snapshot {
     /// Each input's inactive connections, in id order.
     inactive_by_input: HashMap<InputId, Vec<ConnectionId>>,
     connections: HashMap<ConnectionId, ConnectionEntry>,
-    outputs: HashMap<OutputId, Arc<WebhookSettings>>,
+    outputs: HashMap<OutputId, Arc<Output>>,
 }
 
 impl Snapshot {
@@ -132,14 +131,15 @@ impl Snapshot {
         }
     }
 
-    /// Puts an output in place of what it was; one with unreadable settings is left out.
+    /// Puts an output in place of what it was, prepared for sending (its custom headers and
+    /// signing keys made once here, not per request); one that cannot be read is left out.
     fn put_output(&mut self, row: OutputRow) {
-        match serde_json::from_str::<WebhookSettings>(&row.settings) {
-            Ok(settings) => {
-                self.outputs.insert(row.id, Arc::new(settings));
+        match Output::from_row(&row) {
+            Ok(output) => {
+                self.outputs.insert(row.id, Arc::new(output));
             }
             Err(error) => {
-                tracing::error!(output = %row.id, %error, "Stored output settings are unreadable.");
+                tracing::error!(output = %row.id, %error, "Stored output is unreadable.");
                 self.remove_output(&row.id);
             }
         }
@@ -431,11 +431,8 @@ impl Catalog {
             .any(|connections| connections.contains(id))
     }
 
-    /// A connection and its output's settings, if both still exist.
-    pub(crate) fn connection(
-        &self,
-        id: &ConnectionId,
-    ) -> Option<(ConnectionEntry, Arc<WebhookSettings>)> {
+    /// A connection and its output, if both still exist.
+    pub(crate) fn connection(&self, id: &ConnectionId) -> Option<(ConnectionEntry, Arc<Output>)> {
         let snapshot = self.current();
         let connection = snapshot.connections.get(id)?.clone();
         let output = Arc::clone(snapshot.outputs.get(&connection.output_id)?);
@@ -500,6 +497,9 @@ mod tests {
             settings: format!(r#"{{"url":"{url}"}}"#),
             created_at: 1,
             updated_at: 1,
+            signing_secret: None,
+            previous_signing_secret: None,
+            signing_rotated_at: None,
         }
     }
 
@@ -556,7 +556,7 @@ mod tests {
                 snapshot
                     .outputs
                     .iter()
-                    .map(|(id, settings)| format!("output {id} {settings:?}")),
+                    .map(|(id, output)| format!("output {id} {:?}", output.settings)),
             )
             .collect();
         lines.sort();

@@ -16,7 +16,9 @@
 //!    for the commit, and leased jobs go straight to delivery.
 //! 6. [`inbound`]: metrics, and the Live Stream's inbound items.
 //!
-//! Delivery then applies each connection's settings with [`filter`] (pure) and posts the result.
+//! Delivery then applies each connection's settings with [`filter`] (pure) and posts the result
+//! to the connection's [`output`] (its settings, custom headers and signing keys, prepared when
+//! the catalog loads it).
 
 mod accept;
 pub(crate) mod catalog;
@@ -24,6 +26,7 @@ pub(crate) mod fanout;
 pub(crate) mod filter;
 pub(crate) mod identity;
 mod inbound;
+pub(crate) mod output;
 mod rules;
 
 pub(crate) use accept::{AcceptError, Document, Pipeline};
