@@ -399,6 +399,8 @@ pub struct Received {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Value,
+    /// The body's bytes exactly as they arrived (what a signature covers).
+    pub raw: Bytes,
     pub at: std::time::Instant,
     /// The status the receiver answered with.
     pub answered: u16,
@@ -542,13 +544,15 @@ async fn receive(
     headers: HeaderMap,
     body: Bytes,
 ) -> impl IntoResponse {
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let raw = body;
+    let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
     let answer = state.script.lock().unwrap().pop_front();
     let (status, retry_after) = answer.unwrap_or((200, None));
     let _ = state.sent.send(Received {
         path: uri.path().to_owned(),
         headers,
         body,
+        raw,
         at: std::time::Instant::now(),
         answered: status,
         peer,

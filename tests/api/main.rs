@@ -6,6 +6,7 @@
 mod admin;
 mod alias;
 mod breaker;
+mod custom_headers;
 mod dashboard;
 mod delivery;
 mod events_per_batch;
@@ -25,6 +26,7 @@ mod python_sdk;
 mod rate_limit;
 mod settings;
 mod shutdown;
+mod signing;
 mod starvation;
 mod tls;
 mod web_sdk;

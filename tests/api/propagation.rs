@@ -1,7 +1,7 @@
 //! Settings saved on one node reach the other nodes on the same PostgreSQL: a connection set
-//! inactive, a new input, a rotated secret and a changed output, each observed through what the
-//! second node does (its answers, its Live Stream, its deliveries), which it decides from its
-//! in-memory catalog and not from the database.
+//! inactive, a new input, a rotated secret, a changed output and an output's new signing secret,
+//! each observed through what the second node does (its answers, its Live Stream, its
+//! deliveries), which it decides from its in-memory catalog and not from the database.
 //!
 //! They need PostgreSQL (on SQLite a node owns its database file, so there is no second node to
 //! tell): `TEST_DATABASE_URL`'s server, or in the SQLite pass the local one (see
@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::{Receiver, TestApp, batch_of, multi_node_postgres, spawn_app_on_postgres};
 use crate::live::LiveStream;
+use crate::signing::{issue_secret, verify_all};
 
 /// How soon another node must apply a change saved on the first.
 const BOUND: Duration = Duration::from_secs(1);
@@ -229,6 +230,48 @@ async fn an_output_changed_on_one_node_is_delivered_to_by_another_within_a_secon
     })
     .await;
     eprintln!("changed output used by node 2 after {took:?}");
+    node_2.stop().await.unwrap();
+    node_1.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_signing_secret_issued_on_one_node_signs_the_requests_of_another_within_a_second() {
+    let Some(node_1) = first_node("signing secret").await else {
+        return;
+    };
+    let mut receiver = Receiver::start().await;
+    let input = node_1.create_input("custom_feed").await;
+    let output = node_1.create_webhook(&receiver.url("/hook")).await;
+    node_1.connect(&input, &output, json!({})).await;
+    let node_2 = node_1.second_node(|_| {}).await;
+    node_2
+        .post_events(&input, batch_of(&["custom_event"]))
+        .await;
+    let unsigned = receiver.take(1).await;
+    assert!(unsigned[0].headers.get("webhook-signature").is_none());
+
+    let secret = issue_secret(&node_1, output["id"].as_str().unwrap()).await;
+    // Node 2 leases the jobs it accepts and signs them with the keys of its catalog.
+    let since = Instant::now();
+    let mut signed = None;
+    let took = applied_within("signing secret", since, async || {
+        node_2
+            .post_events(&input, batch_of(&["custom_event"]))
+            .await;
+        match receiver.next_within(PROBE_EVERY).await {
+            Some(request) if request.headers.contains_key("webhook-signature") => {
+                signed = Some(request);
+                true
+            }
+            _ => false,
+        }
+    })
+    .await;
+    eprintln!("signing secret used by node 2 after {took:?}");
+    let signed = signed.expect("a signed request");
+    if let Some(results) = verify_all(&[(&signed, secret.as_str())]).await {
+        assert_eq!(results, [Ok(())], "node 2 signs with the new secret");
+    }
     node_2.stop().await.unwrap();
     node_1.stop().await.unwrap();
 }
