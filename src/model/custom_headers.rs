@@ -43,6 +43,18 @@ const RESERVED_PREFIXES: &[(&str, &str)] = &[
     ("x-boson-", "Boson sets its own headers"),
 ];
 
+/// Checks that `custom_headers`, as sent, is an object of strings, naming what is not: a
+/// failed deserialisation would not say which header was at fault.
+pub(crate) fn check_custom_headers_shape(value: &serde_json::Value) -> Result<(), String> {
+    let Some(headers) = value.as_object() else {
+        return Err("`custom_headers` must be an object of header names to values".into());
+    };
+    match headers.iter().find(|(_, value)| !value.is_string()) {
+        Some((name, _)) => Err(format!("`custom_headers.{name}` must be a string")),
+        None => Ok(()),
+    }
+}
+
 /// Checks every custom header, naming the first at fault as `custom_headers.<name>`.
 pub(crate) fn check_custom_headers(headers: &BTreeMap<String, String>) -> Result<(), String> {
     if headers.len() > MAX_CUSTOM_HEADERS {

@@ -5,9 +5,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::custom_headers::{
+    check_custom_headers, check_custom_headers_shape, header_value_problem,
+};
 use super::data_filter::DataFilter;
 use super::forwarding_rules::{self, ForwardingRules};
-use super::custom_headers::{check_custom_headers, header_value_problem};
 
 /// Whether a connection forwards anything at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -622,6 +624,16 @@ impl WebhookSettings {
     /// never be sent is refused when it is saved, not found out by dead-lettering every event.
     /// (Whether the URL's address may be reached is checked by delivery, after resolution.)
     pub(crate) fn parse(value: serde_json::Value) -> Result<Self, WebhookSettingsError> {
+        // Boson's own settings name their field even when their type is wrong.
+        if let Some(headers) = value.get("custom_headers") {
+            check_custom_headers_shape(headers).map_err(WebhookSettingsError::CustomHeaders)?;
+        }
+        if value
+            .get("signing_rotation_overlap_secs")
+            .is_some_and(|overlap| !overlap.is_i64())
+        {
+            return Err(WebhookSettingsError::RotationOverlap);
+        }
         let settings: Self = serde_json::from_value(value)
             .map_err(|e| WebhookSettingsError::Malformed(e.to_string()))?;
         check_webhook_url(&settings.url).map_err(WebhookSettingsError::Url)?;
@@ -703,6 +715,18 @@ mod tests {
             (
                 json!({"url": "http://e.com", "signing_rotation_overlap_secs": 2_592_001}),
                 "`signing_rotation_overlap_secs`",
+            ),
+            (
+                json!({"url": "http://e.com", "signing_rotation_overlap_secs": "1d"}),
+                "`signing_rotation_overlap_secs`",
+            ),
+            (
+                json!({"url": "http://e.com", "custom_headers": {"X-A": 1}}),
+                "`custom_headers.X-A`",
+            ),
+            (
+                json!({"url": "http://e.com", "custom_headers": ["X-A"]}),
+                "`custom_headers`",
             ),
         ];
         for (settings, field) in refused {

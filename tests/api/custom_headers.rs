@@ -110,5 +110,13 @@ async fn invalid_or_reserved_custom_headers_are_refused_naming_the_field() {
         .await
         .unwrap();
     assert_eq!(wrong_type.status(), 400);
+    let body: Value = wrong_type.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("`custom_headers.X-A`"),
+        "{body}"
+    );
     app.stop().await.unwrap();
 }
