@@ -26,14 +26,15 @@ struct Created {
     id: Value,
 }
 
-/// Creates the input → webhook output → connection pipeline and returns the
-/// input's credentials.
+/// Creates the input → webhook output → connection pipeline (the output signing its requests
+/// if `sign`) and returns the input's credentials.
 pub(crate) async fn setup_pipeline(
     http: &reqwest::Client,
     base_url: &str,
     admin_token: &str,
     webhook_url: &str,
     send_as_batch: bool,
+    sign: bool,
 ) -> Result<InputCredentials> {
     let admin = Admin {
         http,
@@ -43,6 +44,9 @@ pub(crate) async fn setup_pipeline(
     let (credentials, _) = admin
         .connected_input(webhook_url, send_as_batch, "receiver")
         .await?;
+    if sign {
+        admin.sign_every_output().await?;
+    }
     Ok(credentials)
 }
 
@@ -174,6 +178,29 @@ impl Admin<'_> {
 }
 
 impl Admin<'_> {
+    /// Issues every output a signing secret (the receiver does not verify: this measures the
+    /// sender's cost).
+    async fn sign_every_output(&self) -> Result<()> {
+        let url = format!("{}/api/v1/outputs", self.base_url);
+        let outputs: Vec<Created> = self
+            .http
+            .get(&url)
+            .bearer_auth(self.admin_token)
+            .send()
+            .await
+            .with_context(|| format!("GET {url}"))?
+            .json()
+            .await
+            .with_context(|| format!("reading GET {url}"))?;
+        for output in outputs {
+            let id = id_text(&output.id)?;
+            let _: Value = self
+                .create(&format!("outputs/{id}/signing-secret"), &json!({}))
+                .await?;
+        }
+        Ok(())
+    }
+
     /// `POST /api/v1/<collection>` expecting 201 and a JSON body.
     async fn create<T: serde::de::DeserializeOwned>(
         &self,

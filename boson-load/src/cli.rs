@@ -38,6 +38,11 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) send_as_batch: bool,
 
+    /// Throughput: give the output a signing secret, so every request is signed (Standard
+    /// Webhooks), to measure what signing costs.
+    #[arg(long)]
+    pub(crate) sign: bool,
+
     /// How long to wait, after sending, for the receiver to see every accepted event.
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     pub(crate) drain_timeout_secs: u64,

@@ -130,6 +130,7 @@ async fn main() -> Result<()> {
             .filter(|_| accepted_events > 0)
             .map(|secs| secs * 1e6 / accepted_events as f64),
         send_as_batch: args.send_as_batch,
+        signed: args.sign,
     }
     .rounded();
     println!("{}", report.to_json_line());
@@ -162,6 +163,7 @@ async fn measure(
         boson.admin_token(),
         &receiver.url(),
         args.send_as_batch,
+        args.sign,
     )
     .await
     .context("configuring Boson via the admin API")?;

@@ -26,6 +26,8 @@ pub(crate) struct Report {
     /// per event: ingest, storage and delivery together.
     pub(crate) cpu_us_per_event: Option<f64>,
     pub(crate) send_as_batch: bool,
+    /// Whether the output signed its requests (`--sign`).
+    pub(crate) signed: bool,
 }
 
 /// Always an object, with `null` values when nothing was delivered, so

@@ -152,38 +152,7 @@ impl WebhookClient {
         {
             return Err(SendError::Refused(format!("destination {ip}: {refusal}")));
         }
-        let mut request = Request::post(target.uri.clone())
-            .header(CONTENT_TYPE, APPLICATION_JSON)
-            .header(ACCEPT, ANY)
-            .header(USER_AGENT, BOSON_USER_AGENT)
-            .header(DELIVERY_ID_HEADER, delivery_id);
-        if let Some(signer) = &output.signer {
-            // Unix seconds of this attempt: a retry is signed anew, so its timestamp stays
-            // within the tolerance receivers apply.
-            let now = now_ms();
-            let timestamp = (now / 1000).to_string();
-            let signature = signer.signature(delivery_id, &timestamp, &body, now);
-            request = request
-                .header(WEBHOOK_ID, delivery_id)
-                .header(WEBHOOK_TIMESTAMP, timestamp)
-                .header(WEBHOOK_SIGNATURE, signature);
-        }
-        for (name, value) in &output.headers {
-            request = request.header(name, value);
-        }
-        let configured = output
-            .settings
-            .authorization_header
-            .as_deref()
-            .filter(|a| !a.is_empty());
-        if let Some(auth) = configured {
-            request = request.header(AUTHORIZATION, auth);
-        } else if let Some(credentials) = &target.credentials {
-            request = request.header(AUTHORIZATION, credentials.clone());
-        }
-        let request = request
-            .body(Full::new(body))
-            .map_err(|e| SendError::Refused(format!("invalid request: {e}")))?;
+        let request = build_request(&target, output, delivery_id, body, now_ms)?;
         let deadline = tokio::time::Instant::now() + self.timeout;
         let response = tokio::time::timeout_at(deadline, self.client.request(request))
             .await
@@ -246,6 +215,49 @@ impl WebhookClient {
         targets.insert(url.to_owned(), Arc::clone(&target));
         Ok(target)
     }
+}
+
+/// One request to `target`: Boson's headers, the Standard Webhooks headers when the output
+/// signs (timed by `clock`, read only then), the output's custom headers and its authorization.
+fn build_request(
+    target: &Target,
+    output: &Output,
+    delivery_id: &str,
+    body: Bytes,
+    clock: fn() -> i64,
+) -> Result<Request<Full<Bytes>>, SendError> {
+    let mut request = Request::post(target.uri.clone())
+        .header(CONTENT_TYPE, APPLICATION_JSON)
+        .header(ACCEPT, ANY)
+        .header(USER_AGENT, BOSON_USER_AGENT)
+        .header(DELIVERY_ID_HEADER, delivery_id);
+    if let Some(signer) = &output.signer {
+        // Unix seconds of this attempt: a retry is signed anew, so its timestamp stays within
+        // the tolerance receivers apply.
+        let now = clock();
+        let timestamp = (now / 1000).to_string();
+        let signature = signer.signature(delivery_id, &timestamp, &body, now);
+        request = request
+            .header(WEBHOOK_ID, delivery_id)
+            .header(WEBHOOK_TIMESTAMP, timestamp)
+            .header(WEBHOOK_SIGNATURE, signature);
+    }
+    for (name, value) in &output.headers {
+        request = request.header(name, value);
+    }
+    let configured = output
+        .settings
+        .authorization_header
+        .as_deref()
+        .filter(|a| !a.is_empty());
+    if let Some(auth) = configured {
+        request = request.header(AUTHORIZATION, auth);
+    } else if let Some(credentials) = &target.credentials {
+        request = request.header(AUTHORIZATION, credentials.clone());
+    }
+    request
+        .body(Full::new(body))
+        .map_err(|e| SendError::Refused(format!("invalid request: {e}")))
 }
 
 /// Reads (a bounded part of) an answer's body.
@@ -411,6 +423,71 @@ mod tests {
     fn output(url: &str) -> Output {
         Output::new(crate::model::settings::WebhookSettings::with_url(url), None)
             .expect("plain settings")
+    }
+
+    /// This thread's time on a CPU so far (the kernel's scheduler statistics), so a timing
+    /// loop on a machine shared with builds counts only its own work.
+    fn thread_cpu_time() -> Duration {
+        let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+        let ns = stat.split(' ').next().unwrap().parse().unwrap();
+        Duration::from_nanos(ns)
+    }
+
+    /// What signing adds to building one request (CPU time), run by hand in a release build:
+    /// `cargo test --release --lib signing_cost -- --ignored --nocapture`. It asserts the
+    /// headers it builds, never the time (a busy machine must not fail it).
+    #[test]
+    #[ignore = "a timing loop to run by hand"]
+    fn signing_cost_per_request() {
+        use crate::model::signing::{Signer, SigningKey};
+        let key = || SigningKey::from_secret(&crate::model::signing::generate_secret()).unwrap();
+        let settings = || crate::model::settings::WebhookSettings::with_url("http://h/");
+        let outputs = [
+            ("unsigned", Output::new(settings(), None).unwrap(), 0),
+            (
+                "one key",
+                Output::new(settings(), Some(Signer::new(key(), None))).unwrap(),
+                1,
+            ),
+            (
+                "two keys",
+                Output::new(
+                    settings(),
+                    Some(Signer::new(key(), Some((key(), i64::MAX)))),
+                )
+                .unwrap(),
+                2,
+            ),
+        ];
+        let target = Target {
+            uri: Uri::from_static("http://h/"),
+            credentials: None,
+            literal: None,
+        };
+        for size in [600, 2500, 16 * 1024] {
+            let body = Bytes::from(vec![b'x'; size]);
+            let mut unsigned = Duration::ZERO;
+            for (label, output, signatures) in &outputs {
+                let rounds = 200_000u32;
+                let started = thread_cpu_time();
+                for _ in 0..rounds {
+                    let request =
+                        build_request(&target, output, "1234567-0", body.clone(), now_ms).unwrap();
+                    let signed = request.headers().get(WEBHOOK_SIGNATURE);
+                    let count = signed.map_or(0, |s| s.as_bytes().split(|b| *b == b' ').count());
+                    assert_eq!(count, *signatures);
+                    std::hint::black_box(request);
+                }
+                let each = (thread_cpu_time() - started) / rounds;
+                if *signatures == 0 {
+                    unsigned = each;
+                }
+                let added = each.saturating_sub(unsigned);
+                println!(
+                    "{size:>5} byte body, {label}: {each:?} per request, signing adds {added:?}"
+                );
+            }
+        }
     }
 
     #[tokio::test]

@@ -181,29 +181,4 @@ mod tests {
         assert_eq!(refused("whsec_"), Some(SecretError::Empty));
         assert!(matches!(refused("whsec_!!"), Some(SecretError::Base64(_))));
     }
-
-    /// The cost of one signature, run by hand in a release build:
-    /// `cargo test --release --lib signing_cost -- --ignored --nocapture`.
-    /// It asserts the signatures it makes, never the time (a busy machine must not fail it).
-    #[test]
-    #[ignore = "a timing loop to run by hand"]
-    fn signing_cost() {
-        let signer = Signer::new(key(SECRET), Some((key(OLD_SECRET), i64::MAX)));
-        let one = Signer::new(key(SECRET), None);
-        for size in [64, 512, 2048, 16 * 1024] {
-            let body = vec![b'x'; size];
-            for (label, signer, signatures) in [("one key", &one, 1), ("two keys", &signer, 2)] {
-                let rounds = 200_000;
-                let started = std::time::Instant::now();
-                let mut last = String::new();
-                for round in 0..rounds {
-                    last = signer.signature("1234567-0", "1700000000", &body, round);
-                    std::hint::black_box(&last);
-                }
-                let each = started.elapsed() / rounds.try_into().unwrap_or(u32::MAX);
-                assert_eq!(last.split(' ').count(), signatures);
-                println!("{size:>6} byte body, {label}: {each:?} per request");
-            }
-        }
-    }
 }
