@@ -194,6 +194,43 @@ mod tests {
     }
 
     #[test]
+    fn webhook_settings_name_the_new_field_they_refuse() {
+        use crate::model::settings::WebhookSettings;
+        use serde_json::json;
+        let refused = [
+            (
+                json!({"custom_headers": {"Host": "x"}}),
+                "`custom_headers.Host`",
+            ),
+            (
+                json!({"custom_headers": {"X-A": 1}}),
+                "`custom_headers.X-A`",
+            ),
+            (json!({"custom_headers": ["X-A"]}), "`custom_headers`"),
+            (
+                json!({"signing_rotation_overlap_secs": -1}),
+                "`signing_rotation_overlap_secs`",
+            ),
+            (
+                json!({"signing_rotation_overlap_secs": 2_592_001}),
+                "`signing_rotation_overlap_secs`",
+            ),
+            (
+                json!({"signing_rotation_overlap_secs": "1d"}),
+                "`signing_rotation_overlap_secs`",
+            ),
+        ];
+        for (mut settings, field) in refused {
+            settings["url"] = json!("http://e.com");
+            let error = WebhookSettings::parse(settings.clone()).expect_err("refused");
+            assert!(error.to_string().contains(field), "{settings}: {error}");
+        }
+        let ok = json!({"url": "http://e.com", "custom_headers": {"X-A": "1"},
+                        "signing_rotation_overlap_secs": 0});
+        assert!(WebhookSettings::parse(ok).is_ok());
+    }
+
+    #[test]
     fn count_size_and_case_duplicates_are_capped() {
         let many: BTreeMap<String, String> = (0..=MAX_CUSTOM_HEADERS)
             .map(|i| (format!("X-H{i}"), "v".to_owned()))

@@ -254,7 +254,7 @@ proptest! {
         (new_points, rules, settings_json) in arb_rules(),
     ) {
         let settings = ConnectionSettings::from_json(settings_json.clone()).unwrap();
-        let webhook = WebhookSettings { url: "http://x".into(), authorization_header: None, include_mp_deviceid: false };
+        let webhook = WebhookSettings::with_url("http://x");
         let plan = plan(&settings, &webhook, BatchId::new(1), &doc);
         let inbound = doc["events"].as_array().unwrap();
         let allowed = user_allowed(&settings_json, &doc);

@@ -6,11 +6,7 @@ use super::*;
 use crate::pipeline::rules::sampled_in;
 
 fn webhook() -> WebhookSettings {
-    WebhookSettings {
-        url: "http://x".into(),
-        authorization_header: None,
-        include_mp_deviceid: false,
-    }
+    WebhookSettings::with_url("http://x")
 }
 
 fn settings(rules: Value) -> ConnectionSettings {
