@@ -605,6 +605,25 @@ mod tests {
         );
     }
 
+    /// Found by fuzzing: serde_json's default float parsing can be one unit in the last place
+    /// off, so a client's number reached outputs changed, and changed again at each parse of the
+    /// stored document. Rust's own parser is exact, so it says what was sent.
+    #[test]
+    fn client_floats_are_stored_exactly_as_sent() {
+        for sent in [
+            "4.5798353663572674e-176",
+            "0.1",
+            "1.7976931348623157e308",
+            "5e-324",
+        ] {
+            let body = format!(r#"{{"user_attributes": {{"price": {sent}}}}}"#);
+            let stored = serde_json::to_vec(&ok(serde_json::from_str(&body).unwrap()).document);
+            let read: Value = serde_json::from_slice(&stored.unwrap()).unwrap();
+            let price = read["user_attributes"]["price"].as_f64();
+            assert_eq!(price, sent.parse::<f64>().ok(), "{sent}");
+        }
+    }
+
     #[test]
     fn long_event_names_are_truncated_like_mparticle() {
         let name = "é".repeat(300);
