@@ -14,6 +14,8 @@ const LAYERS: &[&[&str]] = &[
     &["ingest", "admin", "dashboard"],
     &["identity"],
     &["server"],
+    // Test support for fuzz targets and property tests: drives the whole router.
+    &["fuzzing"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

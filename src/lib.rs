@@ -11,6 +11,10 @@ pub mod config;
 mod dashboard;
 mod delivery;
 mod error;
+// Test support for the fuzz targets in `fuzz/` and the property tests; not part of the server.
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod identity;
 mod ingest;
 #[cfg(test)]

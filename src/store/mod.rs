@@ -16,6 +16,8 @@ mod group;
 pub(crate) mod identity_sql;
 mod private_files;
 pub(crate) mod queue;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod scratch;
 pub(crate) mod sessions_sql;
 mod steps;
 pub(crate) mod writer;

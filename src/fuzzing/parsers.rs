@@ -1,0 +1,182 @@
+//! The pure parsers behind one entry point each: the Events API batch (also the Web SDK's v3
+//! upload), the mobile upload envelope, the legacy web event and gzip bodies.
+
+use std::io::Write;
+
+use axum::http::header::CONTENT_ENCODING;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use serde_json::{Map, Value};
+
+use crate::ingest::body::{decode_body, parse_json};
+use crate::model::batch::{BatchError, Channel, NormalizedBatch, normalize};
+use crate::model::legacy_web;
+use crate::model::mobile::{MobileOs, translate};
+
+/// The receive time every entry point normalises with (the clock is a parameter of the model).
+const NOW_MS: i64 = 1_700_000_000_000;
+/// The body limit `gzip` decodes under; small, so the fuzzer reaches it.
+const GZIP_LIMIT: usize = 1024;
+
+/// `/v2/events` and the Web SDK's v3 upload: the body as one batch, on both channels.
+pub fn batch(data: &[u8]) {
+    let Ok(value) = parse_json(data) else {
+        return;
+    };
+    for channel in [Channel::ServerToServer, Channel::Javascript] {
+        check_batch(&value, channel, "");
+    }
+}
+
+/// The mobile SDKs' upload envelope (`dt: "h"`), from either OS, translated and normalised.
+pub fn mobile(data: &[u8]) {
+    let Ok(envelope) = parse_json(data) else {
+        return;
+    };
+    for os in [MobileOs::Android, MobileOs::Ios] {
+        match translate(&envelope, os) {
+            Ok(document) => {
+                // One event per message, never more.
+                let messages = envelope.get("msgs").and_then(Value::as_array).map(Vec::len);
+                assert_eq!(events_of(&document), messages.unwrap_or(0), "{document}");
+                check_batch(&document, Channel::Native, "");
+            }
+            Err(error) => check_error(&error, ""),
+        }
+    }
+}
+
+/// The Web SDK's legacy per-event upload, translated and normalised.
+pub fn legacy_web(data: &[u8]) {
+    let Ok(dto) = parse_json(data) else {
+        return;
+    };
+    match legacy_web::translate(&dto) {
+        Ok(document) => {
+            assert_eq!(events_of(&document), 1, "{document}");
+            check_batch(&document, Channel::Javascript, "");
+        }
+        Err(error) => check_error(&error, ""),
+    }
+}
+
+/// A gzip body as the SDK routes decode it: bounded output, a 400 or 413 otherwise; and what
+/// is compressed comes back whole.
+pub fn gzip(data: &[u8]) {
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    match decode_body(&headers, data, GZIP_LIMIT) {
+        Ok(out) => assert!(out.len() <= GZIP_LIMIT, "{} bytes out", out.len()),
+        Err(error) => assert!(
+            [StatusCode::BAD_REQUEST, StatusCode::PAYLOAD_TOO_LARGE].contains(&error.status),
+            "{error:?}"
+        ),
+    }
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let compressed = encoder
+        .write_all(data)
+        .and_then(|()| encoder.finish())
+        .expect("gzip into memory");
+    match decode_body(&headers, &compressed, GZIP_LIMIT) {
+        Ok(out) => assert_eq!(out, data),
+        Err(error) => assert!(
+            data.len() > GZIP_LIMIT && error.status == StatusCode::PAYLOAD_TOO_LARGE,
+            "{} bytes: {error:?}",
+            data.len()
+        ),
+    }
+    // Without the header the body passes as it came.
+    let plain = decode_body(&HeaderMap::new(), data, GZIP_LIMIT).expect("plain body");
+    assert_eq!(plain, data);
+}
+
+/// Normalises `value` and checks what came out, or that the error names its field.
+pub(super) fn check_batch(value: &Value, channel: Channel, prefix: &str) {
+    match normalize(value.clone(), channel, NOW_MS, prefix) {
+        Ok(batch) => check_normalized(value, &batch, channel),
+        Err(error) => check_error(&error, prefix),
+    }
+}
+
+/// A refusal names the field it is about, inside the document's location.
+fn check_error(error: &BatchError, prefix: &str) {
+    assert!(!error.field.is_empty(), "{error:?}");
+    assert!(
+        error.field.starts_with(prefix),
+        "{error:?} outside {prefix}"
+    );
+    assert!(error.message.contains(&error.field), "{error:?}");
+}
+
+/// What normalisation promises: the outbound form, every event kept, every key a client sent
+/// kept, and a result that is itself a valid batch with the same events (normalising twice
+/// changes nothing).
+fn check_normalized(input: &Value, batch: &NormalizedBatch, channel: Channel) {
+    let document = batch
+        .document
+        .as_object()
+        .expect("a normalised batch is an object");
+    let sent = input.as_object().expect("only objects normalise");
+    let events = document["events"].as_array().expect("events is an array");
+    assert_eq!(events.len(), batch.event_count);
+    let sent_events = sent.get("events").and_then(Value::as_array).map(Vec::len);
+    assert_eq!(batch.event_count, sent_events.unwrap_or(0));
+    for event in events {
+        let data = event["data"].as_object().expect("event data is an object");
+        assert!(data["timestamp_unixtime_ms"].is_i64(), "{event}");
+        assert!(!data["message_id"].is_null(), "{event}");
+    }
+    assert_eq!(document["source_info"]["channel"], channel_name(channel));
+    assert_eq!(document["schema_version"], 2);
+    assert!(!document.contains_key("unique_id"));
+    assert!(!document.contains_key("source_request_id"));
+    assert!(
+        document
+            .get("mpid")
+            .is_none_or(|m| m.is_null() || m.is_i64())
+    );
+    assert!(document.get("user_identities").is_none_or(Value::is_array));
+    for (key, value) in sent {
+        let dropped = ["source_request_id", "unique_id"].contains(&key.as_str());
+        assert!(
+            dropped || value.is_null() || document.contains_key(key),
+            "{key} was lost"
+        );
+    }
+    let bytes = serde_json::to_vec(&batch.document).expect("serialise");
+    let reparsed: Value = serde_json::from_slice(&bytes).expect("parse again");
+    assert_eq!(reparsed, batch.document);
+    let again = normalize(inbound_form(document), channel, NOW_MS + 1, "")
+        .unwrap_or_else(|e| panic!("a normalised batch no longer validates: {e}"));
+    assert_eq!(again.event_count, batch.event_count);
+    assert_eq!(again.document["events"], batch.document["events"]);
+}
+
+/// A normalised document as a client would send it: identities as an object again.
+fn inbound_form(document: &Map<String, Value>) -> Value {
+    let mut inbound = document.clone();
+    if let Some(Value::Array(identities)) = inbound.remove("user_identities") {
+        let folded: Map<String, Value> = identities
+            .iter()
+            .filter_map(|i| {
+                Some((
+                    i["identity_type"].as_str()?.to_owned(),
+                    i["identity"].clone(),
+                ))
+            })
+            .collect();
+        inbound.insert("user_identities".into(), Value::Object(folded));
+    }
+    Value::Object(inbound)
+}
+
+fn events_of(document: &Value) -> usize {
+    document["events"].as_array().map_or(0, Vec::len)
+}
+
+fn channel_name(channel: Channel) -> &'static str {
+    match channel {
+        Channel::ServerToServer => "server_to_server",
+        Channel::Javascript => "javascript",
+        Channel::Native => "native",
+    }
+}
