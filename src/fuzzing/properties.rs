@@ -393,3 +393,25 @@ fn forwarding_reports_are_counted_once_or_refused() {
         |app, (v2, data)| app.forwarding(v2, &data),
     );
 }
+
+/// Found by running `idsync_bodies_get_an_answer_or_idsyncs_error` on PostgreSQL, whose text
+/// cannot hold U+0000: an identity or device id with a NUL character was answered 503 ("retry"),
+/// so an SDK would send it again forever. It is a bad request on either backend.
+#[test]
+fn nul_characters_in_identities_are_refused() {
+    let app = App::start().expect("an in-process Boson");
+    let nul = r#""a\u0000b""#;
+    for known in ["email", "customerid", "android_uuid"] {
+        let body = format!(r#"{{"known_identities": {{"{known}": {nul}}}}}"#);
+        assert_eq!(app.idsync(0, body.as_bytes()), 400, "{body}");
+    }
+    let change =
+        format!(r#"{{"identity_changes": [{{"identity_type": "email", "new_value": {nul}}}]}}"#);
+    assert_eq!(app.idsync(3, change.as_bytes()), 400, "{change}");
+    for batch in [
+        format!(r#"{{"user_identities": {{"email": {nul}}}}}"#),
+        format!(r#"{{"mp_deviceid": {nul}}}"#),
+    ] {
+        assert_eq!(app.events_api(false, batch.as_bytes()), 400, "{batch}");
+    }
+}

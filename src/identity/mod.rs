@@ -32,6 +32,7 @@ use crate::model::batch::Channel;
 use crate::model::identity::names::{Kind, classify, device_rank};
 use crate::model::identity::resolve::Call;
 use crate::model::identity::types::IdentityType;
+use crate::model::identity::{NOT_STORABLE, is_storable};
 use crate::model::ids::Mpid;
 use crate::model::{Platform, now_ms};
 use crate::pipeline::catalog::InputEntry;
@@ -459,6 +460,11 @@ fn split_identities(
         let value = match value {
             Value::Null => continue,
             Value::String(s) if s.is_empty() => continue,
+            Value::String(s) if !is_storable(s) => {
+                return Err(IdentityError::bad_request(format!(
+                    "Identity \"{name}\" {NOT_STORABLE}."
+                )));
+            }
             Value::String(s) => s.clone(),
             _ => {
                 return Err(IdentityError::bad_request(format!(
@@ -488,6 +494,16 @@ fn changes_of(changes: &[ChangeIn]) -> Result<Vec<IdentityChange>, IdentityError
     changes
         .iter()
         .map(|c| match classify(&c.identity_type) {
+            _ if [&c.old_value, &c.new_value]
+                .into_iter()
+                .flatten()
+                .any(|v| !is_storable(v)) =>
+            {
+                Err(IdentityError::bad_request(format!(
+                    "Identity \"{}\" {NOT_STORABLE}.",
+                    c.identity_type
+                )))
+            }
             Some(Kind::User(kind)) => Ok(IdentityChange {
                 identity_type: kind,
                 old_value: c.old_value.clone().filter(|v| !v.is_empty()),

@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 
 use super::event_type::EventType;
 use super::identity::types::IdentityType;
+use super::identity::{NOT_STORABLE, is_storable};
 
 const ENVIRONMENTS: &[&str] = &["development", "production", "unknown"];
 
@@ -107,6 +108,13 @@ pub(crate) fn normalize(
     }
     for key in ["ip", "mp_deviceid", "sdk_version"] {
         expect_optional(&batch, key, &at(key), Value::is_string, "must be a string")?;
+    }
+    if batch
+        .get("mp_deviceid")
+        .and_then(Value::as_str)
+        .is_some_and(|id| !is_storable(id))
+    {
+        return Err(BatchError::new(at("mp_deviceid"), NOT_STORABLE));
     }
     match batch.get("environment") {
         None | Some(Value::Null) => {
@@ -426,6 +434,10 @@ fn normalize_identities(
         };
         match value {
             Value::Null => {}
+            Value::String(identity) if !is_storable(&identity) => {
+                let field = format!("{field}.{identity_type}");
+                return Err(BatchError::new(field, NOT_STORABLE));
+            }
             Value::String(identity) => out.push(json!({
                 "identity_type": identity_type.as_str(),
                 "identity": identity,
@@ -622,6 +634,15 @@ mod tests {
             let price = read["user_attributes"]["price"].as_f64();
             assert_eq!(price, sent.parse::<f64>().ok(), "{sent}");
         }
+    }
+
+    #[test]
+    fn a_nul_character_in_an_identity_or_device_id_is_refused_by_field() {
+        let error = err(json!({"user_identities": {"email": "a\u{0}b"}}));
+        assert_eq!(error.field, "user_identities.email");
+        assert_eq!(err(json!({"mp_deviceid": "\u{0}"})).field, "mp_deviceid");
+        // Elsewhere a NUL is kept: the stored document escapes it.
+        ok(json!({"events": [], "user_attributes": {"a": "\u{0}"}}));
     }
 
     #[test]

@@ -6,3 +6,13 @@
 pub(crate) mod names;
 pub(crate) mod resolve;
 pub(crate) mod types;
+
+/// Whether an identity or device id can be stored: identities are stored as text, and
+/// PostgreSQL's text cannot hold U+0000. One with a NUL would fail to store (a 503, which clients
+/// retry forever) instead of being refused as the bad request it is.
+pub(crate) fn is_storable(value: &str) -> bool {
+    !value.contains('\0')
+}
+
+/// What a refusal by [`is_storable`] says.
+pub(crate) const NOT_STORABLE: &str = "must be a string without NUL characters";
