@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 
 use crate::helpers::{Receiver, TestApp, batch_of, spawn_app};
 
-async fn idsync(app: &TestApp, key: &str, path: &str, body: Value) -> (u16, Value) {
+/// An IDSync call with the input's key, answered as (status, JSON body).
+pub async fn idsync(app: &TestApp, key: &str, path: &str, body: Value) -> (u16, Value) {
     let response = app
         .client
         .post(format!("{}{path}", app.base))

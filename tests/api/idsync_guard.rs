@@ -4,20 +4,8 @@
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, spawn_app, spawn_app_with};
+use crate::identity::idsync;
 use crate::mobile::{date_in, sign};
-
-async fn idsync(app: &TestApp, key: &str, path: &str, body: Value) -> (u16, Value) {
-    let response = app
-        .client
-        .post(format!("{}{path}", app.base))
-        .header("x-mp-key", key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
-}
 
 async fn email_of(app: &TestApp, mpid: &str) -> Value {
     let user: Value = app
