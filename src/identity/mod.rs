@@ -25,7 +25,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::access::{CapReached, Client, Peer};
-use crate::ingest::body::{decode_body, mpid_of};
+use crate::ingest::body::decode_body;
 use crate::ingest::check_signed;
 use crate::ingest::cors::{self, X_MP_KEY};
 use crate::model::batch::Channel;
@@ -236,7 +236,7 @@ async fn resolve_call(
     let input = input_of(state, headers)?;
     let request = parse(&gunzip(state, headers, body)?)?;
     let (identities, device) = split_identities(request.known_identities.as_ref())?;
-    let previous = request.previous_mpid.as_ref().and_then(mpid_of);
+    let previous = request.previous_mpid.as_ref().and_then(Mpid::from_json);
     let cap_reached = std::sync::OnceLock::new();
     let may_create = || match state.new_users.take(input.id.as_str(), client) {
         Ok(()) => true,

@@ -12,31 +12,18 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::body::{decode_body, mpid_of};
+use super::body::decode_body;
 use super::mobile::check_signed;
 use super::response::{IngestError, reject};
 use super::web::web_input;
+use crate::model::alias_request::{self, AliasRequest};
 use crate::model::ids::InputId;
 use crate::model::{Platform, now_ms};
 use crate::pipeline::catalog::InputEntry;
 use crate::state::AppState;
 use crate::store::identity_sql::NewAlias;
-
-#[derive(Debug, Deserialize)]
-struct AliasRequest {
-    data: AliasData,
-}
-
-#[derive(Debug, Deserialize)]
-struct AliasData {
-    source_mpid: Value,
-    destination_mpid: Value,
-    start_unixtime_ms: Option<i64>,
-    end_unixtime_ms: Option<i64>,
-}
 
 /// `POST /v1/identity/{key}/Alias`: the Web SDK's alias request.
 pub(crate) async fn web(
@@ -53,7 +40,7 @@ pub(crate) async fn web(
         .map_err(|_| "The request body could not be read.")
         .and_then(|body| parse(&input.id, &body));
     match alias {
-        Ok(alias) => match insert(&state, &alias).await {
+        Ok(alias) => match insert(&state, &input, &alias).await {
             Ok(()) => StatusCode::ACCEPTED.into_response(),
             Err(error) => reject(&state, Some(&input.id), error),
         },
@@ -113,30 +100,35 @@ async fn accept_mobile(
     )?;
     let alias = parse(&input.id, &body)
         .map_err(|message| IngestError::bad_request("invalid_alias", message))?;
-    insert(state, &alias).await
+    insert(state, input, &alias).await
 }
 
 /// The alias a request body asks for, or what is wrong with it.
-fn parse(input_id: &InputId, body: &[u8]) -> Result<NewAlias, &'static str> {
-    let request: AliasRequest = serde_json::from_slice(body).map_err(
-        |_| "Alias request must be JSON with data.source_mpid and data.destination_mpid.",
-    )?;
-    let (Some(source_mpid), Some(destination_mpid)) = (
-        mpid_of(&request.data.source_mpid),
-        mpid_of(&request.data.destination_mpid),
-    ) else {
-        return Err("data.source_mpid and data.destination_mpid must be 64-bit integers.");
-    };
-    Ok(NewAlias {
+fn parse(input_id: &InputId, body: &[u8]) -> Result<(NewAlias, AliasRequest), &'static str> {
+    let request = alias_request::parse(body, now_ms())?;
+    let alias = NewAlias {
         input_id: input_id.clone(),
-        source_mpid,
-        destination_mpid,
-        start_ms: request.data.start_unixtime_ms,
-        end_ms: request.data.end_unixtime_ms,
-    })
+        source_mpid: request.source_mpid,
+        destination_mpid: request.destination_mpid,
+        start_ms: request.start_ms,
+        end_ms: request.end_ms,
+    };
+    Ok((alias, request))
 }
 
-async fn insert(state: &AppState, alias: &NewAlias) -> Result<(), IngestError> {
+/// Stores the alias, after handing the request to the connections that forward alias requests
+/// (first, so that a failure between the two is answered with a 503 and the SDK's retry, under
+/// the same request id, is not forwarded twice).
+async fn insert(
+    state: &AppState,
+    input: &InputEntry,
+    (alias, request): &(NewAlias, AliasRequest),
+) -> Result<(), IngestError> {
+    state
+        .pipeline
+        .accept_alias(input, request)
+        .await
+        .map_err(IngestError::from)?;
     state
         .store
         .insert_alias(alias, now_ms())

@@ -6,7 +6,6 @@ use axum::http::header::CONTENT_ENCODING;
 use serde_json::Value;
 
 use super::response::IngestError;
-use crate::model::ids::Mpid;
 
 /// Parses a JSON body (whatever its declared content type: the Web SDK sends `text/plain`).
 pub(crate) fn parse_json(body: &[u8]) -> Result<Value, IngestError> {
@@ -45,15 +44,6 @@ pub(crate) fn decode_body(
         return Err(IngestError::too_large(limit));
     }
     Ok(out)
-}
-
-/// An MPID sent as a number or as a decimal string (the Web SDK keeps MPIDs as strings).
-pub(crate) fn mpid_of(value: &Value) -> Option<Mpid> {
-    match value {
-        Value::Number(n) => n.as_i64().map(Mpid::new),
-        Value::String(s) => s.parse().ok(),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -93,6 +93,8 @@ pub(crate) fn normalize(
     };
     // Outbound only: set per connection (spec §2), never taken from a client.
     batch.remove("unique_id");
+    // Marks a stored alias request (`model::alias_request`); no batch may carry it.
+    batch.remove("request_type");
     let event_count = normalize_events(&mut batch, &at("events"), now_ms)?;
     normalize_identities(&mut batch, &at("user_identities"), now_ms)?;
     check_user_attributes(&batch, &at("user_attributes"))?;

@@ -197,6 +197,18 @@ impl FromStr for Mpid {
     }
 }
 
+impl Mpid {
+    /// An MPID in a JSON request: a number (mobile SDKs, the Events API) or a decimal string
+    /// (the Web SDK).
+    pub(crate) fn from_json(value: &serde_json::Value) -> Option<Self> {
+        match value {
+            serde_json::Value::Number(n) => n.as_i64().map(Self),
+            serde_json::Value::String(s) => s.parse().ok(),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

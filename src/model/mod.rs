@@ -1,6 +1,7 @@
 //! Pure domain types: ids, inputs, connection and output settings, and the batch model.
 //! Nothing here does I/O, so every rule about data can be unit- and property-tested.
 
+pub(crate) mod alias_request;
 pub(crate) mod attempt;
 pub(crate) mod batch;
 pub(crate) mod custom_headers;

@@ -42,6 +42,8 @@ pub(crate) struct ConnectionSettings {
     /// Forward the batch's `context.location` (mParticle's "Include Event Batch Location").
     pub(crate) include_event_batch_location: bool,
     pub(crate) send_batches_without_events: bool,
+    /// Forward the input's alias requests (mParticle's "Send Alias Requests").
+    pub(crate) send_alias_requests: bool,
     pub(crate) unique_id: Option<String>,
     /// Most webhook requests per second this connection sends from one node (`None`: no limit).
     pub(crate) rate_limit_per_second: Option<u32>,
@@ -72,6 +74,7 @@ impl Default for ConnectionSettings {
             include_location_information: true,
             include_event_batch_location: false,
             send_batches_without_events: true,
+            send_alias_requests: false,
             unique_id: None,
             rate_limit_per_second: None,
             data_filter: DataFilter::default(),
@@ -101,6 +104,7 @@ pub(crate) enum SettingName {
     IncludeLocationInformation,
     IncludeEventBatchLocation,
     SendBatchesWithoutEvents,
+    SendAliasRequests,
     UniqueId,
     RateLimitPerSecond,
     DataFilter,
@@ -128,6 +132,7 @@ impl SettingName {
             Self::IncludeLocationInformation => "include_location_information",
             Self::IncludeEventBatchLocation => "include_event_batch_location",
             Self::SendBatchesWithoutEvents => "send_batches_without_events",
+            Self::SendAliasRequests => "send_alias_requests",
             Self::UniqueId => "unique_id",
             Self::RateLimitPerSecond => "rate_limit_per_second",
             Self::DataFilter => "data_filter",
@@ -289,6 +294,12 @@ pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
             "Send Batches without Events",
             Boolean,
             "Post batches that carry no events, so identities and user attributes still arrive.",
+        ),
+        describe(
+            N::SendAliasRequests,
+            "Send Alias Requests",
+            Boolean,
+            "Forward the input's alias requests (one user's data now belongs to another), each as its own request.",
         ),
         describe(
             N::UniqueId,

@@ -10,6 +10,7 @@ use super::catalog::{Catalog, InputEntry};
 use super::fanout::{self, fan_out};
 use super::{identity, inbound};
 use crate::live::LiveStream;
+use crate::model::alias_request::AliasRequest;
 use crate::model::batch::{Channel, NormalizedBatch, normalize};
 use crate::model::ids::InputId;
 use crate::model::{Platform, now_ms};
@@ -178,6 +179,51 @@ impl Pipeline {
             AcceptError::Unavailable
         })?;
         Ok(self.report(&input.id, &stored, outcomes))
+    }
+
+    /// Durably stores an alias request for those of the input's connections that forward alias
+    /// requests (`send_alias_requests`), as a batch without events that [`super::filter`]
+    /// recognises; stores nothing when none does. The SDK's retry of a request (the same
+    /// `request_id`) is stored once.
+    pub(crate) async fn accept_alias(
+        &self,
+        input: &InputEntry,
+        request: &AliasRequest,
+    ) -> Result<(), AcceptError> {
+        let inner = &*self.inner;
+        let mut routes = Vec::new();
+        for route in inner.catalog.routes(&input.id) {
+            let settings = inner
+                .catalog
+                .revision(route.revision_id)
+                .await
+                .map_err(|error| {
+                    tracing::error!(%error, "Reading a connection's settings failed.");
+                    AcceptError::Unavailable
+                })?;
+            if settings.send_alias_requests {
+                routes.push(route);
+            }
+        }
+        if routes.is_empty() {
+            return Ok(());
+        }
+        let body = serde_json::to_vec(&request.document).map_err(|_| AcceptError::Unavailable)?;
+        let accepted = fanout::AcceptedBatch {
+            input_id: &input.id,
+            // Its own namespace: an alias request's id never deduplicates a batch.
+            source_request_id: request.request_id.as_ref().map(|id| format!("alias:{id}")),
+            received_at: request.received_ms,
+            event_count: 0,
+            document: &request.document,
+            body: Arc::from(body),
+        };
+        let row = fan_out(accepted, &routes, inner.handoff.as_ref());
+        inner.writer.ingest(vec![row]).await.map_err(|error| {
+            tracing::error!(%error, input = %input.id, "Storing an alias request failed.");
+            AcceptError::Unavailable
+        })?;
+        Ok(())
     }
 
     /// Counts what was stored and shows it on the Live Stream. `batches` holds each batch's

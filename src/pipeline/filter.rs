@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value, json};
 
+use crate::model::alias_request;
 use crate::model::event_type::EventType;
 use crate::model::ids::BatchId;
 use crate::model::settings::{ConnectionSettings, ConnectionStatus, SettingName, WebhookSettings};
@@ -106,6 +107,9 @@ pub(crate) fn plan(
     batch_id: BatchId,
     document: &Value,
 ) -> Plan {
+    if alias_request::is_alias(document) {
+        return alias_plan(settings, document);
+    }
     let empty = Vec::new();
     let events = document
         .get("events")
@@ -174,6 +178,32 @@ pub(crate) fn plan(
         payloads,
         verdicts,
         removed_attributes,
+    }
+}
+
+/// An alias request goes out whole, as one request, where the connection forwards them.
+fn alias_plan(settings: &ConnectionSettings, document: &Value) -> Plan {
+    let forwards = settings.status == ConnectionStatus::Active && settings.send_alias_requests;
+    let payloads = if forwards {
+        let mut document = document.clone();
+        if let (Some(unique_id), Value::Object(fields)) = (
+            settings.unique_id.as_deref().filter(|u| !u.is_empty()),
+            &mut document,
+        ) {
+            fields.insert("unique_id".into(), json!(unique_id));
+        }
+        vec![Payload {
+            body: serialize(&document),
+            event_count: 0,
+            event_indexes: Vec::new(),
+        }]
+    } else {
+        Vec::new()
+    };
+    Plan {
+        payloads,
+        verdicts: Vec::new(),
+        removed_attributes: Vec::new(),
     }
 }
 
@@ -391,6 +421,35 @@ mod tests {
         let body =
             json_of(&plan(&on, &webhook(), BatchId::new(1), &doc(&["custom_event"])).payloads[0]);
         assert_eq!(body["context"]["location"]["latitude"], json!(1.0));
+    }
+
+    #[test]
+    fn an_alias_request_goes_whole_only_where_alias_requests_are_sent() {
+        let alias = json!({"request_type": "alias", "request_id": "r",
+                           "data": {"source_mpid": 1, "destination_mpid": 2}});
+        let off = ConnectionSettings::default();
+        let on = ConnectionSettings {
+            send_alias_requests: true,
+            unique_id: Some("u".into()),
+            ..ConnectionSettings::default()
+        };
+        let inactive = ConnectionSettings {
+            status: ConnectionStatus::Inactive,
+            ..on.clone()
+        };
+        for settings in [&off, &inactive] {
+            assert!(
+                plan(settings, &webhook(), BatchId::new(1), &alias)
+                    .payloads
+                    .is_empty()
+            );
+        }
+        let sent = plan(&on, &webhook(), BatchId::new(1), &alias);
+        assert_eq!(sent.payloads.len(), 1);
+        assert!(sent.verdicts.is_empty());
+        let mut expected = alias;
+        expected["unique_id"] = json!("u");
+        assert_eq!(json_of(&sent.payloads[0]), expected);
     }
 
     #[test]

@@ -520,8 +520,9 @@ fn mparticle_defaults() -> Vec<(&'static str, &'static str, Value)> {
             on.clone(),
         ),
         ("include_location_information", "boolean", on.clone()),
-        ("include_event_batch_location", "boolean", off),
+        ("include_event_batch_location", "boolean", off.clone()),
         ("send_batches_without_events", "boolean", on),
+        ("send_alias_requests", "boolean", off),
         ("unique_id", "optional_text", Value::Null),
         // Boson's own delivery controls follow mParticle's settings; null keeps today's behaviour.
         ("rate_limit_per_second", "optional_count", Value::Null),

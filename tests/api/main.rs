@@ -5,6 +5,7 @@
 #![allow(unreachable_pub)]
 mod admin;
 mod alias;
+mod alias_forwarding;
 mod breaker;
 mod custom_headers;
 mod dashboard;
