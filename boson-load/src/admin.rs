@@ -26,28 +26,68 @@ struct Created {
     id: Value,
 }
 
-/// Creates the input → webhook output → connection pipeline (the output signing its requests
-/// if `sign`) and returns the input's credentials.
+/// How the throughput run's connection and output are set up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Options {
+    pub(crate) send_as_batch: bool,
+    /// The output signs its requests.
+    pub(crate) sign: bool,
+    /// The connection has the Data Filter and forwarding rules of [`rules_settings`].
+    pub(crate) rules: bool,
+}
+
+/// Creates the input → webhook output → connection pipeline as `options` say and returns the
+/// input's credentials.
 pub(crate) async fn setup_pipeline(
     http: &reqwest::Client,
     base_url: &str,
     admin_token: &str,
     webhook_url: &str,
-    send_as_batch: bool,
-    sign: bool,
+    options: Options,
 ) -> Result<InputCredentials> {
     let admin = Admin {
         http,
         base_url,
         admin_token,
     };
-    let (credentials, _) = admin
-        .connected_input(webhook_url, send_as_batch, "receiver")
+    let (credentials, input_id) = admin.input().await?;
+    let mut settings = json!({ "status": "active", "send_as_batch": options.send_as_batch });
+    if options.rules {
+        settings = rules_settings(settings);
+    }
+    admin
+        .connect_with(&input_id, webhook_url, settings, "receiver")
         .await?;
-    if sign {
+    if options.sign {
         admin.sign_every_output().await?;
     }
     Ok(credentials)
+}
+
+/// `settings` plus a Data Filter of 50 rules and every forwarding rule, none of which drops
+/// what the load sends (custom events named `load_test` with `page` attributes, a
+/// `customer_id`, and, with `--rules`, consent to `marketing` and no CCPA opt-out), so the run
+/// delivers everything and measures the rules' cost alone.
+fn rules_settings(mut settings: Value) -> Value {
+    let mut rules: Vec<Value> = (0..40)
+        .map(|i| json!({"event_type": "custom_event", "event_name": format!("unused_{i}"), "send": false}))
+        .collect();
+    rules.extend((0..8).map(|i| {
+        json!({"event_type": "custom_event", "event_name": "load_test",
+               "attribute": format!("unused_{i}"), "send": false})
+    }));
+    rules.push(json!({"user_attribute": "$Age", "send": false}));
+    rules.push(json!({"identity_type": "email", "send": false}));
+    settings["data_filter"] = json!({"send_new_data_points": true, "rules": rules});
+    settings["forwarding_rules"] = json!({
+        "attribute": {"scope": "event", "name": "page", "value": "/nowhere", "mode": "dont_forward"},
+        "require_login_identity": true,
+        "gdpr_purposes": ["marketing"],
+        "ccpa_respect_data_sale_opt_out": true,
+        // Below 100 some users' events would never arrive and the run could not drain.
+        "user_sample_percent": 100,
+    });
+    settings
 }
 
 /// The propagation scenario's setup: one input connected to two receivers, `steady` (always
@@ -133,6 +173,20 @@ impl Admin<'_> {
         send_as_batch: bool,
         name: &str,
     ) -> Result<Value> {
+        let settings = json!({ "status": "active", "send_as_batch": send_as_batch });
+        self.connect_with(input_id, webhook_url, settings, name)
+            .await
+    }
+
+    /// A webhook output at `webhook_url` and a connection from `input_id` to it with
+    /// `settings`; answers the connection's id.
+    async fn connect_with(
+        &self,
+        input_id: &Value,
+        webhook_url: &str,
+        settings: Value,
+        name: &str,
+    ) -> Result<Value> {
         let output: Created = self
             .create(
                 "outputs",
@@ -146,7 +200,7 @@ impl Admin<'_> {
                 &json!({
                     "input_id": input_id,
                     "output_id": output.id,
-                    "settings": { "status": "active", "send_as_batch": send_as_batch },
+                    "settings": settings,
                 }),
             )
             .await?;

@@ -43,6 +43,12 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) sign: bool,
 
+    /// Throughput: give the connection a Data Filter of 50 rules and every forwarding rule
+    /// (attribute, login identity, GDPR purpose, CCPA, sampling), all of which the load's events
+    /// pass, and send consent with every batch, to measure what the rules cost.
+    #[arg(long)]
+    pub(crate) rules: bool,
+
     /// How long to wait, after sending, for the receiver to see every accepted event.
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     pub(crate) drain_timeout_secs: u64,

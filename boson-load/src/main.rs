@@ -131,6 +131,7 @@ async fn main() -> Result<()> {
             .map(|secs| secs * 1e6 / accepted_events as f64),
         send_as_batch: args.send_as_batch,
         signed: args.sign,
+        rules: args.rules,
     }
     .rounded();
     println!("{}", report.to_json_line());
@@ -162,8 +163,11 @@ async fn measure(
         boson.base_url(),
         boson.admin_token(),
         &receiver.url(),
-        args.send_as_batch,
-        args.sign,
+        admin::Options {
+            send_as_batch: args.send_as_batch,
+            sign: args.sign,
+            rules: args.rules,
+        },
     )
     .await
     .context("configuring Boson via the admin API")?;
@@ -184,6 +188,7 @@ async fn measure(
         batches: args.batches,
         concurrency: args.concurrency,
         rate: args.rate,
+        consent: args.rules,
     };
     let cpu_before = boson.cpu_secs().ok();
     let outcome = sender::run(plan).await?;

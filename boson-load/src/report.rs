@@ -28,6 +28,8 @@ pub(crate) struct Report {
     pub(crate) send_as_batch: bool,
     /// Whether the output signed its requests (`--sign`).
     pub(crate) signed: bool,
+    /// Whether the connection had the Data Filter and forwarding rules of `--rules`.
+    pub(crate) rules: bool,
 }
 
 /// Always an object, with `null` values when nothing was delivered, so

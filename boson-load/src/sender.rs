@@ -42,6 +42,8 @@ pub(crate) struct Plan {
     pub(crate) concurrency: u64,
     /// Offered load in events/s; `None` for closed loop.
     pub(crate) rate: Option<f64>,
+    /// Every batch states consent to `marketing` and no CCPA opt-out (for `--rules`).
+    pub(crate) consent: bool,
 }
 
 /// Result of the sending phase.
@@ -75,6 +77,7 @@ struct Sender {
     client: Client<HttpConnector, Full<Bytes>>,
     uri: Uri,
     authorization: HeaderValue,
+    consent: bool,
 }
 
 impl Sender {
@@ -96,7 +99,18 @@ impl Sender {
             client,
             uri: plan.url.parse().context("parsing the events URL")?,
             authorization: HeaderValue::try_from(authorization)?,
+            consent: plan.consent,
         })
+    }
+
+    /// Batch `k`, with the consent of `--rules` if asked for.
+    fn batch(&self, k: u64, sent_at_us: u64) -> String {
+        let batch = batch(k, sent_at_us);
+        if self.consent {
+            with_consent(&batch)
+        } else {
+            batch
+        }
     }
 
     /// Sends batch `k`; `Ok` only for a 202.
@@ -104,7 +118,7 @@ impl Sender {
         let request = Request::post(self.uri.clone())
             .header(AUTHORIZATION, self.authorization.clone())
             .header(CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(batch(k, sent_at_us))))?;
+            .body(Full::new(Bytes::from(self.batch(k, sent_at_us))))?;
         let answer = tokio::time::timeout(crate::REQUEST_TIMEOUT, async {
             let response = self.client.request(request).await.context("sending")?;
             let status = response.status();
@@ -215,6 +229,12 @@ pub(crate) fn batch(k: u64, sent_at_us: u64) -> String {
     batch_from(k, k, sent_at_us)
 }
 
+/// `batch` stating consent to the GDPR purpose `marketing` and no CCPA opt-out, first.
+fn with_consent(batch: &str) -> String {
+    const CONSENT: &str = r#"{"consent_state":{"gdpr":{"marketing":{"consented":true,"timestamp_unixtime_ms":1}},"ccpa":{"data_sale_opt_out":{"consented":false,"timestamp_unixtime_ms":1}}},"#;
+    format!("{CONSENT}{}", batch.strip_prefix('{').unwrap_or(batch))
+}
+
 /// Batch `k` as [`batch`] builds it, but from user `user` (`customer_id` `user-<user>`, MPID
 /// `user + 1`), so that several batches can come from one user.
 pub(crate) fn batch_from(k: u64, user: u64, sent_at_us: u64) -> String {
@@ -249,6 +269,23 @@ pub(crate) fn batch_from(k: u64, user: u64, sent_at_us: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_with_consent_is_the_same_batch_with_consent_state() {
+        let plain: serde_json::Value = serde_json::from_str(&batch(7, 1)).unwrap();
+        let mut with: serde_json::Value =
+            serde_json::from_str(&with_consent(&batch(7, 1))).unwrap();
+        assert_eq!(
+            with["consent_state"]["gdpr"]["marketing"]["consented"],
+            true
+        );
+        assert_eq!(
+            with["consent_state"]["ccpa"]["data_sale_opt_out"]["consented"],
+            false
+        );
+        with.as_object_mut().unwrap().remove("consent_state");
+        assert_eq!(with, plain);
+    }
 
     #[test]
     fn batch_has_ten_stamped_events_and_is_about_two_kilobytes() {
