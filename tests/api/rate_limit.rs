@@ -1,11 +1,12 @@
 //! A connection's `rate_limit_per_second`: the receiver never sees more than that many requests
-//! in any one-second window, and nothing is dropped to get there.
+//! in any one-second window from one node, and nothing is dropped to get there. Several nodes
+//! each keep the limit for what they deliver, so N nodes can send up to N times it.
 
 use std::time::Duration;
 
 use serde_json::json;
 
-use crate::helpers::{Receiver, batch_of, spawn_app};
+use crate::helpers::{Receiver, batch_of, multi_node_postgres, spawn_app, spawn_app_on_postgres};
 
 /// The most requests that arrived within any one second.
 fn busiest_second(arrivals: &[std::time::Instant]) -> usize {
@@ -46,6 +47,39 @@ async fn no_second_holds_more_requests_than_the_limit() {
         "paced near the limit, not far below: {busiest}"
     );
     app.stop().await.unwrap();
+}
+
+/// Two nodes on one PostgreSQL database, each accepting half of the load (so each delivers its
+/// own half): the receiver sees at most twice the limit in any second. The README's advice
+/// (divide the receiver's limit by the number of nodes) rests on this measurement.
+#[tokio::test]
+async fn each_node_keeps_the_limit_for_what_it_delivers() {
+    let Some(server) = multi_node_postgres("rate limit on two nodes").await else {
+        return;
+    };
+    let node_1 = spawn_app_on_postgres(&server).await;
+    let mut receiver = Receiver::start().await;
+    let (input, _) = node_1
+        .pipeline(
+            &receiver.url("/limited"),
+            json!({"rate_limit_per_second": 10}),
+        )
+        .await;
+    let node_2 = node_1.second_node(|_| {}).await;
+    for node in [&node_1, &node_2] {
+        let batch = batch_of(&["custom_event"; 30]);
+        assert_eq!(node.post_events(&input, batch).await.status(), 202);
+    }
+    let got = receiver.take(60).await;
+    let arrivals: Vec<_> = got.iter().map(|r| r.at).collect();
+    let busiest = busiest_second(&arrivals);
+    eprintln!("two nodes at 10/s each: busiest second at the receiver held {busiest} requests");
+    assert!(
+        busiest <= 20,
+        "{busiest} requests within one second from two nodes"
+    );
+    node_2.stop().await.unwrap();
+    node_1.stop().await.unwrap();
 }
 
 #[tokio::test]
