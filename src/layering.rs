@@ -10,6 +10,7 @@ const LAYERS: &[&[&str]] = &[
     &["store"],
     &["error", "pipeline", "access"],
     &["delivery"],
+    &["replay"],
     &["state"],
     &["ingest", "admin", "dashboard"],
     &["identity"],

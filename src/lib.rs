@@ -22,6 +22,7 @@ mod layering;
 mod live;
 mod model;
 mod pipeline;
+mod replay;
 mod server;
 mod state;
 mod store;

@@ -172,6 +172,12 @@ pub async fn run(
     ));
     // Other nodes' catalog changes (PostgreSQL); nothing to follow on SQLite.
     tokio::spawn(Arc::clone(&catalog).follow_changes(cancel.clone()));
+    // Replays by time range: this node drives those no other node drives.
+    tokio::spawn(crate::replay::run(
+        store.clone(),
+        webhooks.clone(),
+        cancel.clone(),
+    ));
     tokio::spawn(prune_periodically(
         store.clone(),
         config.retention.clone(),

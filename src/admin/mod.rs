@@ -6,6 +6,7 @@ mod connections;
 mod inputs;
 mod live;
 mod outputs;
+mod replays;
 mod settings;
 mod users;
 
@@ -74,6 +75,9 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
             "/api/v1/connections/{id}/dead-letters/{letter}/replay",
             post(connections::replay),
         )
+        .route("/api/v1/connections/{id}/replay", post(replays::start))
+        .route("/api/v1/replays/{id}", get(replays::get))
+        .route("/api/v1/replays/{id}/cancel", post(replays::cancel))
         .route("/api/v1/live-stream", get(live::stream))
         .route("/api/v1/metadata-fields", get(connections::metadata_fields))
         .route("/api/v1/connection-settings", get(settings::list))

@@ -16,6 +16,7 @@ mod group;
 pub(crate) mod identity_sql;
 mod private_files;
 pub(crate) mod queue;
+pub(crate) mod replays_sql;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod scratch;
 pub(crate) mod sessions_sql;

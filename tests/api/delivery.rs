@@ -6,7 +6,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{Receiver, TestApp, batch_of, spawn_app, spawn_app_with};
+use crate::helpers::{Receiver, TestApp, batch_of, spawn_app, spawn_app_with, wait_for};
 
 #[tokio::test]
 async fn a_saved_setting_applies_to_the_next_event() {
@@ -438,21 +438,6 @@ async fn attempts_log(app: &TestApp, connection: &Value) -> Value {
         .json()
         .await
         .unwrap()
-}
-
-/// Polls `condition` for up to 10 s.
-async fn wait_for<F, Fut>(condition: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..200 {
-        if condition().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("condition not met within 10 s");
 }
 
 #[tokio::test]

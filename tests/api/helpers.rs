@@ -652,3 +652,18 @@ pub const ALL_EVENT_TYPES: &[&str] = &[
     "user_identity_change",
     "uninstall",
 ];
+
+/// Polls `condition` for up to 10 s.
+pub async fn wait_for<F, Fut>(condition: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..200 {
+        if condition().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("condition not met within 10 s");
+}

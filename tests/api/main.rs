@@ -25,6 +25,7 @@ mod process;
 mod propagation;
 mod python_sdk;
 mod rate_limit;
+mod replay;
 mod settings;
 mod shutdown;
 mod signing;

@@ -1,0 +1,259 @@
+//! The background task that drives running replays, one per node: it leases the oldest running
+//! replay no node drives, walks its range from the cursor at the replay's rate, and ends it.
+//! A node that stops (or dies) leaves the lease to run out; another node then resumes at the
+//! cursor, so a batch is enqueued (or a dead letter sent) at most once more than planned.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::plan::{self, Source};
+use super::{PAGE, RangePage};
+use crate::delivery::webhook::WebhookClient;
+use crate::model::now_ms;
+use crate::model::settings::ConnectionSettings;
+use crate::pipeline::output::Output;
+use crate::store::replays_sql::{ReplayLease, ReplayRow, Step};
+use crate::store::{ConnectionRow, Store, StoreError};
+
+/// How long a lease on a replay lasts; renewed at least every [`RENEW_EVERY`].
+const LEASE: Duration = Duration::from_secs(30);
+const RENEW_EVERY: Duration = Duration::from_secs(1);
+/// How often an idle node looks for a replay to drive.
+const IDLE: Duration = Duration::from_millis(200);
+
+/// Drives replays until `cancel`; then gives up this node's leases so another node resumes.
+pub(crate) async fn run(store: Store, webhooks: WebhookClient, cancel: CancellationToken) {
+    let node = format!("replay-{}", uuid::Uuid::now_v7());
+    let driver = Driver {
+        store,
+        webhooks,
+        node,
+        cancel,
+    };
+    loop {
+        tokio::select! {
+            () = driver.cancel.cancelled() => break,
+            () = tokio::time::sleep(IDLE) => {}
+        }
+        let now = now_ms();
+        match driver
+            .store
+            .claim_replay(&driver.node, now, lease_end(now))
+            .await
+        {
+            Ok(Some(replay)) => driver.drive(replay).await,
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "Claiming a replay failed."),
+        }
+    }
+    if let Err(error) = driver.store.release_replays(&driver.node).await {
+        tracing::warn!(%error, "Releasing replay leases failed.");
+    }
+}
+
+fn lease_end(now: i64) -> i64 {
+    now.saturating_add(i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX))
+}
+
+struct Driver {
+    store: Store,
+    webhooks: WebhookClient,
+    node: String,
+    cancel: CancellationToken,
+}
+
+/// Why a replay stopped before its range ended.
+enum Stop {
+    /// Cancelled, taken over by another node, or this node is stopping: nothing to record.
+    Released,
+    /// The replay cannot go on; it is marked failed with this reason.
+    Failed(String),
+}
+
+impl From<StoreError> for Stop {
+    fn from(error: StoreError) -> Self {
+        // A database hiccup leaves the replay to be resumed when the lease runs out.
+        tracing::warn!(%error, "A replay step failed; it resumes after its lease.");
+        Stop::Released
+    }
+}
+
+impl Driver {
+    fn lease(&self, replay_id: i64) -> ReplayLease<'_> {
+        ReplayLease {
+            replay_id,
+            node: &self.node,
+            until: lease_end(now_ms()),
+        }
+    }
+
+    async fn drive(&self, replay: ReplayRow) {
+        let outcome = match Source::parse(&replay.source) {
+            Some(Source::Batches) => self.batches(&replay).await,
+            Some(Source::DeadLetters) => self.dead_letters(&replay).await,
+            None => Err(Stop::Failed(format!("unknown source {:?}", replay.source))),
+        };
+        let (status, error) = match outcome {
+            Ok(()) => ("done", None),
+            Err(Stop::Failed(reason)) => ("failed", Some(reason)),
+            Err(Stop::Released) => return,
+        };
+        let lease = self.lease(replay.id);
+        if let Err(error) = self
+            .store
+            .finish_replay(lease, status, error.as_deref(), now_ms())
+            .await
+        {
+            tracing::warn!(%error, replay = replay.id, "Ending a replay failed.");
+        }
+    }
+
+    /// The connection and its output as they are now.
+    async fn target(&self, replay: &ReplayRow) -> Result<(ConnectionRow, Output), Stop> {
+        let connection = match self.store.get_connection(&replay.connection_id).await {
+            Err(StoreError::NotFound) => return Err(Stop::Failed("connection deleted".into())),
+            other => other?,
+        };
+        let output = self.store.get_output(&connection.output_id).await?;
+        let output = Output::from_row(&output).map_err(Stop::Failed)?;
+        Ok((connection, output))
+    }
+
+    /// Enqueues a job per batch in range, on the replay's own settings revision.
+    async fn batches(&self, replay: &ReplayRow) -> Result<(), Stop> {
+        let (connection, output) = self.target(replay).await?;
+        let revision_id = replay
+            .revision_id
+            .ok_or_else(|| Stop::Failed("no settings revision".into()))?;
+        let text = self.store.get_revision(revision_id).await?;
+        let settings = ConnectionSettings::from_json_str(&text)
+            .map_err(|e| Stop::Failed(format!("settings: {e}")))?;
+        let mut pacer = Pacer::new(replay.rate_per_second);
+        let mut page = range_page(replay);
+        loop {
+            let rows = self
+                .store
+                .batches_in_range(&connection.input_id, page)
+                .await?;
+            let Some((last, _)) = rows.last() else {
+                return Ok(());
+            };
+            page.after = last.get();
+            for (batch_id, body) in rows {
+                let sends = plan::sends(&settings, &output.settings, batch_id, &body);
+                let requests = i64::try_from(sends.bodies.len()).unwrap_or(0);
+                self.wait(replay.id, &mut pacer, requests).await?;
+                let step = Step {
+                    cursor_id: batch_id.get(),
+                    batches: 1,
+                    events: sends.events,
+                    requests,
+                    ..Step::default()
+                };
+                // A batch that sends nothing under these settings only moves the cursor.
+                let job = (requests > 0).then_some((batch_id, &connection.id, revision_id));
+                let lease = self.lease(replay.id);
+                if !self
+                    .store
+                    .enqueue_replayed_batch(lease, job, step, now_ms())
+                    .await?
+                {
+                    return Err(Stop::Released);
+                }
+            }
+        }
+    }
+
+    /// Sends each dead letter in range again, as it was stored.
+    async fn dead_letters(&self, replay: &ReplayRow) -> Result<(), Stop> {
+        let (_, output) = self.target(replay).await?;
+        let mut pacer = Pacer::new(replay.rate_per_second);
+        let mut page = range_page(replay);
+        loop {
+            let rows = self
+                .store
+                .dead_letters_in_range(&replay.connection_id, page)
+                .await?;
+            let Some((last, _)) = rows.last() else {
+                return Ok(());
+            };
+            page.after = *last;
+            for (letter, body) in rows {
+                self.wait(replay.id, &mut pacer, 1).await?;
+                let events = plan::events_in_body(&body);
+                // The id the single replay of this letter uses, so a receiver that deduplicates
+                // sees one letter as one delivery however it was replayed.
+                let delivery_id = format!("replay-{letter}");
+                let sent = crate::delivery::replay(&self.webhooks, &output, &delivery_id, body)
+                    .await
+                    .is_ok();
+                let step = Step {
+                    cursor_id: letter,
+                    batches: 0,
+                    events,
+                    requests: 1,
+                    sent: i64::from(sent),
+                    failed: i64::from(!sent),
+                };
+                let lease = self.lease(replay.id);
+                if !self
+                    .store
+                    .record_replayed_letter(lease, step, now_ms())
+                    .await?
+                {
+                    return Err(Stop::Released);
+                }
+            }
+        }
+    }
+
+    /// Waits until `requests` more may go, renewing the lease meanwhile; stops when the replay
+    /// was cancelled (the renewal finds it no longer running) or this node is stopping.
+    async fn wait(&self, replay_id: i64, pacer: &mut Pacer, requests: i64) -> Result<(), Stop> {
+        let due = pacer.take(requests);
+        loop {
+            if self.cancel.is_cancelled() {
+                return Err(Stop::Released);
+            }
+            if !self.store.renew_replay(self.lease(replay_id)).await? {
+                return Err(Stop::Released);
+            }
+            let now = Instant::now();
+            if now >= due {
+                return Ok(());
+            }
+            tokio::time::sleep((due - now).min(RENEW_EVERY)).await;
+        }
+    }
+}
+
+fn range_page(replay: &ReplayRow) -> RangePage {
+    RangePage {
+        from_ms: replay.from_ms,
+        to_ms: replay.to_ms,
+        after: replay.cursor_id,
+        limit: PAGE,
+    }
+}
+
+/// Spaces requests at a rate: each batch may go once the requests before it have had their time.
+struct Pacer {
+    rate: i64,
+    next: Option<Instant>,
+}
+
+impl Pacer {
+    fn new(rate: i64) -> Self {
+        Self { rate, next: None }
+    }
+
+    /// When a batch of `requests` may go; books the time they take.
+    fn take(&mut self, requests: i64) -> Instant {
+        let now = Instant::now();
+        let due = self.next.map_or(now, |next| next.max(now));
+        self.next = Some(due + plan::spacing(requests, self.rate));
+        due
+    }
+}

@@ -1,0 +1,197 @@
+//! The pure part of a replay: what a request asks for, the settings a replay's jobs use, and
+//! what a range of stored batches would send under them.
+
+use serde_json::Value;
+
+use crate::model::data_filter::{DataFilterRule, DataPoint};
+use crate::model::event_type::EventType;
+use crate::model::ids::BatchId;
+use crate::model::settings::{ConnectionSettings, WebhookSettings};
+use crate::pipeline::filter;
+
+/// Bodies a dry run shows.
+pub(crate) const SAMPLE_SIZE: usize = 5;
+
+/// Where a replay reads what it sends again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// The batch log: each batch is filtered again with the connection's current settings.
+    Batches,
+    /// The dead letters: the stored request bodies, as they were.
+    DeadLetters,
+}
+
+impl Source {
+    pub(crate) fn parse(name: &str) -> Option<Self> {
+        match name {
+            "batches" => Some(Self::Batches),
+            "dead_letters" => Some(Self::DeadLetters),
+            _ => None,
+        }
+    }
+
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            Self::Batches => "batches",
+            Self::DeadLetters => "dead_letters",
+        }
+    }
+}
+
+/// The connection's settings, restricted to `event_types` (if given), paced at `rate`. Every
+/// other type is turned off by a Data Filter rule placed first, so the ordinary filter does the
+/// restriction and the events that remain are treated exactly as the connection treats them.
+pub(crate) fn replay_settings(
+    current: &ConnectionSettings,
+    event_types: Option<&[EventType]>,
+    rate: u32,
+) -> ConnectionSettings {
+    let mut settings = current.clone();
+    settings.rate_limit_per_second = Some(rate);
+    if let Some(kept) = event_types {
+        let off = EventType::ALL
+            .into_iter()
+            .filter(|t| !kept.contains(t))
+            .map(|t| DataFilterRule {
+                point: DataPoint::EventType(t),
+                send: false,
+            });
+        let mut rules: Vec<DataFilterRule> = off.collect();
+        rules.append(&mut settings.data_filter.rules);
+        settings.data_filter.rules = rules;
+    }
+    settings
+}
+
+/// What a stored batch would send under some settings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Sends {
+    pub(crate) events: i64,
+    pub(crate) bodies: Vec<Vec<u8>>,
+}
+
+/// Filters one stored batch; an unreadable one sends nothing (the worker dead-letters it).
+pub(crate) fn sends(
+    settings: &ConnectionSettings,
+    webhook: &WebhookSettings,
+    batch_id: BatchId,
+    body: &[u8],
+) -> Sends {
+    let Ok(document) = serde_json::from_slice::<Value>(body) else {
+        return Sends::default();
+    };
+    let plan = filter::plan(settings, webhook, batch_id, &document);
+    Sends {
+        events: plan
+            .payloads
+            .iter()
+            .map(|p| i64::try_from(p.event_count).unwrap_or(0))
+            .sum(),
+        bodies: plan.payloads.into_iter().map(|p| p.body).collect(),
+    }
+}
+
+/// The events a stored request body carries (an `events` array, else the one event it is).
+pub(crate) fn events_in_body(body: &[u8]) -> i64 {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(value) => value
+            .get("events")
+            .and_then(Value::as_array)
+            .map_or(1, |events| i64::try_from(events.len()).unwrap_or(0)),
+        Err(_) => 1,
+    }
+}
+
+/// A dry run's answer, added up one batch (or dead letter) at a time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Tally {
+    pub(crate) batches: i64,
+    pub(crate) events: i64,
+    pub(crate) requests: i64,
+    pub(crate) sample: Vec<Value>,
+}
+
+impl Tally {
+    /// Counts one batch that sends `events` in `bodies`.
+    pub(crate) fn add(&mut self, events: i64, bodies: Vec<Vec<u8>>) {
+        self.batches += 1;
+        self.events += events;
+        self.requests += i64::try_from(bodies.len()).unwrap_or(0);
+        for body in bodies {
+            if self.sample.len() == SAMPLE_SIZE {
+                break;
+            }
+            self.sample.push(shown(&body));
+        }
+    }
+}
+
+/// A body as JSON, or as text when it is not JSON.
+fn shown(body: &[u8]) -> Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+}
+
+/// How long `requests` take at `rate` per second.
+pub(crate) fn spacing(requests: i64, rate: i64) -> std::time::Duration {
+    let requests = u32::try_from(requests.max(0)).unwrap_or(u32::MAX);
+    let rate = u32::try_from(rate.max(1)).unwrap_or(u32::MAX);
+    std::time::Duration::from_secs(1) * requests / rate
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(types: &[&str]) -> Vec<u8> {
+        let events: Vec<Value> = types
+            .iter()
+            .map(|t| serde_json::json!({"event_type": t, "data": {"event_name": "x", "screen_name": "s"}}))
+            .collect();
+        serde_json::to_vec(&serde_json::json!({"mpid": 1, "events": events})).unwrap()
+    }
+
+    fn webhook() -> WebhookSettings {
+        serde_json::from_value(serde_json::json!({"url": "https://example.com/hook"})).unwrap()
+    }
+
+    #[test]
+    fn restricting_to_event_types_drops_the_others_and_keeps_the_rest() {
+        let current = ConnectionSettings::from_json(serde_json::json!({})).unwrap();
+        let settings = replay_settings(&current, Some(&[EventType::ScreenView]), 5);
+        let sent = sends(
+            &settings,
+            &webhook(),
+            BatchId::new(1),
+            &batch(&["custom_event", "screen_view"]),
+        );
+        assert_eq!(sent.events, 1);
+        let body: Value = serde_json::from_slice(&sent.bodies[0]).unwrap();
+        assert_eq!(body["events"][0]["event_type"], "screen_view");
+        assert_eq!(settings.rate_limit_per_second, Some(5));
+    }
+
+    #[test]
+    fn the_restriction_survives_a_round_trip_through_the_store_text() {
+        let current = ConnectionSettings::from_json(serde_json::json!({})).unwrap();
+        let settings = replay_settings(&current, Some(&[EventType::CustomEvent]), 2);
+        let text = serde_json::to_string(&settings).unwrap();
+        assert_eq!(ConnectionSettings::from_json_str(&text).unwrap(), settings);
+    }
+
+    #[test]
+    fn the_tally_caps_its_sample() {
+        let mut tally = Tally::default();
+        for _ in 0..4 {
+            tally.add(2, vec![b"{}".to_vec(), b"{}".to_vec()]);
+        }
+        assert_eq!((tally.batches, tally.events, tally.requests), (4, 8, 8));
+        assert_eq!(tally.sample.len(), SAMPLE_SIZE);
+    }
+
+    #[test]
+    fn spacing_follows_the_rate() {
+        assert_eq!(spacing(3, 2), std::time::Duration::from_millis(1500));
+        assert_eq!(spacing(0, 2), std::time::Duration::ZERO);
+    }
+}
