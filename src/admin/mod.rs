@@ -3,6 +3,7 @@
 //! it (activation is immediate).
 
 mod connections;
+mod data_catalog;
 mod inputs;
 mod live;
 mod outputs;
@@ -74,6 +75,7 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
             "/api/v1/connections/{id}/dead-letters/{letter}/replay",
             post(connections::replay),
         )
+        .route("/api/v1/catalog", get(data_catalog::get))
         .route("/api/v1/live-stream", get(live::stream))
         .route("/api/v1/metadata-fields", get(connections::metadata_fields))
         .route("/api/v1/connection-settings", get(settings::list))

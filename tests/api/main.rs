@@ -8,6 +8,7 @@ mod alias;
 mod breaker;
 mod custom_headers;
 mod dashboard;
+mod data_catalog;
 mod delivery;
 mod events_per_batch;
 mod filters;
