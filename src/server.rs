@@ -229,8 +229,8 @@ pub async fn run(
     deadline.abort();
     drain_writer(&flusher, writer_task).await;
     // After the last request recorded its data points; a periodic flush still writing is
-    // waited for, so the two cannot both hold the same rows.
-    let _ = data_catalog_flusher.await;
+    // waited for (within the drain), so the two do not write the same rows at once.
+    let _ = tokio::time::timeout(WRITER_DRAIN, data_catalog_flusher).await;
     let flushed = tokio::time::timeout(WRITER_DRAIN, data_catalog.flush(&store)).await;
     if !matches!(flushed, Ok(true)) {
         tracing::warn!("The data catalog's last counts could not be stored.");
