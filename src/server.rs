@@ -37,8 +37,8 @@ use crate::delivery::webhook::WebhookClient;
 use crate::delivery::{self, Crowded, DeliveryContext};
 use crate::ingest;
 use crate::live::LiveStream;
-use crate::pipeline::Pipeline;
 use crate::pipeline::catalog::Catalog;
+use crate::pipeline::{Pipeline, data_catalog};
 use crate::state::AppState;
 use crate::store::Store;
 use crate::store::writer::Writer;
@@ -178,6 +178,12 @@ pub async fn run(
         webhooks.clone(),
         cancel.clone(),
     ));
+    let data_catalog = Arc::clone(pipeline.data_catalog());
+    let data_catalog_flusher = tokio::spawn(data_catalog::flush_periodically(
+        Arc::clone(&data_catalog),
+        store.clone(),
+        cancel.clone(),
+    ));
     tokio::spawn(prune_periodically(
         store.clone(),
         config.retention.clone(),
@@ -228,6 +234,13 @@ pub async fn run(
     delivery.await.context("delivery task failed")?;
     deadline.abort();
     drain_writer(&flusher, writer_task).await;
+    // After the last request recorded its data points; a periodic flush still writing is
+    // waited for (within the drain), so the two do not write the same rows at once.
+    let _ = tokio::time::timeout(WRITER_DRAIN, data_catalog_flusher).await;
+    let flushed = tokio::time::timeout(WRITER_DRAIN, data_catalog.flush(&store)).await;
+    if !matches!(flushed, Ok(true)) {
+        tracing::warn!("The data catalog's last counts could not be stored.");
+    }
     if tokio::time::timeout(POOL_CLOSE, store.close())
         .await
         .is_err()

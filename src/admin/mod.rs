@@ -3,6 +3,7 @@
 //! it (activation is immediate).
 
 mod connections;
+mod data_catalog;
 mod inputs;
 mod live;
 mod outputs;
@@ -78,6 +79,7 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
         .route("/api/v1/connections/{id}/replay", post(replays::start))
         .route("/api/v1/replays/{id}", get(replays::get))
         .route("/api/v1/replays/{id}/cancel", post(replays::cancel))
+        .route("/api/v1/catalog", get(data_catalog::get))
         .route("/api/v1/live-stream", get(live::stream))
         .route("/api/v1/metadata-fields", get(connections::metadata_fields))
         .route("/api/v1/connection-settings", get(settings::list))

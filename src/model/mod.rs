@@ -6,6 +6,7 @@ pub(crate) mod attempt;
 pub(crate) mod batch;
 pub(crate) mod custom_headers;
 pub(crate) mod data_filter;
+pub(crate) mod data_points;
 pub(crate) mod destination;
 pub(crate) mod event_type;
 pub(crate) mod forwarding;

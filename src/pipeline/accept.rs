@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::Handoff;
 use super::catalog::{Catalog, InputEntry};
+use super::data_catalog::{self, BatchPoints, DataCatalog};
 use super::fanout::{self, fan_out};
 use super::{identity, inbound};
 use crate::live::LiveStream;
@@ -92,6 +93,8 @@ struct Inner {
     live: Arc<LiveStream>,
     metrics: Arc<Metrics>,
     handoff: Arc<dyn Handoff>,
+    /// The data points of stored batches, until flushed.
+    data_catalog: Arc<DataCatalog>,
     /// Most events one batch may hold (`ingest.max_events_per_batch`).
     max_events_per_batch: usize,
 }
@@ -113,6 +116,7 @@ impl Pipeline {
             live,
             metrics,
             handoff,
+            data_catalog: Arc::default(),
             max_events_per_batch,
         };
         Self {
@@ -123,6 +127,11 @@ impl Pipeline {
     /// Routing: inputs by key, connections and their settings.
     pub(crate) fn catalog(&self) -> &Arc<Catalog> {
         &self.inner.catalog
+    }
+
+    /// The data points of stored batches not yet flushed to the database.
+    pub(crate) fn data_catalog(&self) -> &Arc<DataCatalog> {
+        &self.inner.data_catalog
     }
 
     /// Whether batches can be stored (the writer is running).
@@ -171,14 +180,19 @@ impl Pipeline {
                 body: Arc::from(body),
             };
             rows.push(fan_out(accepted, &routes, inner.handoff.as_ref()));
+            let points = data_catalog::points_of(&batch.document);
             let document = watched.then_some(batch.document);
-            stored.push((batch.event_count, document));
+            stored.push(StoredBatch {
+                event_count: batch.event_count,
+                document,
+                points,
+            });
         }
         let outcomes = inner.writer.ingest(rows).await.map_err(|error| {
             tracing::error!(%error, input = %input.id, "Storing an accepted request failed.");
             AcceptError::Unavailable
         })?;
-        Ok(self.report(&input.id, &stored, outcomes))
+        Ok(self.report(&input.id, stored, outcomes, now))
     }
 
     /// Durably stores an alias request for those of the input's connections that forward alias
@@ -226,31 +240,44 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Counts what was stored and shows it on the Live Stream. `batches` holds each batch's
-    /// event count, and its document if someone watched when it was accepted.
+    /// Counts what was stored, adds its data points to the data catalog and shows it on the
+    /// Live Stream. Duplicates (already stored) count nowhere.
     fn report(
         &self,
         input_id: &InputId,
-        batches: &[(usize, Option<Value>)],
+        batches: Vec<StoredBatch>,
         outcomes: Vec<IngestOutcome>,
+        now: i64,
     ) -> Accepted {
         let inner = &*self.inner;
         let mut events_stored = 0;
-        for ((event_count, document), outcome) in batches.iter().zip(&outcomes) {
+        let mut points = Vec::with_capacity(batches.len());
+        for (batch, outcome) in batches.into_iter().zip(&outcomes) {
             let IngestOutcome::Stored { batch_id } = *outcome else {
                 continue;
             };
-            events_stored += event_count;
-            if let Some(document) = document {
+            events_stored += batch.event_count;
+            points.push(batch.points);
+            if let Some(document) = &batch.document {
                 inbound::publish(&inner.live, &inner.catalog, input_id, batch_id, document);
             }
         }
+        inner.data_catalog.record(input_id, points, now);
         inner.metrics.accepted(input_id, events_stored);
         Accepted {
             outcomes,
             events_stored,
         }
     }
+}
+
+/// A batch handed to the writer, and what is reported of it once stored.
+struct StoredBatch {
+    event_count: usize,
+    /// The document, if someone watched the Live Stream when the batch was accepted.
+    document: Option<Value>,
+    /// Read before the commit, so the document need not be kept across it.
+    points: BatchPoints,
 }
 
 /// Refuses the request if one of its batches holds more than `limit` events. Checked before

@@ -14,7 +14,8 @@
 //!    (leased to this node when delivery takes it at once, see [`Handoff`]), its profile update.
 //! 5. `store::writer`: one group-commit transaction with other requests' rows; the answer waits
 //!    for the commit, and leased jobs go straight to delivery.
-//! 6. [`inbound`]: metrics, and the Live Stream's inbound items.
+//! 6. [`inbound`]: metrics, and the Live Stream's inbound items; [`data_catalog`]: the stored
+//!    batches' data points, tallied in memory and flushed to the store every 2 s.
 //!
 //! Delivery then applies each connection's settings with [`filter`] (pure) and posts the result
 //! to the connection's [`output`] (its settings, custom headers and signing keys, prepared when
@@ -22,6 +23,7 @@
 
 mod accept;
 pub(crate) mod catalog;
+pub(crate) mod data_catalog;
 pub(crate) mod fanout;
 pub(crate) mod filter;
 pub(crate) mod identity;

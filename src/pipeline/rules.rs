@@ -183,7 +183,7 @@ fn data_filter_rule(
     }
 }
 
-fn event_type(event: &Value) -> Option<EventType> {
+pub(super) fn event_type(event: &Value) -> Option<EventType> {
     event
         .get("event_type")
         .and_then(Value::as_str)
@@ -191,8 +191,9 @@ fn event_type(event: &Value) -> Option<EventType> {
 }
 
 /// What the Data Filter calls an event's name: the custom event name, the screen name, or the
-/// commerce action (product action, else promotion action).
-fn event_name(event_type: EventType, event: &Value) -> Option<&str> {
+/// commerce action (product action, else promotion action). The data catalog names events
+/// with it too, so the dashboard's filter grid names exactly what rules match.
+pub(super) fn event_name(event_type: EventType, event: &Value) -> Option<&str> {
     let data = event.get("data")?;
     let name = match event_type {
         EventType::CustomEvent => data.get("event_name"),

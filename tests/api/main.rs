@@ -9,6 +9,7 @@ mod alias_forwarding;
 mod breaker;
 mod custom_headers;
 mod dashboard;
+mod data_catalog;
 mod delivery;
 mod events_per_batch;
 mod filters;
