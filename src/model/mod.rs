@@ -3,6 +3,7 @@
 
 pub(crate) mod attempt;
 pub(crate) mod batch;
+pub(crate) mod consent;
 pub(crate) mod custom_headers;
 pub(crate) mod data_filter;
 pub(crate) mod destination;

@@ -5,6 +5,7 @@
 
 mod catalog;
 mod commit;
+mod consent;
 #[cfg(unix)]
 mod files;
 mod forwarding;
