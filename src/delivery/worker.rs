@@ -18,7 +18,9 @@ use crate::live::{Direction, LiveItem, Outcome, event_type_of};
 use crate::model::attempt::AttemptOutcome;
 use crate::model::ids::{InputId, Mpid};
 use crate::model::now_ms;
+use crate::model::settings::ConnectionSettings;
 use crate::pipeline::filter;
+use crate::store::StoreResult;
 use crate::store::queue::{AttemptRecord, DeadLetter, Job, JobKey, JobUpdate};
 
 /// Delivers what is left of `job` and returns the update to record. Each request waits its turn
@@ -80,7 +82,26 @@ pub(super) async fn work(
             return attempt.finish(AttemptOutcome::DeadLetter, None);
         }
     };
-    let plan = filter::plan(&settings, &output.settings, job.batch_id, &document);
+    let consent = match profile_consent(ctx, &settings, &document).await {
+        Ok(consent) => consent,
+        Err(error) => {
+            // Never forward without knowing the user's consent: try again later.
+            let whole_batch = vec![(job.progress, job.body.to_vec())];
+            return attempt.retry(
+                job.progress,
+                format!("consent unavailable: {error}"),
+                None,
+                whole_batch,
+            );
+        }
+    };
+    let plan = filter::plan(
+        &settings,
+        &output.settings,
+        job.batch_id,
+        &document,
+        consent.as_ref(),
+    );
     let live = Live {
         ctx,
         job: &job,
@@ -160,6 +181,27 @@ pub(super) async fn work(
         AttemptOutcome::DeadLetter
     };
     attempt.finish(outcome, None)
+}
+
+/// The user's consent as their profile keeps it, read only when the connection's rules ask for
+/// consent and the batch has a user (the profile was updated in the batch's own commit, so it
+/// includes this batch's statement); `None` otherwise, and the batch's own consent decides.
+async fn profile_consent(
+    ctx: &DeliveryContext,
+    settings: &ConnectionSettings,
+    document: &serde_json::Value,
+) -> StoreResult<Option<serde_json::Value>> {
+    if !settings.forwarding_rules.reads_consent() {
+        return Ok(None);
+    }
+    let Some(mpid) = document
+        .get("mpid")
+        .and_then(serde_json::Value::as_i64)
+        .filter(|mpid| *mpid != 0)
+    else {
+        return Ok(None);
+    };
+    ctx.store.user_consent(Mpid::new(mpid)).await
 }
 
 /// Reports what a connection did with each event to the Live Stream (only while watched).

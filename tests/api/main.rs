@@ -6,6 +6,7 @@
 mod admin;
 mod alias;
 mod breaker;
+mod consent;
 mod custom_headers;
 mod dashboard;
 mod delivery;
