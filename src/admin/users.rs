@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
+use crate::model::consent;
 use crate::model::identity::names::{Kind, classify};
 use crate::model::ids::Mpid;
 use crate::state::AppState;
@@ -31,6 +32,7 @@ fn profile_json(user: UserProfile) -> Value {
         "mpid": user.mpid.to_string(),
         "user_identities": identities,
         "user_attributes": attributes(&user.user_attributes),
+        "consent_state": consent::state(&user.consent),
         "first_seen_at": user.created_at,
         "last_seen_at": user.last_seen_at,
         "identity_history": history,

@@ -80,7 +80,30 @@ pub(super) async fn work(
             return attempt.finish(AttemptOutcome::DeadLetter, None);
         }
     };
-    let plan = filter::plan(&settings, &output.settings, job.batch_id, &document);
+    let consent = match ctx
+        .store
+        .consent_for(&settings.forwarding_rules, &document)
+        .await
+    {
+        Ok(consent) => consent,
+        Err(error) => {
+            // Never forward without knowing the user's consent: try again later.
+            let whole_batch = vec![(job.progress, job.body.to_vec())];
+            return attempt.retry(
+                job.progress,
+                format!("consent unavailable: {error}"),
+                None,
+                whole_batch,
+            );
+        }
+    };
+    let plan = filter::plan(
+        &settings,
+        &output.settings,
+        job.batch_id,
+        &document,
+        consent.as_ref(),
+    );
     let live = Live {
         ctx,
         job: &job,

@@ -116,4 +116,10 @@ impl ForwardingRules {
     pub(crate) fn is_pass_through(&self) -> bool {
         *self == Self::default()
     }
+
+    /// Whether the rules depend on the user's consent (GDPR purposes or the CCPA opt-out), so
+    /// delivery must read it from the user's profile; other connections pay nothing for it.
+    pub(crate) fn reads_consent(&self) -> bool {
+        !self.gdpr_purposes.is_empty() || self.ccpa_respect_data_sale_opt_out
+    }
 }

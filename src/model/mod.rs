@@ -4,6 +4,7 @@
 pub(crate) mod alias_request;
 pub(crate) mod attempt;
 pub(crate) mod batch;
+pub(crate) mod consent;
 pub(crate) mod custom_headers;
 pub(crate) mod data_filter;
 pub(crate) mod data_points;

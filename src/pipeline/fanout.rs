@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::Handoff;
 use super::catalog::Route;
+use crate::model::consent;
 use crate::model::ids::{InputId, Mpid};
 use crate::store::queue::{NewBatch, NewJob, ProfileUpdate};
 
@@ -55,8 +56,8 @@ pub(crate) fn jobs_for(routes: &[Route], handoff: &dyn Handoff) -> Vec<NewJob> {
         .collect()
 }
 
-/// The batch's user attributes as a merge patch on its user's profile (deletions as `null`);
-/// none for a batch without a user (MPID missing or 0).
+/// The batch's user attributes as a merge patch on its user's profile (deletions as `null`), and
+/// the consent purposes it states; none for a batch without a user (MPID missing or 0).
 pub(crate) fn profile_update(document: &Value) -> Option<ProfileUpdate> {
     let mpid = Mpid::new(document.get("mpid")?.as_i64().filter(|m| *m != 0)?);
     let mut patch = document
@@ -74,7 +75,11 @@ pub(crate) fn profile_update(document: &Value) -> Option<ProfileUpdate> {
             patch.insert(name.to_owned(), Value::Null);
         }
     }
-    Some(ProfileUpdate { mpid, patch })
+    Some(ProfileUpdate {
+        mpid,
+        patch,
+        consent: consent::stated(document),
+    })
 }
 
 #[cfg(test)]
@@ -167,7 +172,8 @@ mod tests {
 
     #[test]
     fn a_batch_keeps_its_fields_and_body() {
-        let document = json!({"mpid": 7, "events": []});
+        let document = json!({"mpid": 7, "events": [],
+            "consent_state": {"ccpa": {"data_sale_opt_out": {"consented": true}}}});
         let body: Arc<[u8]> = Arc::from(b"{}".as_slice());
         let routes = vec![Route {
             connection_id: ConnectionId::trusted("conn_a"),
@@ -190,6 +196,13 @@ mod tests {
         assert_eq!((batch.received_at, batch.event_count), (42, 5));
         assert!(Arc::ptr_eq(&batch.body, &body));
         assert_eq!(batch.jobs.len(), 1);
-        assert_eq!(batch.profile.map(|p| p.mpid), Some(Mpid::new(7)));
+        let profile = batch
+            .profile
+            .expect("a batch with a user updates its profile");
+        assert_eq!(profile.mpid, Mpid::new(7));
+        assert_eq!(
+            Value::Object(profile.consent),
+            json!({"ccpa": {"data_sale_opt_out": {"consented": true}}})
+        );
     }
 }

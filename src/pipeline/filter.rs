@@ -101,11 +101,17 @@ pub(crate) fn verdict(settings: &ConnectionSettings, event: &Value) -> Verdict {
 }
 
 /// Applies `settings` (and the output's own options) to a normalised batch document.
+/// `profile_consent`: the user's consent as their profile keeps it, which the consent rules
+/// follow instead of the batch's own `consent_state` (read by the caller only when the
+/// connection's rules ask for consent; see [`ForwardingRules::reads_consent`]).
+///
+/// [`ForwardingRules::reads_consent`]: crate::model::forwarding_rules::ForwardingRules::reads_consent
 pub(crate) fn plan(
     settings: &ConnectionSettings,
     webhook: &WebhookSettings,
     batch_id: BatchId,
     document: &Value,
+    profile_consent: Option<&Value>,
 ) -> Plan {
     if alias_request::is_alias(document) {
         return alias_plan(settings, document);
@@ -125,7 +131,7 @@ pub(crate) fn plan(
         };
     }
     // The rules come after the event-class gates: an event a gate drops keeps the gate's name.
-    let user_rule = rules::user_rule(&settings.forwarding_rules, document);
+    let user_rule = rules::user_rule(&settings.forwarding_rules, document, profile_consent);
     for ((event, verdict), removed) in events
         .iter()
         .zip(&mut verdicts)
@@ -362,6 +368,7 @@ mod tests {
             &webhook(),
             BatchId::new(7),
             &doc(&["custom_event", "screen_view"]),
+            None,
         );
         assert_eq!(p.payloads.len(), 2);
         for payload in &p.payloads {
@@ -380,8 +387,16 @@ mod tests {
             include_metadata: false,
             ..ConnectionSettings::default()
         };
-        let body =
-            &json_of(&plan(&s, &webhook(), BatchId::new(1), &doc(&["custom_event"])).payloads[0]);
+        let body = &json_of(
+            &plan(
+                &s,
+                &webhook(),
+                BatchId::new(1),
+                &doc(&["custom_event"]),
+                None,
+            )
+            .payloads[0],
+        );
         for key in [
             "application_info",
             "device_info",
@@ -397,8 +412,16 @@ mod tests {
             unique_id: Some("u1".into()),
             ..ConnectionSettings::default()
         };
-        let body =
-            &json_of(&plan(&s, &webhook(), BatchId::new(1), &doc(&["custom_event"])).payloads[0]);
+        let body = &json_of(
+            &plan(
+                &s,
+                &webhook(),
+                BatchId::new(1),
+                &doc(&["custom_event"]),
+                None,
+            )
+            .payloads[0],
+        );
         assert!(body.get("ip").is_none());
         assert!(body["device_info"].get("device").is_none());
         assert_eq!(body["device_info"]["platform"], json!("iOS"));
@@ -410,16 +433,32 @@ mod tests {
     #[test]
     fn the_batch_location_has_its_own_switch() {
         let off = ConnectionSettings::default();
-        let body =
-            json_of(&plan(&off, &webhook(), BatchId::new(1), &doc(&["custom_event"])).payloads[0]);
+        let body = json_of(
+            &plan(
+                &off,
+                &webhook(),
+                BatchId::new(1),
+                &doc(&["custom_event"]),
+                None,
+            )
+            .payloads[0],
+        );
         assert!(body["context"].get("location").is_none());
         assert!(body["events"][0]["data"].get("location").is_some());
         let on = ConnectionSettings {
             include_event_batch_location: true,
             ..off
         };
-        let body =
-            json_of(&plan(&on, &webhook(), BatchId::new(1), &doc(&["custom_event"])).payloads[0]);
+        let body = json_of(
+            &plan(
+                &on,
+                &webhook(),
+                BatchId::new(1),
+                &doc(&["custom_event"]),
+                None,
+            )
+            .payloads[0],
+        );
         assert_eq!(body["context"]["location"]["latitude"], json!(1.0));
     }
 
@@ -439,12 +478,12 @@ mod tests {
         };
         for settings in [&off, &inactive] {
             assert!(
-                plan(settings, &webhook(), BatchId::new(1), &alias)
+                plan(settings, &webhook(), BatchId::new(1), &alias, None)
                     .payloads
                     .is_empty()
             );
         }
-        let sent = plan(&on, &webhook(), BatchId::new(1), &alias);
+        let sent = plan(&on, &webhook(), BatchId::new(1), &alias, None);
         assert_eq!(sent.payloads.len(), 1);
         assert!(sent.verdicts.is_empty());
         let mut expected = alias;
@@ -456,7 +495,7 @@ mod tests {
     fn batches_without_events_follow_their_setting() {
         let on = ConnectionSettings::default();
         assert_eq!(
-            plan(&on, &webhook(), BatchId::new(1), &doc(&[]))
+            plan(&on, &webhook(), BatchId::new(1), &doc(&[]), None)
                 .payloads
                 .len(),
             1
@@ -466,7 +505,7 @@ mod tests {
             ..on
         };
         assert!(
-            plan(&off, &webhook(), BatchId::new(1), &doc(&[]))
+            plan(&off, &webhook(), BatchId::new(1), &doc(&[]), None)
                 .payloads
                 .is_empty()
         );
@@ -514,7 +553,7 @@ mod tests {
             settings in arb_settings(),
             types in proptest::collection::vec(proptest::sample::select(EventType::ALL.map(EventType::as_str).to_vec()), 0..20),
         ) {
-            let p = plan(&settings, &webhook(), BatchId::new(1), &doc(&types));
+            let p = plan(&settings, &webhook(), BatchId::new(1), &doc(&types), None);
             let forwarded = p.verdicts.iter().filter(|v| **v == Verdict::Forwarded).count();
             let sent: usize = p.payloads.iter().map(|x| x.event_count).sum();
             prop_assert_eq!(sent, if settings.status == ConnectionStatus::Active { forwarded } else { 0 });

@@ -153,10 +153,11 @@ fn arb_rules() -> impl Strategy<Value = (bool, BTreeMap<Point, bool>, Value)> {
 }
 
 /// Whether the user's data may leave at all, from the forwarding rules as the issue states them.
-fn user_allowed(settings: &Value, doc: &Value) -> bool {
+/// `profile`: the user's consent as their profile keeps it, which decides over the batch's own.
+fn user_allowed(settings: &Value, doc: &Value, profile: Option<&Value>) -> bool {
     let rules = &settings["forwarding_rules"];
     let percent = u8::try_from(rules["user_sample_percent"].as_u64().unwrap_or(100)).unwrap_or(100);
-    let consent = &doc["consent_state"];
+    let consent = profile.unwrap_or(&doc["consent_state"]);
     let gdpr_ok = rules["gdpr_purposes"]
         .as_array()
         .unwrap()
@@ -251,13 +252,16 @@ proptest! {
     #[test]
     fn what_leaves_is_what_came_in_minus_what_the_rules_remove(
         doc in arb_batch(),
+        profile in proptest::option::of(arb_batch()),
         (new_points, rules, settings_json) in arb_rules(),
     ) {
         let settings = ConnectionSettings::from_json(settings_json.clone()).unwrap();
         let webhook = WebhookSettings::with_url("http://x");
-        let plan = plan(&settings, &webhook, BatchId::new(1), &doc);
+        // Another random batch's consent stands for the one the user's profile holds.
+        let profile = profile.map(|p| p["consent_state"].clone());
+        let plan = plan(&settings, &webhook, BatchId::new(1), &doc, profile.as_ref());
         let inbound = doc["events"].as_array().unwrap();
-        let allowed = user_allowed(&settings_json, &doc);
+        let allowed = user_allowed(&settings_json, &doc, profile.as_ref());
         let expected: Vec<Value> = if allowed {
             inbound.iter().filter_map(|e| expected_event(&settings_json, new_points, &rules, e)).collect()
         } else {

@@ -45,7 +45,16 @@ fn batch(events: &[Value]) -> Value {
 }
 
 fn sent(settings: &ConnectionSettings, document: &Value) -> (Plan, Value) {
-    let plan = plan(settings, &webhook(), BatchId::new(1), document);
+    sent_with(settings, document, None)
+}
+
+/// What leaves when the user's profile holds `consent`.
+fn sent_with(
+    settings: &ConnectionSettings,
+    document: &Value,
+    consent: Option<&Value>,
+) -> (Plan, Value) {
+    let plan = plan(settings, &webhook(), BatchId::new(1), document, consent);
     let body = plan
         .payloads
         .first()
@@ -224,6 +233,46 @@ fn login_identity_and_consent_rules_drop_the_whole_user() {
         reasons(&sent(&ccpa, &batch(&[custom("A", &json!({}))])).0),
         ["forwarded"]
     );
+}
+
+#[test]
+fn the_profile_consent_decides_over_the_batch_own() {
+    let gdpr = settings(json!({"forwarding_rules": {"gdpr_purposes": ["marketing"]}}));
+    let ccpa = settings(json!({"forwarding_rules": {"ccpa_respect_data_sale_opt_out": true}}));
+    let mut silent = batch(&[custom("A", &json!({}))]);
+    silent.as_object_mut().unwrap().remove("consent_state");
+    let profile = |marketing: bool, opted_out: bool| {
+        json!({"gdpr": {"marketing": {"consented": marketing, "timestamp_unixtime_ms": 1}},
+               "ccpa": {"data_sale_opt_out": {"consented": opted_out, "timestamp_unixtime_ms": 1}}})
+    };
+    // A batch that states nothing: the profile's consent is the user's.
+    let consented = profile(true, false);
+    assert_eq!(
+        reasons(&sent_with(&gdpr, &silent, Some(&consented)).0),
+        ["forwarded"]
+    );
+    assert_eq!(
+        reasons(&sent_with(&ccpa, &silent, Some(&consented)).0),
+        ["forwarded"]
+    );
+    assert_eq!(
+        reasons(&sent(&gdpr, &silent).0),
+        ["consent: gdpr marketing"]
+    );
+    // The profile already holds this batch's statement and any later one: it wins.
+    let withdrawn = profile(false, true);
+    let stating = batch(&[custom("A", &json!({}))]);
+    assert_eq!(
+        reasons(&sent_with(&gdpr, &stating, Some(&withdrawn)).0),
+        ["consent: gdpr marketing"]
+    );
+    assert_eq!(
+        reasons(&sent_with(&ccpa, &stating, Some(&withdrawn)).0),
+        ["consent: ccpa"]
+    );
+    // The consent read from the profile never changes what the body carries.
+    let (_, body) = sent_with(&gdpr, &stating, Some(&consented));
+    assert_eq!(body["consent_state"], stating["consent_state"]);
 }
 
 #[test]

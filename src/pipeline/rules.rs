@@ -64,8 +64,14 @@ impl fmt::Display for Rule {
 }
 
 /// The rule that drops all of this batch's data (its user's), if any: sampling, consent, login
-/// identity, the user-scope attribute rule, checked in that order.
-pub(crate) fn user_rule(rules: &ForwardingRules, document: &Value) -> Option<Rule> {
+/// identity, the user-scope attribute rule, checked in that order. `profile_consent` is the
+/// user's consent as their profile keeps it (which includes this batch's); without it, the
+/// batch's own `consent_state` decides.
+pub(crate) fn user_rule(
+    rules: &ForwardingRules,
+    document: &Value,
+    profile_consent: Option<&Value>,
+) -> Option<Rule> {
     if rules.is_pass_through() {
         return None;
     }
@@ -73,7 +79,7 @@ pub(crate) fn user_rule(rules: &ForwardingRules, document: &Value) -> Option<Rul
     if !sampled_in(mpid, rules.user_sample_percent) {
         return Some(Rule::Sampling(rules.user_sample_percent));
     }
-    let consent = document.get("consent_state");
+    let consent = profile_consent.or_else(|| document.get("consent_state"));
     if rules.ccpa_respect_data_sale_opt_out
         && consented(consent, &["ccpa", "data_sale_opt_out"]) == Some(true)
     {
@@ -113,7 +119,7 @@ pub(crate) fn sampled_in(mpid: Option<i64>, percent: u8) -> bool {
     u64::from_be_bytes(first) % 100 < u64::from(percent)
 }
 
-/// `consent_state.<regulation>.<purpose>.consented`, if the batch states it.
+/// `<regulation>.<purpose>.consented` of a consent state, if stated.
 fn consented(consent: Option<&Value>, path: &[&str]) -> Option<bool> {
     let purpose = path.iter().try_fold(consent?, |v, key| v.get(key))?;
     purpose.get("consented").and_then(Value::as_bool)

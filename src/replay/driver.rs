@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::plan::{self, Source};
-use super::{PAGE, RangePage};
+use super::{PAGE, RangePage, stored_sends};
 use crate::delivery::webhook::WebhookClient;
 use crate::model::now_ms;
 use crate::model::settings::ConnectionSettings;
@@ -142,7 +142,8 @@ impl Driver {
             };
             page.after = last.get();
             for (batch_id, body) in rows {
-                let sends = plan::sends(&settings, &output.settings, batch_id, &body);
+                let sends =
+                    stored_sends(&self.store, &settings, &output.settings, batch_id, &body).await?;
                 let requests = i64::try_from(sends.bodies.len()).unwrap_or(0);
                 self.wait(replay.id, &mut pacer, requests).await?;
                 let step = Step {

@@ -25,6 +25,30 @@ pub(crate) const PAGE: i64 = 200;
 
 /// What a replay of `source` over `[from_ms, to_ms]` would send under `settings`, without
 /// sending or storing anything; the flag says whether the whole range was read.
+/// What a stored batch sends under `settings`, with its user's consent read as the worker
+/// reads it; an unreadable batch sends nothing (the worker dead-letters it).
+pub(crate) async fn stored_sends(
+    store: &Store,
+    settings: &ConnectionSettings,
+    webhook: &WebhookSettings,
+    batch_id: crate::model::ids::BatchId,
+    body: &[u8],
+) -> StoreResult<plan::Sends> {
+    let Ok(document) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Ok(plan::Sends::default());
+    };
+    let consent = store
+        .consent_for(&settings.forwarding_rules, &document)
+        .await?;
+    Ok(plan::sends(
+        settings,
+        webhook,
+        batch_id,
+        &document,
+        consent.as_ref(),
+    ))
+}
+
 pub(crate) async fn dry_run(
     store: &Store,
     connection: &ConnectionRow,
@@ -58,7 +82,7 @@ pub(crate) async fn dry_run(
         for (id, body) in rows {
             match source {
                 Source::Batches => {
-                    let sends = plan::sends(settings, webhook, id, &body);
+                    let sends = stored_sends(store, settings, webhook, id, &body).await?;
                     tally.add(sends.events, sends.bodies);
                 }
                 Source::DeadLetters => tally.add(plan::events_in_body(&body), vec![body]),

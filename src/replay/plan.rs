@@ -70,17 +70,16 @@ pub(crate) struct Sends {
     pub(crate) bodies: Vec<Vec<u8>>,
 }
 
-/// Filters one stored batch; an unreadable one sends nothing (the worker dead-letters it).
+/// What one stored batch (its parsed `document`) sends, deciding consent rules on `consent`
+/// as the worker will (see `Store::consent_for`).
 pub(crate) fn sends(
     settings: &ConnectionSettings,
     webhook: &WebhookSettings,
     batch_id: BatchId,
-    body: &[u8],
+    document: &Value,
+    consent: Option<&Value>,
 ) -> Sends {
-    let Ok(document) = serde_json::from_slice::<Value>(body) else {
-        return Sends::default();
-    };
-    let plan = filter::plan(settings, webhook, batch_id, &document);
+    let plan = filter::plan(settings, webhook, batch_id, document, consent);
     Sends {
         events: plan
             .payloads
@@ -143,12 +142,12 @@ pub(crate) fn spacing(requests: i64, rate: i64) -> std::time::Duration {
 mod tests {
     use super::*;
 
-    fn batch(types: &[&str]) -> Vec<u8> {
+    fn batch(types: &[&str]) -> Value {
         let events: Vec<Value> = types
             .iter()
             .map(|t| serde_json::json!({"event_type": t, "data": {"event_name": "x", "screen_name": "s"}}))
             .collect();
-        serde_json::to_vec(&serde_json::json!({"mpid": 1, "events": events})).unwrap()
+        serde_json::json!({"mpid": 1, "events": events})
     }
 
     fn webhook() -> WebhookSettings {
@@ -164,6 +163,7 @@ mod tests {
             &webhook(),
             BatchId::new(1),
             &batch(&["custom_event", "screen_view"]),
+            None,
         );
         assert_eq!(sent.events, 1);
         let body: Value = serde_json::from_slice(&sent.bodies[0]).unwrap();

@@ -27,6 +27,7 @@ use super::queue::{
 };
 use super::steps::{self, AttemptRow, JobRow, ProfileRow, RetryRow};
 use super::{Store, StoreError, StoreResult};
+use crate::model::consent;
 use crate::model::ids::{BatchId, ConnectionId, Mpid};
 use crate::model::now_ms;
 
@@ -345,28 +346,29 @@ fn settle_batches<'a>(
     (outcomes, jobs)
 }
 
-/// One profile update per user of the group's stored batches, later batches' attributes over
-/// earlier ones. (One row per user: PostgreSQL cannot update a row twice in one statement.)
+/// One profile update per user of the group's stored batches, later batches' attributes and
+/// consent purposes over earlier ones. (One row per user: PostgreSQL cannot update a row twice
+/// in one statement.)
 fn profile_rows(commands: &[Command], outcomes: &[Vec<IngestOutcome>]) -> Vec<ProfileRow> {
     // Sorted by MPID so concurrent group commits (several nodes) lock users in one order.
-    let mut by_user: BTreeMap<Mpid, serde_json::Map<String, serde_json::Value>> = BTreeMap::new();
+    let mut by_user: BTreeMap<Mpid, ProfileRow> = BTreeMap::new();
     for (command, outcomes) in commands.iter().zip(outcomes) {
         let Command::Ingest { batches, .. } = command else {
             continue;
         };
         for (batch, outcome) in batches.iter().zip(outcomes) {
             if let (Some(update), IngestOutcome::Stored { .. }) = (&batch.profile, outcome) {
-                by_user
-                    .entry(update.mpid)
-                    .or_default()
-                    .extend(update.patch.clone());
+                let row = by_user.entry(update.mpid).or_insert_with(|| ProfileRow {
+                    mpid: update.mpid,
+                    patch: serde_json::Map::new(),
+                    consent: serde_json::Map::new(),
+                });
+                row.patch.extend(update.patch.clone());
+                consent::merge(&mut row.consent, &update.consent);
             }
         }
     }
-    by_user
-        .into_iter()
-        .map(|(mpid, patch)| ProfileRow { mpid, patch })
-        .collect()
+    by_user.into_values().collect()
 }
 
 /// The leased jobs created for an ingest command's stored batches (the others wait in the

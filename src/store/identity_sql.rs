@@ -4,10 +4,13 @@
 //! split a user in two. The store itself decides nothing.
 
 use rand::Rng;
+use serde_json::Value;
 use sqlx::FromRow;
 
 use super::backend::{Sql, Tx, args};
 use super::{Store, StoreError, StoreResult};
+use crate::model::consent;
+use crate::model::forwarding_rules::ForwardingRules;
 use crate::model::identity::resolve::{Decision, Lookup, Target, UserSummary};
 use crate::model::identity::types::IdentityType;
 use crate::model::ids::{InputId, Mpid};
@@ -36,6 +39,8 @@ pub(crate) struct UserProfile {
     pub(crate) created_at: i64,
     pub(crate) last_seen_at: i64,
     pub(crate) user_attributes: String,
+    /// The consent purposes stated so far, merged (see [`crate::model::consent`]).
+    pub(crate) consent: String,
     pub(crate) identities: Vec<(String, String)>,
     pub(crate) history: Vec<HistoryRow>,
 }
@@ -66,6 +71,7 @@ const LOCK_KEY: Sql = Sql::postgres_only("SELECT pg_advisory_xact_lock(hashtexte
 const OWNER: Sql =
     Sql::shared("SELECT mpid FROM user_identities WHERE identity_type = $1 AND identity = $2");
 const DEVICE_USER: Sql = Sql::shared("SELECT mpid FROM device_users WHERE device = $1");
+const CONSENT_OF: Sql = Sql::shared("SELECT consent FROM users WHERE mpid = $1");
 const USER_EXISTS: Sql = Sql::shared("SELECT mpid FROM users WHERE mpid = $1");
 /// Bound with the login type's name, so the name is spelled only by [`IdentityType::as_str`].
 const HAS_LOGIN: Sql =
@@ -92,7 +98,7 @@ const IDENTITIES_OF: Sql = Sql::shared(
     "SELECT identity_type, identity FROM user_identities WHERE mpid = $1 ORDER BY identity_type",
 );
 const SELECT_USER: Sql = Sql::shared(
-    "SELECT mpid, created_at, last_seen_at, user_attributes FROM users WHERE mpid = $1",
+    "SELECT mpid, created_at, last_seen_at, user_attributes, consent FROM users WHERE mpid = $1",
 );
 const HISTORY_OF: Sql = Sql::shared(
     "SELECT identity_type, old_value, new_value, changed_at FROM identity_changes \
@@ -268,9 +274,10 @@ impl Store {
 
     /// A user's profile.
     pub(crate) async fn get_user(&self, mpid: Mpid) -> StoreResult<UserProfile> {
-        let user: Option<(Mpid, i64, i64, String)> =
+        let user: Option<(Mpid, i64, i64, String, String)> =
             self.fetch_optional(SELECT_USER, args![mpid]).await?;
-        let (mpid, created_at, last_seen_at, user_attributes) = user.ok_or(StoreError::NotFound)?;
+        let (mpid, created_at, last_seen_at, user_attributes, consent) =
+            user.ok_or(StoreError::NotFound)?;
         let identities = self.fetch_all(IDENTITIES_OF, args![mpid]).await?;
         let history = self.fetch_all(HISTORY_OF, args![mpid]).await?;
         Ok(UserProfile {
@@ -278,9 +285,39 @@ impl Store {
             created_at,
             last_seen_at,
             user_attributes,
+            consent,
             identities,
             history,
         })
+    }
+
+    /// A user's consent as their profile keeps it (every regulation present), `None` for an
+    /// MPID without a profile. Delivery reads it for connections with consent rules.
+    pub(crate) async fn user_consent(&self, mpid: Mpid) -> StoreResult<Option<Value>> {
+        let stored: Option<(String,)> = self.fetch_optional(CONSENT_OF, args![mpid]).await?;
+        Ok(stored.map(|(consent,)| consent::state(&consent)))
+    }
+
+    /// The consent a connection's `rules` decide a stored batch on: its user's profile consent
+    /// when the rules read consent and the batch has a user (the profile was updated in the
+    /// batch's own commit, so it includes this batch's statement); `None` otherwise, and the
+    /// batch's own consent decides.
+    pub(crate) async fn consent_for(
+        &self,
+        rules: &ForwardingRules,
+        document: &Value,
+    ) -> StoreResult<Option<Value>> {
+        if !rules.reads_consent() {
+            return Ok(None);
+        }
+        let Some(mpid) = document
+            .get("mpid")
+            .and_then(Value::as_i64)
+            .filter(|mpid| *mpid != 0)
+        else {
+            return Ok(None);
+        };
+        self.user_consent(Mpid::new(mpid)).await
     }
 
     /// The user an identity belongs to.

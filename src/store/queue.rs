@@ -25,12 +25,13 @@ pub(crate) struct NewBatch {
     pub(crate) profile: Option<ProfileUpdate>,
 }
 
-/// A user's attributes as a batch changes them: set values, and `null` for deleted ones (a JSON
-/// merge patch).
+/// A user's profile as a batch changes it: attributes set, and `null` for deleted ones (a JSON
+/// merge patch); the consent purposes it states (see [`crate::model::consent`]).
 #[derive(Debug, Clone)]
 pub(crate) struct ProfileUpdate {
     pub(crate) mpid: Mpid,
     pub(crate) patch: serde_json::Map<String, serde_json::Value>,
+    pub(crate) consent: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A delivery job to create with a batch.

@@ -55,11 +55,13 @@ impl<'a> AttemptRow<'a> {
     }
 }
 
-/// A user's attributes as the group's stored batches change them (a JSON merge patch).
+/// A user's attributes as the group's stored batches change them (a JSON merge patch), and the
+/// consent purposes they state (the later batch's over the earlier's).
 #[derive(Debug, Serialize)]
 pub(super) struct ProfileRow {
     pub(super) mpid: Mpid,
     pub(super) patch: serde_json::Map<String, serde_json::Value>,
+    pub(super) consent: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A retry to record: the job keeps its place with its progress, and waits.
@@ -188,17 +190,31 @@ const BATCH_COLUMNS: usize = 6;
 /// (each prepared once per connection) cover every group size.
 const MAX_INSERT_ROWS: usize = 64;
 // `WHERE true` keeps SQLite from reading ON CONFLICT as a join constraint.
+// Consent merges per purpose (a stated purpose replaces the stored one whole). SQLite's
+// json_patch merges at every depth, so the stated purposes are first patched to `null`
+// (removed), then patched in; PostgreSQL's `||` is shallow, so it merges each regulation.
 const UPSERT_PROFILES: Sql = Sql::each(
-    "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes) \
-     SELECT value ->> 'mpid', $2, $2, value ->> 'patch' FROM json_each($1) WHERE true \
+    "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
+     SELECT value ->> 'mpid', $2, $2, value ->> 'patch', value ->> 'consent' \
+     FROM json_each($1) WHERE true \
      ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
-     user_attributes = json_patch(users.user_attributes, excluded.user_attributes)",
-    "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes) \
-     SELECT mpid, $2, $2, patch::text \
-     FROM jsonb_to_recordset($1::jsonb) AS x(mpid bigint, patch jsonb) \
+     user_attributes = json_patch(users.user_attributes, excluded.user_attributes), \
+     consent = json_patch(json_patch(users.consent, json_object( \
+     'gdpr', json((SELECT json_group_object(key, NULL) \
+     FROM json_each(excluded.consent, '$.gdpr'))), \
+     'ccpa', json((SELECT json_group_object(key, NULL) \
+     FROM json_each(excluded.consent, '$.ccpa'))))), excluded.consent)",
+    "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
+     SELECT mpid, $2, $2, patch::text, consent::text \
+     FROM jsonb_to_recordset($1::jsonb) AS x(mpid bigint, patch jsonb, consent jsonb) \
      ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
      user_attributes = jsonb_strip_nulls(users.user_attributes::jsonb \
-     || excluded.user_attributes::jsonb)::text",
+     || excluded.user_attributes::jsonb)::text, \
+     consent = jsonb_build_object( \
+     'gdpr', COALESCE(users.consent::jsonb -> 'gdpr', '{}'::jsonb) \
+     || COALESCE(excluded.consent::jsonb -> 'gdpr', '{}'::jsonb), \
+     'ccpa', COALESCE(users.consent::jsonb -> 'ccpa', '{}'::jsonb) \
+     || COALESCE(excluded.consent::jsonb -> 'ccpa', '{}'::jsonb))::text",
 );
 const INSERT_JOBS: Sql = Sql::each(
     "INSERT INTO jobs \
@@ -447,9 +463,9 @@ fn chunk_sizes(rows: usize) -> impl Iterator<Item = usize> {
     full.chain(digits)
 }
 
-/// Merges each user's attribute patch into their profile and marks them seen at `now`
-/// (creating the user if new). One row per user: PostgreSQL cannot update a row twice in one
-/// statement.
+/// Merges each user's attribute patch and stated consent into their profile and marks them
+/// seen at `now` (creating the user if new). One row per user: PostgreSQL cannot update a row
+/// twice in one statement.
 pub(super) async fn upsert_profiles(
     tx: &mut Tx,
     profiles: &[ProfileRow],

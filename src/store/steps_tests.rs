@@ -377,6 +377,7 @@ async fn profiles_merge_attributes_and_delete_nulls() {
     let first = ProfileRow {
         mpid: Mpid::new(42),
         patch: patch(serde_json::json!({"plan": "free", "age": 30})),
+        consent: serde_json::Map::new(),
     };
     upsert_profiles(&mut tx, &[first], 1_000)
         .await
@@ -384,6 +385,7 @@ async fn profiles_merge_attributes_and_delete_nulls() {
     let second = ProfileRow {
         mpid: Mpid::new(42),
         patch: patch(serde_json::json!({"plan": "pro", "age": null})),
+        consent: serde_json::Map::new(),
     };
     upsert_profiles(&mut tx, &[second], 2_000)
         .await

@@ -7,6 +7,7 @@ mod admin;
 mod alias;
 mod alias_forwarding;
 mod breaker;
+mod consent;
 mod custom_headers;
 mod dashboard;
 mod data_catalog;

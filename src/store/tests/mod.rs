@@ -5,6 +5,7 @@
 
 mod catalog;
 mod commit;
+mod consent;
 mod data_catalog;
 #[cfg(unix)]
 mod files;

@@ -1,0 +1,113 @@
+//! Consent on the user profile: each batch's stated purposes merged into the stored ones, per
+//! purpose, by the group commit that stores the batch (on SQLite and on PostgreSQL).
+
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use super::harness::{TestStore, batch};
+use crate::model::ids::Mpid;
+use crate::store::queue::ProfileUpdate;
+use crate::store::steps::{ProfileRow, upsert_profiles};
+
+const USER: Mpid = Mpid::new(42);
+
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => unreachable!("test consent is an object"),
+    }
+}
+
+fn purpose(consented: bool, at: i64) -> Value {
+    json!({"consented": consented, "timestamp_unixtime_ms": at})
+}
+
+/// Upserts one profile row per consent, each in its own transaction (as separate commits do).
+async fn upsert_each(db: &TestStore, consents: Vec<Value>) {
+    for (at, consent) in (1_000..).step_by(1_000).zip(consents) {
+        let row = ProfileRow {
+            mpid: USER,
+            patch: Map::new(),
+            consent: object(consent),
+        };
+        let mut tx = db.store.begin().await.expect("begin");
+        upsert_profiles(&mut tx, &[row], at).await.expect("upsert");
+        tx.commit().await.expect("commit");
+    }
+}
+
+#[tokio::test]
+async fn a_stated_purpose_replaces_the_stored_one_and_the_others_stay() {
+    let db = TestStore::open().await;
+    let mut first_analytics = purpose(true, 1);
+    first_analytics["document"] = json!("v1");
+    upsert_each(
+        &db,
+        vec![
+            json!({"gdpr": {"marketing": purpose(true, 1), "analytics": first_analytics},
+                   "ccpa": {"data_sale_opt_out": purpose(false, 1)}}),
+            json!({"gdpr": {"analytics": purpose(false, 2)}}),
+            json!({"ccpa": {"data_sale_opt_out": purpose(true, 3)}}),
+            json!({}),
+        ],
+    )
+    .await;
+    let consent = db.store.user_consent(USER).await.expect("read");
+    assert_eq!(
+        consent,
+        Some(json!({
+            "gdpr": {"marketing": purpose(true, 1), "analytics": purpose(false, 2)},
+            "ccpa": {"data_sale_opt_out": purpose(true, 3)},
+        }))
+    );
+    let profile = db.store.get_user(USER).await.expect("profile");
+    assert_eq!(
+        crate::model::consent::state(&profile.consent),
+        consent.expect("stored")
+    );
+}
+
+#[tokio::test]
+async fn a_user_without_stated_consent_has_empty_regulations_and_a_stranger_none() {
+    let db = TestStore::open().await;
+    upsert_each(&db, vec![json!({})]).await;
+    assert_eq!(
+        db.store.user_consent(USER).await.expect("read"),
+        Some(json!({"gdpr": {}, "ccpa": {}}))
+    );
+    assert_eq!(
+        db.store.user_consent(Mpid::new(7)).await.expect("read"),
+        None
+    );
+}
+
+#[tokio::test]
+async fn one_group_merges_its_batches_consent_in_order() {
+    let db = TestStore::open().await;
+    let node = db.node(Duration::from_secs(3600));
+    let with_consent = |at: i64, consent: Value| {
+        let mut batch = batch("in_a", None, at, &[]);
+        batch.profile = Some(ProfileUpdate {
+            mpid: USER,
+            patch: Map::new(),
+            consent: object(consent),
+        });
+        batch
+    };
+    node.ingest(vec![
+        with_consent(
+            1_000,
+            json!({"gdpr": {"marketing": purpose(true, 1), "analytics": purpose(true, 1)}}),
+        ),
+        with_consent(2_000, json!({"gdpr": {"marketing": purpose(false, 2)}})),
+    ])
+    .await;
+    assert_eq!(
+        db.store.user_consent(USER).await.expect("read"),
+        Some(json!({
+            "gdpr": {"marketing": purpose(false, 2), "analytics": purpose(true, 1)},
+            "ccpa": {},
+        }))
+    );
+}
