@@ -344,6 +344,11 @@ mod tests {
         WebhookSettings::with_url("http://x")
     }
 
+    /// `plan` for batch 1 with a plain webhook and no profile consent.
+    fn planned(settings: &ConnectionSettings, document: &Value) -> Plan {
+        plan(settings, &webhook(), BatchId::new(1), document, None)
+    }
+
     fn doc(types: &[&str]) -> Value {
         let events: Vec<Value> = types
             .iter()
@@ -387,16 +392,7 @@ mod tests {
             include_metadata: false,
             ..ConnectionSettings::default()
         };
-        let body = &json_of(
-            &plan(
-                &s,
-                &webhook(),
-                BatchId::new(1),
-                &doc(&["custom_event"]),
-                None,
-            )
-            .payloads[0],
-        );
+        let body = &json_of(&planned(&s, &doc(&["custom_event"])).payloads[0]);
         for key in [
             "application_info",
             "device_info",
@@ -412,16 +408,7 @@ mod tests {
             unique_id: Some("u1".into()),
             ..ConnectionSettings::default()
         };
-        let body = &json_of(
-            &plan(
-                &s,
-                &webhook(),
-                BatchId::new(1),
-                &doc(&["custom_event"]),
-                None,
-            )
-            .payloads[0],
-        );
+        let body = &json_of(&planned(&s, &doc(&["custom_event"])).payloads[0]);
         assert!(body.get("ip").is_none());
         assert!(body["device_info"].get("device").is_none());
         assert_eq!(body["device_info"]["platform"], json!("iOS"));
@@ -433,32 +420,14 @@ mod tests {
     #[test]
     fn the_batch_location_has_its_own_switch() {
         let off = ConnectionSettings::default();
-        let body = json_of(
-            &plan(
-                &off,
-                &webhook(),
-                BatchId::new(1),
-                &doc(&["custom_event"]),
-                None,
-            )
-            .payloads[0],
-        );
+        let body = json_of(&planned(&off, &doc(&["custom_event"])).payloads[0]);
         assert!(body["context"].get("location").is_none());
         assert!(body["events"][0]["data"].get("location").is_some());
         let on = ConnectionSettings {
             include_event_batch_location: true,
             ..off
         };
-        let body = json_of(
-            &plan(
-                &on,
-                &webhook(),
-                BatchId::new(1),
-                &doc(&["custom_event"]),
-                None,
-            )
-            .payloads[0],
-        );
+        let body = json_of(&planned(&on, &doc(&["custom_event"])).payloads[0]);
         assert_eq!(body["context"]["location"]["latitude"], json!(1.0));
     }
 
@@ -477,13 +446,9 @@ mod tests {
             ..on.clone()
         };
         for settings in [&off, &inactive] {
-            assert!(
-                plan(settings, &webhook(), BatchId::new(1), &alias, None)
-                    .payloads
-                    .is_empty()
-            );
+            assert!(planned(settings, &alias).payloads.is_empty());
         }
-        let sent = plan(&on, &webhook(), BatchId::new(1), &alias, None);
+        let sent = planned(&on, &alias);
         assert_eq!(sent.payloads.len(), 1);
         assert!(sent.verdicts.is_empty());
         let mut expected = alias;
@@ -494,21 +459,12 @@ mod tests {
     #[test]
     fn batches_without_events_follow_their_setting() {
         let on = ConnectionSettings::default();
-        assert_eq!(
-            plan(&on, &webhook(), BatchId::new(1), &doc(&[]), None)
-                .payloads
-                .len(),
-            1
-        );
+        assert_eq!(planned(&on, &doc(&[])).payloads.len(), 1);
         let off = ConnectionSettings {
             send_batches_without_events: false,
             ..on
         };
-        assert!(
-            plan(&off, &webhook(), BatchId::new(1), &doc(&[]), None)
-                .payloads
-                .is_empty()
-        );
+        assert!(planned(&off, &doc(&[])).payloads.is_empty());
     }
 
     #[test]
@@ -553,7 +509,7 @@ mod tests {
             settings in arb_settings(),
             types in proptest::collection::vec(proptest::sample::select(EventType::ALL.map(EventType::as_str).to_vec()), 0..20),
         ) {
-            let p = plan(&settings, &webhook(), BatchId::new(1), &doc(&types), None);
+            let p = planned(&settings, &doc(&types));
             let forwarded = p.verdicts.iter().filter(|v| **v == Verdict::Forwarded).count();
             let sent: usize = p.payloads.iter().map(|x| x.event_count).sum();
             prop_assert_eq!(sent, if settings.status == ConnectionStatus::Active { forwarded } else { 0 });

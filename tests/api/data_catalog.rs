@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use crate::forwarding::post;
 use crate::helpers::{TestApp, spawn_app};
 
 /// A data point appears within this long of being sent (the brief's promise).
@@ -131,18 +132,6 @@ async fn an_attribute_seen_with_two_types_is_mixed_and_null_does_not_count() {
     app.stop().await.unwrap();
 }
 
-async fn post_text(app: &TestApp, path: &str, body: Value) -> u16 {
-    app.client
-        .post(format!("{}{path}", app.base))
-        .header("content-type", "text/plain;charset=UTF-8")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
-}
-
 #[tokio::test]
 async fn web_sdk_batches_and_legacy_web_events_reach_the_catalog() {
     let app = spawn_app().await;
@@ -158,15 +147,12 @@ async fn web_sdk_batches_and_legacy_web_events_reach_the_catalog() {
             "event_name": "Added To Wishlist", "custom_event_type": "transaction",
             "custom_attributes": {"sku": "s-1", "quantity": 2}}}],
     });
-    assert_eq!(
-        post_text(&app, &format!("/v3/JS/{key}/events"), v3).await,
-        202
-    );
+    assert_eq!(post(&app, &format!("/v3/JS/{key}/events"), &v3).await, 202);
     // An older Web SDK's per-event upload (dt 4: a custom event).
     let legacy = json!({"n": "Viewed Banner", "dt": 4, "et": 1, "mpid": "7",
                         "attrs": {"banner": "summer"}});
     assert_eq!(
-        post_text(&app, &format!("/v2/JS/{key}/Events"), legacy).await,
+        post(&app, &format!("/v2/JS/{key}/Events"), &legacy).await,
         202
     );
 

@@ -13,7 +13,7 @@ use crate::helpers::{TestApp, spawn_app, spawn_app_with};
 const KIT_CAP: i64 = 100;
 const DAY_MS: i64 = 86_400_000;
 
-async fn post(app: &TestApp, path: &str, body: &Value) -> u16 {
+pub async fn post(app: &TestApp, path: &str, body: &Value) -> u16 {
     app.client
         .post(format!("{}{path}", app.base))
         .header("content-type", "text/plain;charset=UTF-8")

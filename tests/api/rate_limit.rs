@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::helpers::{Receiver, batch_of, multi_node_postgres, spawn_app, spawn_app_on_postgres};
 
 /// The most requests that arrived within any one second.
-fn busiest_second(arrivals: &[std::time::Instant]) -> usize {
+pub fn busiest_second(arrivals: &[std::time::Instant]) -> usize {
     let mut sorted = arrivals.to_vec();
     sorted.sort();
     (0..sorted.len())

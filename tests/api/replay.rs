@@ -2,26 +2,12 @@
 //! a real one re-delivers the batch log (or re-sends dead letters) at a capped rate, shows its
 //! progress, and can be cancelled.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::helpers::{Received, Receiver, TestApp, batch_of, spawn_app, wait_for};
-
-/// The most requests that arrived within any one second.
-fn busiest_second(arrivals: &[Instant]) -> usize {
-    let mut sorted = arrivals.to_vec();
-    sorted.sort();
-    (0..sorted.len())
-        .map(|i| {
-            sorted[i..]
-                .iter()
-                .take_while(|at| at.duration_since(sorted[i]) < Duration::from_secs(1))
-                .count()
-        })
-        .max()
-        .unwrap_or(0)
-}
+use crate::rate_limit::busiest_second;
 
 async fn replay(app: &TestApp, connection: &Value, body: Value) -> reqwest::Response {
     let path = format!(
