@@ -22,6 +22,7 @@ mod layering;
 mod live;
 mod model;
 mod pipeline;
+pub mod receive;
 mod replay;
 mod server;
 mod state;

@@ -32,6 +32,12 @@ enum Command {
     Migrate,
     /// Print the default configuration, documented.
     PrintDefaultConfig,
+    /// Run a webhook receiver for trying Boson out: answers 200, prints each request.
+    Receive {
+        /// The port to listen on, on 127.0.0.1.
+        #[arg(long, default_value_t = 9000)]
+        port: u16,
+    },
 }
 
 #[tokio::main]
@@ -43,6 +49,7 @@ async fn main() -> anyhow::Result<()> {
             print!("{}", boson::config::DEFAULT_CONFIG);
             Ok(())
         }
+        Command::Receive { port } => boson::receive::run(port, shutdown_signal()).await,
         Command::Migrate => boson::migrate(&boson::Config::load(cli.config.as_deref())?).await,
         Command::Serve => {
             let config = boson::Config::load(cli.config.as_deref())?;

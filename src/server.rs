@@ -13,6 +13,7 @@ mod connections;
 mod headers;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -221,8 +222,7 @@ pub async fn run(
         ),
         _ => None,
     };
-    let address = listener.local_addr().ok();
-    tracing::info!(?address, https = tls.is_some(), "Boson is listening.");
+    announce(listener.local_addr().ok(), tls.is_some());
     let http = state.config.http.clone();
     let (listener, app) = guarded(listener, router(state), &http, &overdue);
     let header_read = Duration::from_secs(http.header_read_timeout_secs);
@@ -314,6 +314,31 @@ async fn serve(
     }
 }
 
+/// Says where Boson answers, as URLs a person can open: the server's and the dashboard's.
+fn announce(address: Option<SocketAddr>, https: bool) {
+    let Some(address) = address else {
+        tracing::info!("Boson is listening.");
+        return;
+    };
+    let base = base_url(address, https);
+    tracing::info!("Boson is listening on {base}");
+    tracing::info!("Dashboard: {base}/ (sign in with the admin token)");
+}
+
+/// `scheme://host:port`; a wildcard address (listening on every interface) is shown as the
+/// loopback one, which a browser on the same machine can open.
+fn base_url(address: SocketAddr, https: bool) -> String {
+    let scheme = if https { "https" } else { "http" };
+    let mut shown = address;
+    if address.ip().is_unspecified() {
+        shown.set_ip(match address {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    format!("{scheme}://{shown}")
+}
+
 /// Waits for the HTTP server to finish, but once `overdue` has fired (its connections are being
 /// cut) for at most [`CUT_GRACE`] more: a handler that never ends must not hold the process.
 async fn finish_by(
@@ -385,15 +410,54 @@ async fn prune_periodically(store: Store, retention: RetentionConfig, cancel: Ca
     }
 }
 
+/// Where the admin token in force came from, said at start-up so a person knows what to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TokenOrigin {
+    Generated,
+    Configured,
+    Kept,
+}
+
+impl TokenOrigin {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Generated => "generated now and printed once above; only its hash is stored",
+            Self::Configured => "from BOSON_ADMIN_TOKEN (or admin_token in the config file)",
+            Self::Kept => {
+                "kept from an earlier start (printed then; set BOSON_ADMIN_TOKEN to replace it)"
+            }
+        }
+    }
+}
+
 /// The admin token's hash: from config, else the stored one, else a new token that is stored
 /// (hashed) and printed this once.
 async fn admin_token_hash(config: &Config, store: &Store) -> anyhow::Result<[u8; 32]> {
+    let (hash, origin) = resolve_admin_token(config, store).await?;
+    tracing::info!("Admin token: {}.", origin.describe());
+    Ok(hash)
+}
+
+async fn resolve_admin_token(
+    config: &Config,
+    store: &Store,
+) -> anyhow::Result<([u8; 32], TokenOrigin)> {
     use secrecy::ExposeSecret;
+    let stored = store.get_meta(ADMIN_TOKEN_HASH_KEY).await?;
     if let Some(token) = &config.admin_token {
-        return Ok(hash_token(token.expose_secret()));
+        let hash = hash_token(token.expose_secret());
+        // The stored token keeps working again once the setting is removed; a person who
+        // forgot they set it would otherwise wonder why the generated one is refused.
+        if stored.is_some_and(|s| decode_hash(&s).ok() != Some(hash)) {
+            tracing::warn!(
+                "BOSON_ADMIN_TOKEN replaces the admin token generated on an earlier start; \
+                 that one is refused while the setting is in force."
+            );
+        }
+        return Ok((hash, TokenOrigin::Configured));
     }
-    if let Some(stored) = store.get_meta(ADMIN_TOKEN_HASH_KEY).await? {
-        return decode_hash(&stored);
+    if let Some(stored) = stored {
+        return Ok((decode_hash(&stored)?, TokenOrigin::Kept));
     }
     let mut bytes = [0u8; 24];
     rand::rng().fill_bytes(&mut bytes);
@@ -402,11 +466,13 @@ async fn admin_token_hash(config: &Config, store: &Store) -> anyhow::Result<[u8;
         .init_meta(ADMIN_TOKEN_HASH_KEY, &hex::encode(hash_token(&token)))
         .await?;
     let hash = decode_hash(&stored)?;
-    if hash == hash_token(&token) {
-        // Printed on stdout, once: only its hash is kept.
-        println!("Generated admin token (shown only now; keep it): {token}");
+    if hash != hash_token(&token) {
+        // Another node generated and stored one first.
+        return Ok((hash, TokenOrigin::Kept));
     }
-    Ok(hash)
+    // Printed on stdout, once: only its hash is kept.
+    println!("Generated admin token (shown only now; keep it): {token}");
+    Ok((hash, TokenOrigin::Generated))
 }
 
 fn decode_hash(stored: &str) -> anyhow::Result<[u8; 32]> {

@@ -14,6 +14,7 @@ mod data_catalog;
 mod delivery;
 mod events_per_batch;
 mod filters;
+mod first_run;
 mod forwarding;
 mod helpers;
 mod identity;

@@ -326,7 +326,7 @@ pub async fn post_batch(
 }
 
 /// A port nothing listens on right now (bound, then released).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     listener.local_addr().expect("address").port()
 }
