@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["state"],
     &["ingest", "admin", "dashboard"],
     &["identity"],
-    &["server"],
+    &["server", "receive"],
     // Test support for fuzz targets and property tests: drives the whole router.
     &["fuzzing"],
 ];

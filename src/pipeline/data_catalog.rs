@@ -133,6 +133,10 @@ impl InputTally {
         if key.event_name.len() > limits.name_bytes || key.name.len() > limits.name_bytes {
             return false;
         }
+        // PostgreSQL's text cannot hold a NUL: one such name would fail every flush.
+        if key.event_name.contains('\0') || key.name.contains('\0') {
+            return false;
+        }
         let admitted = match key.kind {
             Kind::Event => bump(&mut self.events, limits.events),
             Kind::EventAttribute => {

@@ -191,3 +191,22 @@ fn caps_drop_new_data_points_but_keep_counting_known_ones() {
     assert_eq!(sorted(catalog.take())[0].1.count, 3);
     assert_eq!(catalog.dropped(&input), 9);
 }
+
+#[test]
+fn a_name_with_a_nul_is_dropped_because_postgresql_text_cannot_hold_it() {
+    let catalog = DataCatalog::default();
+    let input = InputId::new();
+    let batch = vec![
+        (key(Kind::Event, "custom_event", "a\0b", ""), None, 1),
+        (
+            key(Kind::UserAttribute, "", "", "\0"),
+            Some(ValueType::String),
+            1,
+        ),
+        (key(Kind::Event, "custom_event", "fine", ""), None, 1),
+    ];
+    catalog.record_with(&input, vec![batch], 1, &LIMITS);
+    let kept: Vec<PointKey> = sorted(catalog.take()).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(kept, vec![key(Kind::Event, "custom_event", "fine", "")]);
+    assert_eq!(catalog.dropped(&input), 2);
+}
