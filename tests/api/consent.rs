@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::helpers::{Receiver, TestApp, spawn_app};
@@ -117,14 +116,7 @@ async fn the_profile_shows_the_merged_consent() {
         let response = app.post_events(&input, batch(11, "e", Some(consent))).await;
         assert_eq!(response.status(), 202);
     }
-    let profile: Value = app
-        .admin(Method::GET, "/api/v1/users/11")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let profile = app.read("/api/v1/users/11").await;
     assert_eq!(
         profile["consent_state"],
         json!({
@@ -137,14 +129,7 @@ async fn the_profile_shows_the_merged_consent() {
     );
     // A user without any stated consent shows empty regulations.
     app.post_events(&input, batch(12, "e", None)).await;
-    let profile: Value = app
-        .admin(Method::GET, "/api/v1/users/12")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let profile = app.read("/api/v1/users/12").await;
     assert_eq!(profile["consent_state"], json!({"gdpr": {}, "ccpa": {}}));
     app.stop().await.unwrap();
 }

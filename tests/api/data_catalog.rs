@@ -15,13 +15,7 @@ const WITHIN: Duration = Duration::from_secs(5);
 
 async fn catalog(app: &TestApp, input: &Value) -> Value {
     let id = input["id"].as_str().unwrap();
-    let response = app
-        .admin(Method::GET, &format!("/api/v1/catalog?input_id={id}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    response.json().await.unwrap()
+    app.read(&format!("/api/v1/catalog?input_id={id}")).await
 }
 
 /// The catalog entry of one event, if listed.

@@ -256,6 +256,19 @@ impl TestApp {
             .bearer_auth(ADMIN_TOKEN)
     }
 
+    /// GETs from the admin API and expects `200`, returning the JSON.
+    pub async fn read(&self, path: &str) -> Value {
+        let response = self
+            .admin(reqwest::Method::GET, path)
+            .send()
+            .await
+            .expect("request");
+        let status = response.status();
+        let json: Value = response.json().await.expect("json");
+        assert_eq!(status, 200, "GET {path} answered {json}");
+        json
+    }
+
     /// POSTs to the admin API and expects `201`, returning the JSON.
     pub async fn create(&self, path: &str, body: Value) -> Value {
         let response = self

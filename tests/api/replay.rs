@@ -22,10 +22,7 @@ async fn replay(app: &TestApp, connection: &Value, body: Value) -> reqwest::Resp
 }
 
 async fn progress(app: &TestApp, replay_id: &Value) -> Value {
-    let path = format!("/api/v1/replays/{replay_id}");
-    let response = app.admin(reqwest::Method::GET, &path).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    response.json().await.unwrap()
+    app.read(&format!("/api/v1/replays/{replay_id}")).await
 }
 
 /// Posts `n` batches of `types`, waits until their `requests` are delivered once, and dates
@@ -182,14 +179,7 @@ async fn a_replay_redelivers_the_range_at_the_rate_and_finishes() {
     assert_eq!(done["requests"], 6, "{done}");
     // The replay's settings are a revision of its own: the connection's are untouched.
     let path = format!("/api/v1/connections/{}", connection["id"].as_str().unwrap());
-    let now: Value = app
-        .admin(reqwest::Method::GET, &path)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let now = app.read(&path).await;
     assert_eq!(now["settings"], connection["settings"]);
     app.stop().await.unwrap();
 }
