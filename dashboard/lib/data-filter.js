@@ -65,7 +65,7 @@ export function dataFilterControl(d, value, context) {
     for (const row of rows) {
       if (row.group !== group) {
         group = row.group;
-        body.append(h('tr', { class: 'df-group' }, h('th', { colspan: '2' }, group)));
+        body.append(h('tr', { class: 'df-group', 'data-group': group }, h('th', { colspan: '2' }, group)));
       }
       const key = keyOf(row.point);
       const box = h('input', { type: 'checkbox', role: 'switch', checked: byKey.get(key) ?? sendNew.checked,
@@ -86,10 +86,18 @@ export function dataFilterControl(d, value, context) {
     };
     body.addEventListener('change', dim);
     dim();
+    // A match shows with its event type and name above it, so it reads in context.
     search.addEventListener('input', () => {
       const q = search.value.trim().toLowerCase();
-      body.querySelectorAll('tr.df-row').forEach((tr) => { tr.hidden = q !== '' && !tr.dataset.search.includes(q); });
-      body.querySelectorAll('tr.df-group').forEach((tr) => { tr.hidden = q !== ''; });
+      const shown = new Set();
+      for (const { box, row } of boxes.values()) {
+        if (q !== '' && !box.closest('tr').dataset.search.includes(q)) continue;
+        shown.add(keyOf(row.point)).add(row.group);
+        if (row.parent) shown.add(keyOf({ event_type: row.parent }));
+        if (row.parentName) shown.add(keyOf({ event_type: row.parent, event_name: row.parentName }));
+      }
+      body.querySelectorAll('tr.df-row').forEach((tr) => { tr.hidden = !shown.has(tr.dataset.point); });
+      body.querySelectorAll('tr.df-group').forEach((tr) => { tr.hidden = !shown.has(tr.dataset.group); });
     });
     const unseen = rules.filter((r) => !boxes.has(keyOf(r)));
     state = { sendNew, boxes, unseen, originals: new Set(rules.map(keyOf)) };
@@ -122,6 +130,6 @@ function copyFrom(others, apply) {
   if (!others?.length) return h('span');
   const select = h('select', { id: 'df-copy-from', 'aria-label': 'Copy filter from' },
     ...others.map((o, i) => h('option', { value: String(i) }, o.label)));
-  return h('div', { class: 'row df-copy' }, select,
+  return h('div', { class: 'row df-copy' }, h('span', { class: 'muted' }, 'Copy from'), select,
     h('button', { type: 'button', class: 'secondary', id: 'df-copy', onclick: () => apply(others[Number(select.value)].settings.data_filter) }, 'Copy filter'));
 }

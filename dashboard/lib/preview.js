@@ -10,7 +10,8 @@ const verdict = (v) => (v.reason ? `${v.outcome.replace('_', ' ')} (${v.reason})
 export function previewSentence(result) {
   if (!result.events) return 'No events on this input yet: there is nothing to compare the change with.';
   const { before, after, events } = result;
-  const parts = [`this change would have filtered ${after.filtered} of the last ${events} events (now ${before.filtered})`];
+  const last = events === 1 ? 'the last event' : `the last ${events} events`;
+  const parts = [`this change would have filtered ${after.filtered} of ${last} (now ${before.filtered})`];
   if (after.attribute_removed || before.attribute_removed) parts.push(`removed attributes from ${after.attribute_removed} (now ${before.attribute_removed})`);
   parts.push(`and forwarded ${after.forwarded} (now ${before.forwarded})`);
   return `On the input's recent traffic, ${parts.join(', ')}.`;

@@ -72,8 +72,8 @@ export async function connectionPage(id) {
     settingsForm({ ...settings, catalog, others }, connection.settings, 'Save', save, (read, error) => [previewButton(read, error)]),
     preview,
     replayCard(id),
-    h('div', { class: 'card' }, h('h2', {}, 'Recent delivery attempts'), attemptRows),
-    h('div', { class: 'card' }, h('h2', {}, 'Dead letters'), letterRows), remove);
+    h('div', { class: 'card' }, h('h2', {}, 'Recent delivery attempts'), h('div', { class: 'table-scroll' }, attemptRows)),
+    h('div', { class: 'card' }, h('h2', {}, 'Dead letters'), h('div', { class: 'table-scroll' }, letterRows)), remove);
 }
 
 /** While deliveries fail: how many, when the next attempt goes, when the oldest is given up. */
@@ -82,5 +82,5 @@ function retrying(info) {
   return h('p', { class: 'retrying', id: 'retrying' },
     `${info.failing_jobs} ${info.failing_jobs === 1 ? 'delivery is' : 'deliveries are'} failing. `,
     `Next attempt: ${when(info.next_attempt_at)}. `,
-    `Given up (moved to the dead letters) at: ${when(info.gives_up_at)}, if it still fails.`);
+    `If it still fails, the oldest goes to the dead letters at ${when(info.gives_up_at)}.`);
 }

@@ -96,7 +96,7 @@ function signingDialog(output) {
     if (signing.enabled && !confirm('Rotate the signing secret? The current one keeps signing during the rotation overlap only.')) return;
     try {
       const { secret } = await api('POST', `/api/v1/outputs/${output.id}/signing-secret`);
-      issue.disabled = true;
+      issue.remove();
       shown.replaceChildren(h('p', { class: 'warning' }, 'Copy it now: this secret is shown only once and cannot be read again.'),
         h('div', { class: 'row' }, h('code', { id: 'signing-secret' }, secret), copyButton(secret, 'signing secret')));
     } catch (err) { shown.replaceChildren(errorLine(err.message)); }

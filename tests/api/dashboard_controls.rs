@@ -2,7 +2,8 @@
 //! data catalog shows an event sent before; switching that event off in the Data Filter grid is
 //! previewed (the dry run names the rule) and saved, and the next such event is filtered at the
 //! receiver and in the Live Stream; a signing secret is generated and shown once, and requests are
-//! signed from then on; a replay is previewed. Screenshots (desktop and 420 px) go to
+//! signed from then on and carry the custom header added in the output's form; a replay is
+//! previewed. Screenshots (desktop and 420 px) go to
 //! `target/screenshots/`.
 
 use std::time::Duration;
@@ -51,7 +52,7 @@ async fn the_connection_controls_work_in_the_dashboard() {
     let filtered = walk("filter", &app.base, &connection_id).await;
     let summary = filtered["summary"].as_str().unwrap();
     assert!(
-        summary.contains("would have filtered 1 of the last 1 events (now 0)"),
+        summary.contains("would have filtered 1 of the last event (now 0)"),
         "{summary}"
     );
     let saved = app
@@ -97,6 +98,10 @@ async fn the_connection_controls_work_in_the_dashboard() {
             .starts_with("v1,"),
         "{:?}",
         signed.headers
+    );
+    assert_eq!(
+        signed.headers["x-team"], "growth",
+        "the custom header added in the form"
     );
 
     // Under today's settings the two "Live Test" batches send nothing; the screen view goes.

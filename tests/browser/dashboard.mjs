@@ -13,7 +13,8 @@
 //          opens the input's data catalog from the connection, switches the event "Live Test" off
 //          in the Data Filter grid, previews the change (dry run), saves; prints {"summary"}
 //        node dashboard.mjs signing <boson_url> <admin_token> - <screenshot_dir>
-//          generates the first output's signing secret, seen once; prints {"secret", "later"}
+//          generates the first output's signing secret, seen once, and adds the custom header
+//          X-Team: growth; prints {"secret", "later"}
 //        node dashboard.mjs replay <boson_url> <admin_token> <connection_id> <screenshot_dir>
 //          previews a replay of the last hour of the connection; prints {"summary"}
 import { chromium } from 'playwright-core';
@@ -88,6 +89,14 @@ const controlPhases = {
     await page.getByRole('button', { name: 'Rotate secret' }).waitFor();
     const later = await page.locator('#modal').textContent();
     await shot('17-signing-enabled');
+    await page.getByRole('button', { name: 'Close' }).click();
+    await page.getByRole('button', { name: 'Edit' }).first().click();
+    await page.getByRole('button', { name: '+ Add header' }).click();
+    await page.getByLabel('Header name').fill('X-Team');
+    await page.getByLabel('Header value').fill('growth');
+    await shot('17-custom-headers');
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.locator('#modal').waitFor({ state: 'hidden' });
     console.log(JSON.stringify({ ok: true, secret, later }));
   },
   async replay() {
