@@ -69,7 +69,7 @@ export function dataFilterControl(d, value, context) {
       }
       const key = keyOf(row.point);
       const box = h('input', { type: 'checkbox', role: 'switch', checked: byKey.get(key) ?? sendNew.checked,
-        'aria-label': `Send ${[row.parentName ?? row.parent, row.label].filter(Boolean).join(' › ')}` });
+        'aria-label': `Send ${[row.parent, row.parentName, row.label].filter(Boolean).join(' › ')}` });
       boxes.set(key, { box, row });
       body.append(h('tr', { class: `df-row df-level-${row.level}`, 'data-point': key, 'data-search': [row.parent, row.parentName, row.label].filter(Boolean).join(' ').toLowerCase() },
         h('td', {}, h('span', { class: 'df-label' }, row.label), row.level === 0 && row.group === 'Events' ? h('small', { class: 'muted' }, ' event type') : ''),
