@@ -3,7 +3,7 @@
 //! previewed (the dry run names the rule) and saved, and the next such event is filtered at the
 //! receiver and in the Live Stream; a signing secret is generated and shown once, and requests are
 //! signed from then on and carry the custom header added in the output's form; a replay is
-//! previewed. Screenshots (desktop and 420 px) go to
+//! previewed; a failing connection shows its next attempt and give-up time. Screenshots (desktop and 420 px) go to
 //! `target/screenshots/`.
 
 use std::time::Duration;
@@ -112,6 +112,22 @@ async fn the_connection_controls_work_in_the_dashboard() {
             .unwrap()
             .starts_with("Would send 1 request carrying 1 event from 3 batches"),
         "{replay}"
+    );
+
+    // A failing endpoint: the page says when the next attempt goes and when it gives up.
+    receiver.script(&[(503, None); 50]);
+    assert_eq!(
+        app.post_events(&input, batch_of(&["screen_view"]))
+            .await
+            .status(),
+        202
+    );
+    assert_eq!(receiver.next().await.answered, 503);
+    let failing = walk("retrying", &app.base, &connection_id).await;
+    let line = failing["retrying"].as_str().unwrap();
+    assert!(
+        line.contains("1 delivery is failing. Next attempt: ") && line.contains("dead letters at"),
+        "{line}"
     );
     app.stop().await.unwrap();
 }

@@ -17,6 +17,8 @@
 //          X-Team: growth; prints {"secret", "later"}
 //        node dashboard.mjs replay <boson_url> <admin_token> <connection_id> <screenshot_dir>
 //          previews a replay of the last hour of the connection; prints {"summary"}
+//        node dashboard.mjs retrying <boson_url> <admin_token> <connection_id> <screenshot_dir>
+//          opens a failing connection; prints its next attempt and give-up line {"retrying"}
 import { chromium } from 'playwright-core';
 
 const [phase, base, token, target, shots] = process.argv.slice(2);
@@ -98,6 +100,14 @@ const controlPhases = {
     await page.getByRole('button', { name: 'Save' }).click();
     await page.locator('#modal').waitFor({ state: 'hidden' });
     console.log(JSON.stringify({ ok: true, secret, later }));
+  },
+  async retrying() {
+    await signIn();
+    await page.goto(`${base}/#/connections/${target}`);
+    const line = page.locator('#retrying');
+    await line.waitFor();
+    await shot('19-connection-failing');
+    console.log(JSON.stringify({ ok: true, retrying: await line.textContent() }));
   },
   async replay() {
     await signIn();
