@@ -73,7 +73,7 @@ fn connection_id(raw: &str) -> Result<ConnectionId, ApiError> {
     path_id(raw, "connection_not_found", "connection")
 }
 
-fn settings_error(error: &SettingsError) -> ApiError {
+pub(super) fn settings_error(error: &SettingsError) -> ApiError {
     let code = match error {
         SettingsError::UnknownMetadataField { .. } => "invalid_metadata_field",
         SettingsError::Malformed(_) => "invalid_settings",
@@ -170,19 +170,51 @@ pub(crate) async fn list(
     Ok(Json(rows.into_iter().map(ConnectionOut::from).collect()))
 }
 
+/// One connection as `get` answers it: with its failing deliveries, if any.
+#[derive(Debug, Serialize)]
+pub(crate) struct ConnectionDetailOut {
+    #[serde(flatten)]
+    connection: ConnectionOut,
+    /// `null` while no delivery of the connection is waiting to be tried again.
+    retrying: Option<RetryingOut>,
+}
+
+/// The deliveries that failed and wait for another attempt, and when the oldest is given up.
+#[derive(Debug, Serialize)]
+struct RetryingOut {
+    failing_jobs: i64,
+    /// The oldest failing delivery's next attempt (Unix ms).
+    next_attempt_at: i64,
+    /// When the oldest failing delivery goes to the dead letters if it still fails: its
+    /// acceptance plus `delivery.retry_window_secs`.
+    gives_up_at: i64,
+    last_error: Option<String>,
+}
+
 pub(crate) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<ConnectionOut>, ApiError> {
+) -> Result<Json<ConnectionDetailOut>, ApiError> {
     let id = connection_id(&id)?;
-    Ok(Json(
-        state
-            .store
-            .get_connection(&id)
-            .await
-            .map_err(not_found)?
-            .into(),
-    ))
+    let connection = state.store.get_connection(&id).await.map_err(not_found)?;
+    let window_ms = i64::try_from(state.config.delivery.retry_window_secs)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1000);
+    let retrying = state
+        .store
+        .failing_jobs(&id)
+        .await
+        .map_err(not_found)?
+        .map(|failing| RetryingOut {
+            failing_jobs: failing.failing_jobs,
+            next_attempt_at: failing.next_attempt_at,
+            gives_up_at: failing.created_at.saturating_add(window_ms),
+            last_error: failing.last_error,
+        });
+    Ok(Json(ConnectionDetailOut {
+        connection: connection.into(),
+        retrying,
+    }))
 }
 
 pub(crate) async fn update(
