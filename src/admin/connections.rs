@@ -13,7 +13,7 @@ use super::{Page, path_id, reload};
 use crate::error::{ApiError, AppJson};
 use crate::model::ids::{ConnectionId, InputId, OutputId};
 use crate::model::now_ms;
-use crate::model::settings::{ConnectionSettings, SettingsError, metadata_paths};
+use crate::model::settings::{ConnectionSettings, ConnectionStatus, SettingsError, metadata_paths};
 use crate::state::AppState;
 use crate::store::{ConnectionRow, StoreError};
 
@@ -192,11 +192,11 @@ pub(crate) async fn update(
 ) -> Result<Json<ConnectionOut>, ApiError> {
     let id = connection_id(&id)?;
     let current = state.store.get_connection(&id).await.map_err(not_found)?;
-    let settings =
+    let before =
         ConnectionSettings::from_json_str(&current.settings).map_err(|e| settings_error(&e))?;
     let settings = match patch.settings {
-        Some(changes) => settings.merged(changes).map_err(|e| settings_error(&e))?,
-        None => settings,
+        Some(changes) => before.merged(changes).map_err(|e| settings_error(&e))?,
+        None => before.clone(),
     };
     let output_id = match patch.output_id {
         Some(raw) => output_of_body(&raw)?,
@@ -208,6 +208,14 @@ pub(crate) async fn update(
         .update_connection(&id, &output_id, &to_text(&settings)?, now_ms())
         .await
         .map_err(not_found)?;
+    if before.status == ConnectionStatus::Paused && settings.status != ConnectionStatus::Paused {
+        // Resumed: a connection still failing gets a whole new auto-pause period.
+        state
+            .store
+            .restart_failure_clock(&id, now_ms())
+            .await
+            .map_err(not_found)?;
+    }
     reload(&state).await?;
     Ok(Json(
         state

@@ -16,6 +16,7 @@ pub(crate) mod identity;
 pub(crate) mod ids;
 pub(crate) mod legacy_web;
 pub(crate) mod mobile;
+pub(crate) mod operator_event;
 pub(crate) mod settings;
 pub(crate) mod signed_date;
 pub(crate) mod signing;

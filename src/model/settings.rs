@@ -17,6 +17,36 @@ use super::forwarding_rules::{self, ForwardingRules};
 pub(crate) enum ConnectionStatus {
     Active,
     Inactive,
+    /// Set by Boson when the connection failed for `auto_pause_after_hours`: its jobs are still
+    /// queued but wait, unsent, until an operator sets it `active` again.
+    Paused,
+}
+
+impl ConnectionStatus {
+    /// Whether accepted batches still get jobs on this connection (`paused` ones wait; an
+    /// `inactive` connection forwards nothing).
+    pub(crate) fn takes_jobs(self) -> bool {
+        self != Self::Inactive
+    }
+}
+
+/// A positive, finite number of hours (fractions allowed: tests pause after seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct Hours(f64);
+
+// Only positive finite values are ever constructed (see `ConnectionSettings::validate`), and
+// those compare as a total order.
+impl Eq for Hours {}
+
+impl Hours {
+    /// The duration in milliseconds, saturating.
+    pub(crate) fn as_ms(self) -> i64 {
+        // `as` saturates for floats beyond the integer's range, which is what is wanted here.
+        #[allow(clippy::cast_possible_truncation)]
+        let ms = (self.0 * 3_600_000.0).round() as i64;
+        ms.max(1)
+    }
 }
 
 /// The settings of one connection (input × output). Every key is optional on the wire and takes
@@ -47,6 +77,8 @@ pub(crate) struct ConnectionSettings {
     pub(crate) unique_id: Option<String>,
     /// Most webhook requests per second this connection sends from one node (`None`: no limit).
     pub(crate) rate_limit_per_second: Option<u32>,
+    /// Hours of continuous failure after which Boson pauses the connection (`None`: never).
+    pub(crate) auto_pause_after_hours: Option<Hours>,
     /// Which event types, names and attributes, user attributes and identity types go out.
     pub(crate) data_filter: DataFilter,
     /// Attribute-value, login-identity, consent and sampling rules.
@@ -77,6 +109,7 @@ impl Default for ConnectionSettings {
             send_alias_requests: false,
             unique_id: None,
             rate_limit_per_second: None,
+            auto_pause_after_hours: None,
             data_filter: DataFilter::default(),
             forwarding_rules: ForwardingRules::default(),
         }
@@ -107,6 +140,7 @@ pub(crate) enum SettingName {
     SendAliasRequests,
     UniqueId,
     RateLimitPerSecond,
+    AutoPauseAfterHours,
     DataFilter,
     ForwardingRules,
 }
@@ -135,6 +169,7 @@ impl SettingName {
             Self::SendAliasRequests => "send_alias_requests",
             Self::UniqueId => "unique_id",
             Self::RateLimitPerSecond => "rate_limit_per_second",
+            Self::AutoPauseAfterHours => "auto_pause_after_hours",
             Self::DataFilter => "data_filter",
             Self::ForwardingRules => "forwarding_rules",
         }
@@ -147,7 +182,7 @@ impl SettingName {
 pub(crate) enum SettingKind {
     /// `true` or `false`.
     Boolean,
-    /// [`ConnectionStatus`]: `active` or `inactive`.
+    /// [`ConnectionStatus`]: `active`, `inactive`, or `paused` (set by Boson).
     Status,
     /// A list of metadata paths, each one of [`metadata_paths`].
     MetadataExclusions,
@@ -155,6 +190,8 @@ pub(crate) enum SettingKind {
     OptionalText,
     /// A positive whole number, or `null` when unset.
     OptionalCount,
+    /// A positive number of hours (fractions allowed), or `null` when unset.
+    OptionalHours,
     /// A [`DataFilter`] document: `send_new_data_points` and a list of rules.
     DataFilter,
     /// A [`ForwardingRules`] document.
@@ -189,7 +226,9 @@ const fn describe(
 
 /// Every connection setting, in the order forms show them (the order of [`ConnectionSettings`]).
 pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
-    use SettingKind::{Boolean, MetadataExclusions, OptionalCount, OptionalText, Status};
+    use SettingKind::{
+        Boolean, MetadataExclusions, OptionalCount, OptionalHours, OptionalText, Status,
+    };
     use SettingKind::{DataFilter as Filter, ForwardingRules as Rules};
     use SettingName as N;
     &[
@@ -197,7 +236,7 @@ pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
             N::Status,
             "Connection Status",
             Status,
-            "An inactive connection forwards nothing; its events show as filtered in the Live Stream.",
+            "An inactive connection forwards nothing; its events show as filtered in the Live Stream. A paused one (paused by Boson after failing; see Auto-pause) keeps its deliveries waiting until it is set active again.",
         ),
         describe(
             N::SendAsBatch,
@@ -314,6 +353,12 @@ pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
             "Most webhook requests per second, per Boson node; requests beyond it wait their turn. Empty: no limit.",
         ),
         describe(
+            N::AutoPauseAfterHours,
+            "Auto-pause after (hours)",
+            OptionalHours,
+            "Pause the connection once its endpoint has failed continuously this long (fractions allowed); its deliveries wait until you set it active. Empty: never.",
+        ),
+        describe(
             N::DataFilter,
             "Data Filter",
             Filter,
@@ -359,6 +404,13 @@ pub(crate) enum SettingsError {
 impl ConnectionSettings {
     /// Parses settings from JSON, applying defaults for omitted keys.
     pub(crate) fn from_json(value: serde_json::Value) -> Result<Self, SettingsError> {
+        // Named even when its type is wrong (serde's message would not name it).
+        if value
+            .get(SettingName::AutoPauseAfterHours.as_str())
+            .is_some_and(|hours| !(hours.is_null() || hours.is_number()))
+        {
+            return Err(auto_pause_error());
+        }
         let settings: Self =
             serde_json::from_value(value).map_err(|e| SettingsError::Malformed(e.to_string()))?;
         settings.validate()?;
@@ -389,6 +441,12 @@ impl ConnectionSettings {
     }
 
     fn validate(&self) -> Result<(), SettingsError> {
+        if self
+            .auto_pause_after_hours
+            .is_some_and(|Hours(hours)| !(hours.is_finite() && hours > 0.0))
+        {
+            return Err(auto_pause_error());
+        }
         if self.rate_limit_per_second == Some(0) {
             return Err(SettingsError::Malformed(
                 "`rate_limit_per_second` must be at least 1, or null for no limit".into(),
@@ -403,6 +461,12 @@ impl ConnectionSettings {
         }
         Ok(())
     }
+}
+
+fn auto_pause_error() -> SettingsError {
+    SettingsError::Malformed(
+        "`auto_pause_after_hours` must be a positive number of hours, or null for never".into(),
+    )
 }
 
 /// `device_info` keys of the Events API schema (spec §1.7.3), each excludable on its own.
