@@ -10,7 +10,10 @@ use base64::Engine as _;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{Received, Receiver, TestApp, batch_of, spawn_app_with, wait_for};
+use crate::helpers::{
+    Received, Receiver, TestApp, batch_of, multi_node_postgres, spawn_app_on_postgres_with,
+    spawn_app_with, wait_for,
+};
 use crate::signing::verify_all;
 
 /// Auto-pause after 1.8 s of continuous failure.
@@ -287,4 +290,63 @@ async fn auto_pause_after_hours_must_be_positive_or_null() {
     let cleared = patch_settings(&app, id, json!({"auto_pause_after_hours": null})).await;
     assert_eq!(cleared.status(), 200);
     app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn two_nodes_on_one_database_send_each_transition_once() {
+    let Some(server) = multi_node_postgres("alerts_two_nodes").await else {
+        return;
+    };
+    let mut operator = Receiver::start().await;
+    let secret = operator_secret();
+    let (url, key) = (operator.url("/ops"), secret.clone());
+    let alerting = move |config: &mut boson::Config| {
+        config.delivery.circuit_breaker_failures = 2;
+        config.delivery.circuit_breaker_max_open_secs = 1;
+        config.operator_webhook_url = Some(url);
+        config.operator_webhook_secret = Some(key.into());
+    };
+    let first = spawn_app_on_postgres_with(&server, alerting.clone()).await;
+    let second = first.second_node(alerting).await;
+    let mut hook = Receiver::start().await;
+    hook.script(&[(503, None); 10_000]);
+    let (input, connection) = first
+        .pipeline(
+            &hook.url("/hook"),
+            json!({"auto_pause_after_hours": PAUSE_HOURS}),
+        )
+        .await;
+    let id = connection["id"].as_str().unwrap().to_owned();
+    // The second node learns of the new connection from PostgreSQL's notice.
+    let path = format!("/api/v1/connections/{id}");
+    wait_for(|| async { second.read(&path).await["id"] == id.as_str() }).await;
+    for node in [&first, &second, &first, &second] {
+        let accepted = node.post_events(&input, batch_of(&["custom_event"])).await;
+        assert_eq!(accepted.status(), 202);
+    }
+    let mut seen = Vec::new();
+    next_alert(&mut operator, "connection.paused", &mut seen).await;
+    while let Some(more) = operator.next_within(Duration::from_secs(2)).await {
+        seen.push(more);
+    }
+    let kinds: Vec<&str> = seen
+        .iter()
+        .map(|r| r.body["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["connection.failing", "connection.paused"]);
+
+    while hook.next_within(Duration::from_millis(200)).await.is_some() {}
+    hook.clear_script();
+    let resumed = patch_settings(&second, &id, json!({"status": "active"})).await;
+    assert_eq!(resumed.status(), 200);
+    let mut delivered = 0;
+    while delivered < 4 {
+        delivered += hook.next().await.events().len();
+    }
+    let recovered = next_alert(&mut operator, "connection.recovered", &mut seen).await;
+    assert_eq!(recovered.body["data"]["connection_id"], id.as_str());
+    assert!(operator.next_within(Duration::from_secs(2)).await.is_none());
+    assert_signed(&seen, &secret).await;
+    second.stop().await.unwrap();
+    first.stop().await.unwrap();
 }
