@@ -28,10 +28,13 @@ const QUEUE: usize = 1024;
 const TRIES: u32 = 6;
 const FIRST_PAUSE: Duration = Duration::from_secs(1);
 
+/// An alert waiting to be sent: its kind, its connection and what it says beyond them.
+type Queued = (AlertKind, ConnectionId, Map<String, Value>);
+
 /// Where alerts are queued; does nothing when no operator webhook is configured.
 #[derive(Debug, Clone)]
 pub(crate) struct OperatorAlerts {
-    queue: Option<mpsc::Sender<(AlertKind, ConnectionId, Map<String, Value>)>>,
+    queue: Option<mpsc::Sender<Queued>>,
 }
 
 /// The operator webhook's address and secret, as configured.
@@ -98,7 +101,7 @@ async fn post_alerts(
     client: WebhookClient,
     output: Output,
     store: Store,
-    mut alerts: mpsc::Receiver<(AlertKind, ConnectionId, Map<String, Value>)>,
+    mut alerts: mpsc::Receiver<Queued>,
     cancel: CancellationToken,
 ) {
     loop {

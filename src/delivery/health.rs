@@ -73,7 +73,7 @@ impl Spell {
     }
 
     /// The spell to record, once: its start and last error.
-    pub(super) fn to_record(&mut self) -> Option<(i64, String)> {
+    pub(super) fn take_unrecorded(&mut self) -> Option<(i64, String)> {
         match self {
             Self::Failing {
                 since_ms,
@@ -137,7 +137,7 @@ impl Health {
             _ => {}
         }
         if transition == Transition::Opened
-            && let Some((since_ms, error)) = spell.to_record()
+            && let Some((since_ms, error)) = spell.take_unrecorded()
         {
             let (health, id) = (Arc::clone(self), connection_id.clone());
             tokio::spawn(async move { health.failing(&id, since_ms, &error).await });
@@ -365,15 +365,15 @@ mod tests {
     #[test]
     fn a_spell_starts_at_the_first_failure_and_is_recorded_once() {
         let mut spell = Spell::default();
-        assert!(spell.to_record().is_none());
+        assert!(spell.take_unrecorded().is_none());
         spell.failed(10, "503".into());
         spell.failed(20, "timeout".into());
-        assert_eq!(spell.to_record(), Some((10, "timeout".into())));
-        assert_eq!(spell.to_record(), None, "once");
+        assert_eq!(spell.take_unrecorded(), Some((10, "timeout".into())));
+        assert_eq!(spell.take_unrecorded(), None, "once");
         assert!(spell.succeeded());
         assert!(!spell.succeeded(), "a second success ends nothing");
         spell.failed(30, "503".into());
-        assert_eq!(spell.to_record(), Some((30, "503".into())));
+        assert_eq!(spell.take_unrecorded(), Some((30, "503".into())));
     }
 
     #[test]

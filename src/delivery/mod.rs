@@ -73,6 +73,10 @@ pub(crate) struct DeliveryContext {
 }
 
 impl DeliveryContext {
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "each is a distinct shared service, built once at start-up"
+    )]
     pub(crate) fn new(
         catalog: Arc<Catalog>,
         store: Store,
