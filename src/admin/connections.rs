@@ -81,6 +81,18 @@ fn settings_error(error: &SettingsError) -> ApiError {
     ApiError::bad_request(code, error.to_string())
 }
 
+/// `paused` is Boson's to set (after `auto_pause_after_hours`): an operator may keep it (a form
+/// sends every key back) or leave it, not choose it.
+fn only_boson_pauses(before: ConnectionStatus, after: ConnectionStatus) -> Result<(), ApiError> {
+    if after == ConnectionStatus::Paused && before != ConnectionStatus::Paused {
+        return Err(ApiError::bad_request(
+            "invalid_settings",
+            "`status` may be set to `active` or `inactive`; `paused` is set by Boson after `auto_pause_after_hours`",
+        ));
+    }
+    Ok(())
+}
+
 fn to_text(settings: &ConnectionSettings) -> Result<String, ApiError> {
     serde_json::to_string(settings)
         .map_err(|e| ApiError::bad_request("invalid_settings", e.to_string()))
@@ -139,6 +151,7 @@ pub(crate) async fn create(
 ) -> Result<(StatusCode, Json<ConnectionOut>), ApiError> {
     let settings = ConnectionSettings::from_json(connection.settings.unwrap_or_else(|| json!({})))
         .map_err(|e| settings_error(&e))?;
+    only_boson_pauses(ConnectionStatus::Active, settings.status)?;
     let input_id = existing_input(&state, &connection.input_id).await?;
     let output_id = output_of_body(&connection.output_id)?;
     must_exist(&state, &output_id).await?;
@@ -198,6 +211,7 @@ pub(crate) async fn update(
         Some(changes) => before.merged(changes).map_err(|e| settings_error(&e))?,
         None => before.clone(),
     };
+    only_boson_pauses(before.status, settings.status)?;
     let output_id = match patch.output_id {
         Some(raw) => output_of_body(&raw)?,
         None => current.output_id,

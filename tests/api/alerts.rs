@@ -289,6 +289,17 @@ async fn auto_pause_after_hours_must_be_positive_or_null() {
     assert_eq!(shown["settings"]["auto_pause_after_hours"], 0.25);
     let cleared = patch_settings(&app, id, json!({"auto_pause_after_hours": null})).await;
     assert_eq!(cleared.status(), 200);
+    // `paused` is Boson's to set, not an operator's.
+    let paused = patch_settings(&app, id, json!({"status": "paused"})).await;
+    assert_eq!(paused.status(), 400);
+    let body: Value = paused.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`status`"),
+        "{body}"
+    );
     app.stop().await.unwrap();
 }
 
