@@ -126,7 +126,10 @@ impl LaneControl {
                 transition
             }
             Some(false) => lock(&self.breaker).failed(now),
-            None => Transition::None,
+            None => {
+                lock(&self.breaker).sent_nothing(now);
+                Transition::None
+            }
         }
     }
 }
