@@ -459,6 +459,32 @@ mod tests {
     }
 
     #[test]
+    fn the_operator_webhook_comes_from_the_environment_and_is_checked() {
+        figment::Jail::expect_with(|jail| {
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert!(c.operator_webhook_url.is_none(), "no alerts by default");
+            assert_eq!(c.alerts.window_secs, 60);
+            jail.set_env("BOSON_OPERATOR_WEBHOOK_URL", "https://ops.example/boson");
+            jail.set_env("BOSON_OPERATOR_WEBHOOK_SECRET", "whsec_c2VjcmV0");
+            jail.set_env("BOSON_ALERTS__BACKLOG_THRESHOLD", "50");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(
+                c.operator_webhook_url.as_deref(),
+                Some("https://ops.example/boson")
+            );
+            assert_eq!(c.alerts.backlog_threshold, 50);
+            jail.set_env("BOSON_OPERATOR_WEBHOOK_SECRET", "secret");
+            let error = format!("{:#}", Config::load(None).expect_err("not whsec_"));
+            assert!(error.contains("operator_webhook_secret"), "{error}");
+            jail.set_env("BOSON_OPERATOR_WEBHOOK_SECRET", "whsec_c2VjcmV0");
+            jail.set_env("BOSON_OPERATOR_WEBHOOK_URL", "ops.example");
+            let error = format!("{:#}", Config::load(None).expect_err("not a URL"));
+            assert!(error.contains("operator_webhook_url"), "{error}");
+            Ok(())
+        });
+    }
+
+    #[test]
     fn the_mobile_clock_skew_is_a_setting_and_retention_must_cover_its_replays() {
         figment::Jail::expect_with(|jail| {
             let c = Config::load(None).map_err(|e| e.to_string())?;

@@ -742,6 +742,20 @@ mod tests {
     }
 
     #[test]
+    fn auto_pause_hours_are_positive_and_finite_or_null() {
+        for bad in [json!(0), json!(-0.5), json!("1"), json!([1])] {
+            let error = ConnectionSettings::from_json(json!({"auto_pause_after_hours": bad}))
+                .expect_err("refused")
+                .to_string();
+            assert!(error.contains("`auto_pause_after_hours`"), "{error}");
+        }
+        let s = ConnectionSettings::from_json(json!({"auto_pause_after_hours": 0.0005})).unwrap();
+        assert_eq!(s.auto_pause_after_hours.map(Hours::as_ms), Some(1800));
+        let s = ConnectionSettings::from_json(json!({"auto_pause_after_hours": null})).unwrap();
+        assert_eq!(s.auto_pause_after_hours, None);
+    }
+
+    #[test]
     fn merge_changes_only_given_keys() {
         let base = ConnectionSettings::from_json(json!({"send_screen_views": false})).unwrap();
         let merged = base.merged(json!({"status": "inactive"})).unwrap();
