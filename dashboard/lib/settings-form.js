@@ -13,8 +13,12 @@ const CONTROLS = {
     return { block: field(d, h('label', { class: 'check' }, box, d.label)), read: () => box.checked };
   },
   status(d, value) {
-    const box = h('input', { type: 'checkbox', id: `setting-${d.name}`, checked: value !== 'inactive', 'aria-describedby': `help-${d.name}` });
-    return { block: field(d, h('label', { class: 'check' }, box, `${d.label}: Active`)), read: () => (box.checked ? 'active' : 'inactive') };
+    // A paused connection (paused by Boson after failing) stays paused until the box is ticked
+    // and saved; the box starts unticked so that saving other settings does not resume it.
+    const paused = value === 'paused';
+    const box = h('input', { type: 'checkbox', id: `setting-${d.name}`, checked: value === 'active', 'aria-describedby': `help-${d.name}` });
+    const label = paused ? `${d.label}: Active (paused after failing; tick to resume)` : `${d.label}: Active`;
+    return { block: field(d, h('label', { class: 'check' }, box, label)), read: () => (box.checked ? 'active' : (paused ? 'paused' : 'inactive')) };
   },
   metadata_exclusions(d, value, { metadataFields }) {
     // Not a labelled group: each select is already named "Metadata field", and a group named
@@ -40,6 +44,10 @@ const CONTROLS = {
   },
   data_filter: dataFilterControl,
   forwarding_rules: forwardingRulesControl,
+  optional_hours(d, value) {
+    const input = h('input', { type: 'number', min: '0', step: 'any', id: `setting-${d.name}`, value: value ?? '', 'aria-describedby': `help-${d.name}` });
+    return { block: field(d, h('label', { for: `setting-${d.name}` }, d.label), input), read: () => (input.value === '' ? null : Number(input.value)) };
+  },
   optional_text(d, value) {
     const input = h('input', { type: 'text', id: `setting-${d.name}`, value: value ?? '', 'aria-describedby': `help-${d.name}` });
     return { block: field(d, h('label', { for: `setting-${d.name}` }, d.label), input), read: () => input.value || null };

@@ -13,7 +13,7 @@ use super::{Page, path_id, reload};
 use crate::error::{ApiError, AppJson};
 use crate::model::ids::{ConnectionId, InputId, OutputId};
 use crate::model::now_ms;
-use crate::model::settings::{ConnectionSettings, SettingsError, metadata_paths};
+use crate::model::settings::{ConnectionSettings, ConnectionStatus, SettingsError, metadata_paths};
 use crate::state::AppState;
 use crate::store::{ConnectionRow, StoreError};
 
@@ -81,6 +81,18 @@ pub(super) fn settings_error(error: &SettingsError) -> ApiError {
     ApiError::bad_request(code, error.to_string())
 }
 
+/// `paused` is Boson's to set (after `auto_pause_after_hours`): an operator may keep it (a form
+/// sends every key back) or leave it, not choose it.
+fn only_boson_pauses(before: ConnectionStatus, after: ConnectionStatus) -> Result<(), ApiError> {
+    if after == ConnectionStatus::Paused && before != ConnectionStatus::Paused {
+        return Err(ApiError::bad_request(
+            "invalid_settings",
+            "`status` may be set to `active` or `inactive`; `paused` is set by Boson after `auto_pause_after_hours`",
+        ));
+    }
+    Ok(())
+}
+
 fn to_text(settings: &ConnectionSettings) -> Result<String, ApiError> {
     serde_json::to_string(settings)
         .map_err(|e| ApiError::bad_request("invalid_settings", e.to_string()))
@@ -139,6 +151,7 @@ pub(crate) async fn create(
 ) -> Result<(StatusCode, Json<ConnectionOut>), ApiError> {
     let settings = ConnectionSettings::from_json(connection.settings.unwrap_or_else(|| json!({})))
         .map_err(|e| settings_error(&e))?;
+    only_boson_pauses(ConnectionStatus::Active, settings.status)?;
     let input_id = existing_input(&state, &connection.input_id).await?;
     let output_id = output_of_body(&connection.output_id)?;
     must_exist(&state, &output_id).await?;
@@ -224,12 +237,13 @@ pub(crate) async fn update(
 ) -> Result<Json<ConnectionOut>, ApiError> {
     let id = connection_id(&id)?;
     let current = state.store.get_connection(&id).await.map_err(not_found)?;
-    let settings =
+    let before =
         ConnectionSettings::from_json_str(&current.settings).map_err(|e| settings_error(&e))?;
     let settings = match patch.settings {
-        Some(changes) => settings.merged(changes).map_err(|e| settings_error(&e))?,
-        None => settings,
+        Some(changes) => before.merged(changes).map_err(|e| settings_error(&e))?,
+        None => before.clone(),
     };
+    only_boson_pauses(before.status, settings.status)?;
     let output_id = match patch.output_id {
         Some(raw) => output_of_body(&raw)?,
         None => current.output_id,
@@ -240,6 +254,14 @@ pub(crate) async fn update(
         .update_connection(&id, &output_id, &to_text(&settings)?, now_ms())
         .await
         .map_err(not_found)?;
+    if before.status == ConnectionStatus::Paused && settings.status != ConnectionStatus::Paused {
+        // Resumed: a connection still failing gets a whole new auto-pause period.
+        state
+            .store
+            .restart_failure_clock(&id, now_ms())
+            .await
+            .map_err(not_found)?;
+    }
     reload(&state).await?;
     Ok(Json(
         state

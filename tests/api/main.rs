@@ -4,6 +4,7 @@
 // Test helpers are shared across this binary's modules; `pub` reads better than `pub(crate)` here.
 #![allow(unreachable_pub)]
 mod admin;
+mod alerts;
 mod alias;
 mod alias_forwarding;
 mod breaker;
