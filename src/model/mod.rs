@@ -15,6 +15,7 @@ pub(crate) mod forwarding_rules;
 pub(crate) mod identity;
 pub(crate) mod ids;
 pub(crate) mod legacy_web;
+pub(crate) mod metrics;
 pub(crate) mod mobile;
 pub(crate) mod settings;
 pub(crate) mod signed_date;
