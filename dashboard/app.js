@@ -10,6 +10,7 @@ import { connectionsPage } from './pages/connections.js';
 import { inputsPage } from './pages/inputs.js';
 import { livePage } from './pages/live.js';
 import { outputsPage } from './pages/outputs.js';
+import { overviewPage } from './pages/overview.js';
 import { signInPage } from './pages/signin.js';
 
 document.getElementById('signout').addEventListener('click', async () => {
@@ -29,4 +30,5 @@ start({
   outputs: outputsPage,
   connect: connectPage,
   live: livePage,
+  overview: overviewPage,
 }, signInPage);

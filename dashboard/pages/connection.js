@@ -2,6 +2,7 @@
 // letters with Replay, and deletion.
 
 import { api } from '../lib/api.js';
+import { connectionCharts } from '../lib/connection-charts.js';
 import { errorLine, h, page } from '../lib/dom.js';
 import { route } from '../lib/router.js';
 import { settingsForm } from '../lib/settings-form.js';
@@ -32,7 +33,7 @@ export async function connectionPage(id) {
     if (!confirm('Delete this connection? Pending deliveries are dropped.')) return;
     await api('DELETE', `/api/v1/connections/${id}`); location.hash = '#/connections';
   } }, 'Delete connection');
-  page('Connection', summary,
+  page('Connection', summary, connectionCharts(id),
     settingsForm(settings, connection.settings, 'Save', async (values) => { await api('PATCH', `/api/v1/connections/${id}`, { settings: values }); route(); }),
     h('div', { class: 'card' }, h('h2', {}, 'Recent delivery attempts'), attemptRows),
     h('div', { class: 'card' }, h('h2', {}, 'Dead letters'), letterRows), remove);
