@@ -106,7 +106,8 @@ pub(crate) async fn get(
         ));
     }
     let store_error = |e| ApiError::from_store(e, "metrics_unavailable", "metrics");
-    let mut inputs = state.store.list_inputs().await.map_err(store_error)?;
+    let all_inputs = state.store.list_inputs().await.map_err(store_error)?;
+    let mut inputs = all_inputs.clone();
     let outputs = state.store.list_outputs().await.map_err(store_error)?;
     let mut connections = state.store.list_connections().await.map_err(store_error)?;
     let subject = match (&query.input_id, &query.connection_id) {
@@ -152,8 +153,10 @@ pub(crate) async fn get(
             t.backlog = backlog;
         }
     };
-    let input_names: HashMap<&InputId, &str> =
-        inputs.iter().map(|i| (&i.id, i.name.as_str())).collect();
+    let input_names: HashMap<&InputId, &str> = all_inputs
+        .iter()
+        .map(|i| (&i.id, i.name.as_str()))
+        .collect();
     let output_names: HashMap<_, &str> = outputs.iter().map(|o| (&o.id, o.name.as_str())).collect();
     let mut connection_series = Vec::new();
     for c in &connections {

@@ -570,7 +570,10 @@ async fn charts_are_drawn_with_real_points_after_traffic() {
     let app = spawn_app().await;
     let mut receiver = Receiver::start().await;
     let (input, connection) = app.pipeline(&receiver.url("/hook"), json!({})).await;
-    for types in [&["custom_event", "screen_view", "custom_event"][..], &["custom_event"]] {
+    for types in [
+        &["custom_event", "screen_view", "custom_event"][..],
+        &["custom_event"],
+    ] {
         assert_eq!(app.post_events(&input, batch_of(types)).await.status(), 202);
         receiver.next().await;
     }
