@@ -16,11 +16,21 @@ function svgEl(tag, attrs = {}, text) {
   return el;
 }
 
-/** A round top for the value axis: 1, 2 or 5 times a power of ten, at least `max`. */
-function niceMax(max) {
-  if (!(max > 0)) return 1;
-  const power = 10 ** Math.floor(Math.log10(max));
-  return [1, 2, 5, 10].map((m) => m * power).find((m) => m >= max);
+/** Value-axis ticks: a round step (1, 2 or 5 times a power of ten; whole for counts), 3–5 of them. */
+function ticks(max, whole) {
+  const raw = Math.max(max, whole ? 1 : 1e-9) / 4;
+  const power = 10 ** Math.floor(Math.log10(raw));
+  let step = [1, 2, 5, 10].map((m) => m * power).find((m) => m >= raw);
+  if (whole) step = Math.max(1, Math.round(step));
+  const top = Math.max(step, Math.ceil(max / step) * step);
+  return { step, top };
+}
+
+/** A legend or tooltip colour square (coloured through the DOM: the CSP refuses style attributes). */
+function swatch(color) {
+  const el = h('span', { class: 'swatch' });
+  el.style.background = color;
+  return el;
 }
 
 /** A value as the axis and tooltip show it: counts as they are, latencies in ms or s. */
@@ -40,7 +50,7 @@ export function chart({ title, times, series, unit = '', kind = 'line', id }) {
   const tip = h('div', { class: 'chart-tip', hidden: true, role: 'status' });
   const box = h('div', { class: 'chart-box' });
   const legend = h('ul', { class: 'chart-legend' }, ...series.map((s, i) =>
-    h('li', {}, h('span', { class: 'swatch', style: `background:${COLORS[i % COLORS.length]}` }), s.name)));
+    h('li', {}, swatch(COLORS[i % COLORS.length]), s.name)));
   const figure = h('figure', { class: 'chart card', id, 'data-kind': kind },
     h('figcaption', {}, title), box, series.length ? legend : h('p', { class: 'muted' }, 'Nothing to show yet.'), tip);
   let width = 0;
@@ -58,13 +68,12 @@ export function chart({ title, times, series, unit = '', kind = 'line', id }) {
 function render({ times, series, unit, kind, width, tip, title }) {
   const plotW = width - PAD.left - PAD.right, plotH = HEIGHT - PAD.top - PAD.bottom;
   const all = series.flatMap((s) => s.values).filter((v) => v != null);
-  const top = niceMax(Math.max(0, ...all));
+  const { step: tick, top } = ticks(Math.max(0, ...all), unit !== 'ms');
   const step = plotW / Math.max(times.length, 1);
   const x = (i) => PAD.left + step * (i + 0.5);
   const y = (v) => PAD.top + plotH - (v / top) * plotH;
   const svg = svgEl('svg', { width, height: HEIGHT, viewBox: `0 0 ${width} ${HEIGHT}`, role: 'img', tabindex: 0, 'aria-label': `${title}: use the arrow keys to read values` });
-  for (let g = 0; g <= 4; g++) {
-    const v = (top * g) / 4;
+  for (let v = 0; v <= top + tick / 2; v += tick) {
     svg.append(svgEl('line', { class: 'grid', x1: PAD.left, x2: width - PAD.right, y1: y(v), y2: y(v) }),
       svgEl('text', { class: 'axis', x: PAD.left - 6, y: y(v) + 4, 'text-anchor': 'end' }, formatValue(v, unit)));
   }
@@ -100,7 +109,7 @@ function render({ times, series, unit, kind, width, tip, title }) {
     at = Math.max(0, Math.min(times.length - 1, i));
     guide.setAttribute('x1', x(at)); guide.setAttribute('x2', x(at)); guide.setAttribute('visibility', 'visible');
     tip.replaceChildren(h('strong', {}, clock(times[at])), ...series.map((s, n) =>
-      h('div', {}, h('span', { class: 'swatch', style: `background:${COLORS[n % COLORS.length]}` }), `${s.name}: ${formatValue(s.values[at], unit)}`)));
+      h('div', {}, swatch(COLORS[n % COLORS.length]), `${s.name}: ${formatValue(s.values[at], unit)}`)));
     tip.hidden = false;
     const left = Math.min(x(at) + 12, width - 180);
     tip.style.left = `${Math.max(0, left)}px`;
