@@ -65,7 +65,7 @@ mod tests {
         assert_eq!((taken[0].1, taken[0].2.received), (5 * MINUTE_MS, 5));
         assert!(tally.take().is_empty());
 
-        tally.update(input.clone(), 5 * MINUTE_MS, |f| f.received += 10);
+        tally.update(input, 5 * MINUTE_MS, |f| f.received += 10);
         tally.restore(taken);
         let mut again = tally.take();
         again.sort_by_key(|m| m.1);
