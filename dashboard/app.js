@@ -11,6 +11,7 @@ import { connectionsPage } from './pages/connections.js';
 import { inputsPage } from './pages/inputs.js';
 import { livePage } from './pages/live.js';
 import { outputsPage } from './pages/outputs.js';
+import { overviewPage } from './pages/overview.js';
 import { signInPage } from './pages/signin.js';
 
 document.getElementById('signout').addEventListener('click', async () => {
@@ -32,4 +33,5 @@ start({
   live: livePage,
   catalog: catalogPage,
   'catalog/:id': catalogPage,
+  overview: overviewPage,
 }, signInPage);

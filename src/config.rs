@@ -130,6 +130,8 @@ pub struct RetentionConfig {
     pub forwarding_stats_days: u64,
     /// Days an alias request is kept after it arrived.
     pub aliases_days: u64,
+    /// Days the per-minute figures behind the dashboard's charts are kept.
+    pub metrics_days: u64,
 }
 
 impl RetentionConfig {
@@ -141,6 +143,11 @@ impl RetentionConfig {
     /// Milliseconds alias requests are kept.
     pub fn aliases_ms(&self) -> i64 {
         days_ms(self.aliases_days)
+    }
+
+    /// Milliseconds the per-minute figures are kept.
+    pub fn metrics_ms(&self) -> i64 {
+        days_ms(self.metrics_days)
     }
 }
 
@@ -318,8 +325,14 @@ impl Config {
                  ingest.max_forwarding_kits_per_input must be positive"
             );
         }
-        if self.retention.forwarding_stats_days == 0 || self.retention.aliases_days == 0 {
-            bail!("retention.forwarding_stats_days and retention.aliases_days must be positive");
+        if self.retention.forwarding_stats_days == 0
+            || self.retention.aliases_days == 0
+            || self.retention.metrics_days == 0
+        {
+            bail!(
+                "retention.forwarding_stats_days, retention.aliases_days and \
+                 retention.metrics_days must be positive"
+            );
         }
         self.check_replay_window()?;
         Ok(())

@@ -11,6 +11,7 @@
 mod body_deadline;
 mod connections;
 mod headers;
+mod minutes;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -194,6 +195,11 @@ pub async fn run(
         store.clone(),
         cancel.clone(),
     ));
+    let minutes_flusher = tokio::spawn(minutes::flush_periodically(
+        Arc::clone(&metrics),
+        store.clone(),
+        cancel.clone(),
+    ));
     tokio::spawn(prune_periodically(
         store.clone(),
         config.retention.clone(),
@@ -212,6 +218,8 @@ pub async fn run(
         per_client: config.identity.max_new_users_per_client,
         window: Duration::from_secs(config.identity.new_user_window_secs.max(1)),
     });
+    // Kept for the last flush: the state (and its handle) is gone by then.
+    let metrics_for_flush = Arc::clone(&metrics);
     let state = AppState {
         config: Arc::new(config),
         store: store.clone(),
@@ -249,6 +257,12 @@ pub async fn run(
     let flushed = tokio::time::timeout(WRITER_DRAIN, data_catalog.flush(&store)).await;
     if !matches!(flushed, Ok(true)) {
         tracing::warn!("The data catalog's last counts could not be stored.");
+    }
+    let _ = tokio::time::timeout(WRITER_DRAIN, minutes_flusher).await;
+    let flushed =
+        tokio::time::timeout(WRITER_DRAIN, minutes::flush(&metrics_for_flush, &store)).await;
+    if !matches!(flushed, Ok(true)) {
+        tracing::warn!("The last per-minute figures could not be stored.");
     }
     if tokio::time::timeout(POOL_CLOSE, store.close())
         .await
@@ -429,6 +443,9 @@ async fn prune_periodically(store: Store, retention: RetentionConfig, cancel: Ca
                 .await,
             store
                 .prune_aliases(now.saturating_sub(retention.aliases_ms()))
+                .await,
+            store
+                .prune_minutes(now.saturating_sub(retention.metrics_ms()))
                 .await,
         ];
         let mut deleted = 0;

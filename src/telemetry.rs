@@ -4,6 +4,8 @@
 //! recorder: each `run` has its own, so tests that start several servers in one process read
 //! their own counts, and there is no global mutable state (house style rule 5).
 
+pub(crate) mod minutes;
+
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -15,7 +17,9 @@ use prometheus_client::registry::Registry;
 
 use crate::model::attempt::AttemptOutcome;
 use crate::model::ids::{ConnectionId, InputId};
+use crate::model::metrics::Subject;
 use crate::model::now_ms;
+use minutes::MinuteTally;
 
 /// Installs the tracing subscriber: `RUST_LOG`-style filtering (default `info`), and JSON lines
 /// when `BOSON_LOG_FORMAT=json`.
@@ -89,6 +93,8 @@ pub(crate) struct Metrics {
     delivery_latency: Histogram,
     queue_depth: Gauge,
     oldest_pending_age: Gauge<f64, AtomicU64>,
+    /// Per-minute figures for the dashboard's charts, until flushed to the database.
+    minutes: MinuteTally,
 }
 
 impl Metrics {
@@ -150,7 +156,13 @@ impl Metrics {
             delivery_latency,
             queue_depth,
             oldest_pending_age,
+            minutes: MinuteTally::default(),
         }
+    }
+
+    /// The per-minute figures not yet written.
+    pub(crate) fn minutes(&self) -> &MinuteTally {
+        &self.minutes
     }
 
     pub(crate) fn accepted(&self, input: &InputId, events: usize) {
@@ -160,6 +172,11 @@ impl Metrics {
         self.events_accepted
             .get_or_create(&labels)
             .inc_by(events as u64);
+        let received = i64::try_from(events).unwrap_or(i64::MAX);
+        self.minutes
+            .update(Subject::Input(input.clone()), now_ms(), |f| {
+                f.received += received;
+            });
     }
 
     pub(crate) fn ingest_request(&self, input: &InputId, endpoint: &'static str) {
@@ -184,6 +201,22 @@ impl Metrics {
             outcome: outcome.as_str(),
         };
         self.deliveries.get_or_create(&labels).inc();
+        if outcome == AttemptOutcome::DeadLetter {
+            self.minutes
+                .update(Subject::Connection(connection.clone()), now_ms(), |f| {
+                    f.dead_letters += 1;
+                });
+        }
+    }
+
+    /// Records a webhook request that did not deliver (an error answer, no answer, or an
+    /// address refused), for the charts' failures.
+    pub(crate) fn request_failed(&self, connection: &ConnectionId) {
+        self.minutes
+            .update(Subject::Connection(connection.clone()), now_ms(), |f| {
+                f.requests += 1;
+                f.failures += 1;
+            });
     }
 
     /// Records a delivered request carrying `events` events of a batch accepted at `accepted_at`.
@@ -195,8 +228,16 @@ impl Metrics {
         self.events_delivered
             .get_or_create(&labels)
             .inc_by(events as u64);
-        let age_ms = now_ms().saturating_sub(accepted_at).max(0);
+        let now = now_ms();
+        let age_ms = now.saturating_sub(accepted_at).max(0);
         self.delivery_latency.observe(age_ms as f64 / 1000.0);
+        let forwarded = i64::try_from(events).unwrap_or(i64::MAX);
+        self.minutes
+            .update(Subject::Connection(connection.clone()), now, |f| {
+                f.requests += 1;
+                f.forwarded += forwarded;
+                f.latency.record(age_ms);
+            });
     }
 
     /// Renders the Prometheus text format, with the queue gauges set from the given reading.

@@ -5,6 +5,7 @@
 // Replay, and deletion.
 
 import { api } from '../lib/api.js';
+import { connectionCharts } from '../lib/connection-charts.js';
 import { errorLine, h, page } from '../lib/dom.js';
 import { previewCard } from '../lib/preview.js';
 import { replayCard } from '../lib/replay-form.js';
@@ -67,7 +68,7 @@ export async function connectionPage(id) {
   } }, 'Preview changes');
   const saved = lastSave.get(id);
   lastSave.delete(id);
-  page('Connection', summary,
+  page('Connection', summary, connectionCharts(id),
     saved ? previewCard(saved, 'Saved') : '',
     settingsForm({ ...settings, catalog, others }, connection.settings, 'Save', save, (read, error) => [previewButton(read, error)]),
     preview,

@@ -6,6 +6,7 @@ mod connections;
 mod data_catalog;
 mod inputs;
 mod live;
+mod metrics;
 mod outputs;
 mod preview;
 mod replays;
@@ -73,6 +74,7 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
             get(connections::dead_letters),
         )
         .route("/api/v1/connection-stats", get(connections::stats))
+        .route("/api/v1/metrics", get(metrics::get))
         .route(
             "/api/v1/connections/{id}/dead-letters/{letter}/replay",
             post(connections::replay),

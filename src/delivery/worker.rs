@@ -141,6 +141,9 @@ pub(super) async fn work(
         let sent = Instant::now();
         let result = ctx.client.post(&output, &delivery_id, body.clone()).await;
         live.report(events, &result, sent);
+        if !delivered(&result) {
+            ctx.metrics.request_failed(&job.connection_id);
+        }
         let (error, after) = match result {
             Ok(answer) => {
                 attempt.last_status = Some(i64::from(answer.status));
@@ -183,6 +186,12 @@ pub(super) async fn work(
         AttemptOutcome::DeadLetter
     };
     attempt.finish(outcome, None)
+}
+
+/// Whether a request's result counts as delivered (the success side of the charts' failures).
+fn delivered(result: &Result<super::webhook::Answer, SendError>) -> bool {
+    matches!(result, Ok(answer)
+        if matches!(classify(answer.status, answer.retry_after), Classification::Delivered))
 }
 
 /// Reports what a connection did with each event to the Live Stream (only while watched).

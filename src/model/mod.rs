@@ -16,6 +16,7 @@ pub(crate) mod identity;
 pub(crate) mod ids;
 pub(crate) mod legacy_web;
 mod metadata_paths;
+pub(crate) mod metrics;
 pub(crate) mod mobile;
 pub(crate) mod operator_event;
 pub(crate) mod settings;

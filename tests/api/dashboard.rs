@@ -558,3 +558,41 @@ async fn dashboard_modules_are_served_from_folders_as_javascript() {
     }
     app.stop().await.unwrap();
 }
+
+/// After traffic, the Overview and the connection's page draw charts whose points add up to the
+/// events received and forwarded (at 1440 and 420 px; screenshots 20–23).
+#[tokio::test]
+async fn charts_are_drawn_with_real_points_after_traffic() {
+    if let Some(why) = crate::web_sdk::missing_prerequisite() {
+        skip_or_fail("dashboard", &why);
+        return;
+    }
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let (input, connection) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    for types in [
+        &["custom_event", "screen_view", "custom_event"][..],
+        &["custom_event"],
+    ] {
+        assert_eq!(app.post_events(&input, batch_of(types)).await.status(), 202);
+        receiver.next().await;
+    }
+    // The figures are flushed every few seconds: wait until both counts are stored.
+    crate::helpers::wait_for(|| async {
+        let m = app.read("/api/v1/metrics").await;
+        let total = |series: &str| -> i64 {
+            m["totals"][series]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_i64().unwrap())
+                .sum()
+        };
+        total("received") == 4 && total("forwarded") == 4
+    })
+    .await;
+    let id = connection["id"].as_str().unwrap();
+    let drawn = walk("charts", &app.base, &format!("{id}:4:4")).await;
+    assert!(drawn["points"].as_i64().unwrap() > 0, "{drawn}");
+    app.stop().await.unwrap();
+}

@@ -25,6 +25,7 @@ mod idsync_guard;
 mod ingest;
 mod legacy_web;
 mod live;
+mod metrics;
 mod mobile;
 mod multinode;
 mod process;

@@ -19,6 +19,9 @@
 //          previews a replay of the last hour of the connection; prints {"summary"}
 //        node dashboard.mjs retrying <boson_url> <admin_token> <connection_id> <screenshot_dir>
 //          opens a failing connection; prints its next attempt and give-up line {"retrying"}
+//        node dashboard.mjs charts <boson_url> <admin_token> <connection_id:received:forwarded> <screenshot_dir>
+//          opens the Overview and the connection's page after traffic and checks the charts'
+//          points add up to the events received and forwarded, at 1440 and 420 px
 import { chromium } from 'playwright-core';
 
 const [phase, base, token, target, shots] = process.argv.slice(2);
@@ -120,6 +123,59 @@ const controlPhases = {
     console.log(JSON.stringify({ ok: true, summary }));
   },
 };
+// ---- Charts phase (Overview and the connection page's Traffic block) ----
+async function chartValues(selector) {
+  await page.locator(`${selector} .point, ${selector} .bar`).first().waitFor({ state: 'attached' });
+  return page.locator(`${selector} .point, ${selector} .bar`).evaluateAll((els) => els.map((e) => Number(e.dataset.value)));
+}
+
+async function expectSum(selector, expected) {
+  const values = await chartValues(selector);
+  const sum = values.reduce((a, v) => a + v, 0);
+  if (sum !== expected) throw new Error(`${selector}: points ${JSON.stringify(values)} add up to ${sum}, not ${expected}`);
+  return values.length;
+}
+
+// Every chart fits the viewport, and on a page of charts only (the Overview) all the content.
+async function fitsWidth(width, wholePage) {
+  const widest = await page.evaluate((whole) => Math.max(whole ? document.getElementById('main').scrollWidth : 0,
+    ...[...document.querySelectorAll('.chart')].map((c) => c.getBoundingClientRect().right)), wholePage);
+  if (widest > width) throw new Error(`the content is ${widest} px wide at a ${width} px viewport`);
+}
+
+async function chartsPhase(target) {
+  const [connectionId, received, forwarded] = target.split(':');
+  await page.setViewportSize({ width: 1440, height: 900 });
+  await signIn();
+  await page.getByRole('link', { name: 'Overview' }).click();
+  await page.getByRole('heading', { name: 'Overview' }).waitFor();
+  const points = await expectSum('#chart-received', Number(received));
+  await expectSum('#chart-forwarded', Number(forwarded));
+  const latency = await chartValues('#chart-latency');
+  if (!latency.length || latency.some((v) => !(v > 0))) throw new Error(`latency points: ${latency}`);
+  // Hovering a point shows its value in the tooltip.
+  await page.locator('#chart-received .point').first().hover();
+  await page.locator('#chart-received .chart-tip', { hasText: received }).waitFor();
+  await shot('20-overview-1440');
+  await page.setViewportSize({ width: 420, height: 900 });
+  await page.waitForTimeout(300);
+  await expectSum('#chart-received', Number(received));
+  await fitsWidth(420, true);
+  await shot('21-overview-420');
+  await page.getByRole('button', { name: 'Last day' }).click();
+  await page.locator('button[data-range=day][aria-pressed=true]').waitFor();
+  await expectSum('#chart-forwarded', Number(forwarded));
+  await page.goto(`${base}/#/connections/${connectionId}`);
+  await expectSum('#chart-connection-forwarded', Number(forwarded));
+  await fitsWidth(420, false);
+  await shot('22-connection-charts-420');
+  await page.setViewportSize({ width: 1440, height: 900 });
+  await page.waitForTimeout(300);
+  await expectSum('#chart-connection-forwarded', Number(forwarded));
+  await shot('23-connection-charts-1440');
+  console.log(JSON.stringify({ ok: true, points }));
+}
+// ---- end of the charts phase ----
 
 let status = 0;
 try {
@@ -200,6 +256,8 @@ try {
     console.log(JSON.stringify({ ok: true, detail: await page.locator('#live-detail').textContent() }));
   } else if (controlPhases[phase]) {
     await controlPhases[phase]();
+  } else if (phase === 'charts') {
+    await chartsPhase(target);
   } else {
     throw new Error(`unknown phase ${phase}`);
   }
