@@ -195,10 +195,10 @@ async fn profile_consent(
     settings: &ConnectionSettings,
     document: &serde_json::Value,
 ) -> Result<Option<Arc<serde_json::Value>>, StoreError> {
-    if let Some(carried) = job.profile_consent.as_ref() {
-        if settings.forwarding_rules.reads_consent() {
-            return Ok(Some(Arc::clone(carried)));
-        }
+    if let Some(carried) = job.profile_consent.as_ref()
+        && settings.forwarding_rules.reads_consent()
+    {
+        return Ok(Some(Arc::clone(carried)));
     }
     let read = ctx
         .store
