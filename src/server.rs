@@ -154,6 +154,12 @@ pub async fn run(
         operator_alerts(&config, &store, &cancel)?,
         config.alerts.clone(),
     ));
+    // Before the first request: the catalog's caps count what earlier runs stored.
+    let stored_points = store
+        .data_point_keys()
+        .await
+        .context("failed to read the data catalog")?;
+    pipeline.data_catalog().seed(stored_points);
     let ctx = Arc::new(DeliveryContext::new(
         Arc::clone(&catalog),
         store.clone(),

@@ -5,6 +5,7 @@
 //! retried, so `progress` (the count of requests already settled) is all the state a retry needs,
 //! and a receiver sees a batch's events in order.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -18,7 +19,9 @@ use crate::live::{Direction, LiveItem, Outcome, event_type_of};
 use crate::model::attempt::AttemptOutcome;
 use crate::model::ids::{InputId, Mpid};
 use crate::model::now_ms;
+use crate::model::settings::ConnectionSettings;
 use crate::pipeline::filter;
+use crate::store::StoreError;
 use crate::store::queue::{AttemptRecord, DeadLetter, Job, JobKey, JobUpdate};
 
 /// Delivers what is left of `job` and returns the update to record. Each request waits its turn
@@ -80,11 +83,7 @@ pub(super) async fn work(
             return attempt.finish(AttemptOutcome::DeadLetter, None);
         }
     };
-    let consent = match ctx
-        .store
-        .consent_for(&settings.forwarding_rules, &document)
-        .await
-    {
+    let consent = match profile_consent(ctx, &job, &settings, &document).await {
         Ok(consent) => consent,
         Err(error) => {
             // Never forward without knowing the user's consent: try again later.
@@ -102,7 +101,7 @@ pub(super) async fn work(
         &output.settings,
         job.batch_id,
         &document,
-        consent.as_ref(),
+        consent.as_deref(),
     );
     let live = Live {
         ctx,
@@ -192,6 +191,29 @@ pub(super) async fn work(
 fn delivered(result: &Result<super::webhook::Answer, SendError>) -> bool {
     matches!(result, Ok(answer)
         if matches!(classify(answer.status, answer.retry_after), Classification::Delivered))
+}
+
+/// The user's consent the rules decide on: carried from the commit by a job handed over there
+/// (the profile as that commit left it, this batch included), else read from the profile now
+/// (a job claimed by the poller: a retry, one left for a crowded lane or a paused connection,
+/// or another node's), so a statement stored since counts too. `None` when the rules do not
+/// read consent or the batch has no user.
+async fn profile_consent(
+    ctx: &DeliveryContext,
+    job: &Job,
+    settings: &ConnectionSettings,
+    document: &serde_json::Value,
+) -> Result<Option<Arc<serde_json::Value>>, StoreError> {
+    if let Some(carried) = job.profile_consent.as_ref()
+        && settings.forwarding_rules.reads_consent()
+    {
+        return Ok(Some(Arc::clone(carried)));
+    }
+    let read = ctx
+        .store
+        .consent_for(&settings.forwarding_rules, document)
+        .await?;
+    Ok(read.map(Arc::new))
 }
 
 /// Reports what a connection did with each event to the Live Stream (only while watched).

@@ -8,6 +8,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::consent::REGULATIONS;
 use super::event_type::EventType;
 use super::identity::types::IdentityType;
 use super::identity::{NOT_STORABLE, is_storable};
@@ -108,6 +109,8 @@ pub(crate) fn normalize(
     ] {
         expect_optional(&batch, key, &at(key), Value::is_object, "must be an object")?;
     }
+    check_deleted_attributes(&batch, &at("deleted_user_attributes"))?;
+    check_profile_consent(&batch, &at("consent_state"))?;
     for key in ["ip", "mp_deviceid", "sdk_version"] {
         expect_optional(&batch, key, &at(key), Value::is_string, "must be a string")?;
     }
@@ -475,8 +478,62 @@ fn check_user_attributes(batch: &Map<String, Value>, field: &str) -> Result<(), 
                 "must be a string, number, boolean or a list of them",
             ));
         }
+        if has_nul(value) {
+            return Err(BatchError::new(format!("{field}.{name}"), NOT_STORABLE));
+        }
+    }
+    if attributes.keys().any(|name| !is_storable(name)) {
+        return Err(BatchError::new(field, NUL_IN_NAME));
     }
     Ok(())
+}
+
+/// What a refusal of a name with a NUL says (the name itself cannot be shown in the field).
+const NUL_IN_NAME: &str = "must not have names with NUL characters";
+
+/// Deleted attribute names become keys of the profile's attributes (see
+/// [`check_profile_consent`] for why a NUL is refused).
+fn check_deleted_attributes(batch: &Map<String, Value>, field: &str) -> Result<(), BatchError> {
+    let deleted = batch
+        .get("deleted_user_attributes")
+        .and_then(Value::as_array);
+    if deleted.is_some_and(|names| names.iter().any(has_nul)) {
+        return Err(BatchError::new(field, NOT_STORABLE));
+    }
+    Ok(())
+}
+
+/// The user's profile keeps its attributes and the stated consent purposes as JSON, which
+/// PostgreSQL cannot hold with a U+0000 (see [`is_storable`]): a NUL there would fail the
+/// commit (a 503 the client retries for ever), so it is refused here, naming the field.
+fn check_profile_consent(batch: &Map<String, Value>, field: &str) -> Result<(), BatchError> {
+    let Some(Value::Object(consent)) = batch.get("consent_state") else {
+        return Ok(());
+    };
+    // Only the regulations the profile keeps (`model::consent::stated`) reach the database.
+    for regulation in REGULATIONS {
+        let Some(Value::Object(purposes)) = consent.get(regulation) else {
+            continue;
+        };
+        let field = format!("{field}.{regulation}");
+        if purposes.keys().any(|name| !is_storable(name)) {
+            return Err(BatchError::new(field, NUL_IN_NAME));
+        }
+        if let Some((name, _)) = purposes.iter().find(|(_, purpose)| has_nul(purpose)) {
+            return Err(BatchError::new(format!("{field}.{name}"), NOT_STORABLE));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a NUL is in any string or object key of `value`.
+fn has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => !is_storable(s),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| !is_storable(k) || has_nul(v)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
 }
 
 #[cfg(test)]
@@ -644,7 +701,49 @@ mod tests {
         assert_eq!(error.field, "user_identities.email");
         assert_eq!(err(json!({"mp_deviceid": "\u{0}"})).field, "mp_deviceid");
         // Elsewhere a NUL is kept: the stored document escapes it.
-        ok(json!({"events": [], "user_attributes": {"a": "\u{0}"}}));
+        ok(
+            json!({"events": [{"event_type": "custom_event", "data": {"event_name": "e",
+            "custom_event_type": "other", "custom_attributes": {"a\u{0}": "\u{0}"}}}]}),
+        );
+    }
+
+    #[test]
+    fn a_nul_character_bound_for_the_profile_is_refused_by_field() {
+        // The profile keeps user attributes and consent as JSON, which PostgreSQL cannot hold
+        // with a NUL: the commit would fail (503) for a request that can never succeed.
+        let field = |batch: Value| err(batch).field;
+        assert_eq!(
+            field(json!({"user_attributes": {"a": "x\u{0}"}})),
+            "user_attributes.a"
+        );
+        assert_eq!(
+            field(json!({"user_attributes": {"list": ["ok", "\u{0}"]}})),
+            "user_attributes.list"
+        );
+        assert_eq!(
+            field(json!({"user_attributes": {"a\u{0}b": 1}})),
+            "user_attributes"
+        );
+        assert_eq!(
+            field(json!({"deleted_user_attributes": ["a\u{0}"]})),
+            "deleted_user_attributes"
+        );
+        assert_eq!(
+            field(json!({"consent_state": {"gdpr": {"mark\u{0}eting": {"consented": true}}}})),
+            "consent_state.gdpr"
+        );
+        assert_eq!(
+            field(json!({"consent_state": {"ccpa": {"data_sale_opt_out":
+                {"consented": true, "document": "\u{0}"}}}})),
+            "consent_state.ccpa.data_sale_opt_out"
+        );
+        let prefixed = normalize(
+            json!({"user_attributes": {"a": "\u{0}"}}),
+            Channel::ServerToServer,
+            1,
+            "[2]",
+        );
+        assert_eq!(prefixed.unwrap_err().field, "[2].user_attributes.a");
     }
 
     #[test]

@@ -44,6 +44,8 @@ const ANNOUNCED_AT_ONCE: usize = 256;
 pub(crate) struct Route {
     pub(crate) connection_id: ConnectionId,
     pub(crate) revision_id: i64,
+    /// The revision's rules decide on the user's consent (its jobs carry it from the commit).
+    pub(crate) reads_consent: bool,
 }
 
 /// An input as ingest needs it.
@@ -177,6 +179,7 @@ impl Snapshot {
             let route = Route {
                 connection_id: row.id.clone(),
                 revision_id: row.revision_id,
+                reads_consent: settings.forwarding_rules.reads_consent(),
             };
             routes.insert(at, route);
         } else {

@@ -11,7 +11,7 @@
 //! Public keys are public, so what one input can add is capped ([`LIMITS`]); data points past a
 //! cap are counted and dropped, and the first drop of an input is logged.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -55,8 +55,11 @@ pub(crate) type BatchPoints = Vec<(PointKey, Option<ValueType>, i64)>;
 /// per event carrying it, user attributes and identity types once per batch. Events of a type
 /// the schema does not know (which no filter rule can name) are left out.
 pub(crate) fn points_of(document: &Value) -> BatchPoints {
-    let mut points: HashMap<PointKey, (Option<ValueType>, i64)> = HashMap::new();
-    let mut add = |key: PointKey, value: Option<&Value>| {
+    // Keyed by names borrowed from the document: a batch repeats its events' names, so an owned
+    // key is made once per distinct data point, not per sighting. The map's order is
+    // `PointKey`'s (the same fields, compared the same way), so no sort is needed.
+    let mut points: BTreeMap<BorrowedKey<'_>, (Option<ValueType>, i64)> = BTreeMap::new();
+    let mut add = |key, value: Option<&Value>| {
         let seen = points.entry(key).or_insert((None, 0));
         let value_type = value.map(ValueType::of);
         seen.0 = match (seen.0, value_type) {
@@ -75,16 +78,18 @@ pub(crate) fn points_of(document: &Value) -> BatchPoints {
             continue;
         };
         let name = event_name(kind, event).unwrap_or("");
-        add(PointKey::event(kind.as_str(), name), None);
+        add((Kind::Event, kind.as_str(), name, ""), None);
         let attributes = event.get("data").and_then(|d| d.get("custom_attributes"));
         for (key, value) in attributes.and_then(Value::as_object).into_iter().flatten() {
-            let point = PointKey::new(Kind::EventAttribute, kind.as_str(), name, key);
-            add(point, Some(value));
+            add(
+                (Kind::EventAttribute, kind.as_str(), name, key),
+                Some(value),
+            );
         }
     }
     if let Some(Value::Object(attributes)) = document.get("user_attributes") {
         for (key, value) in attributes {
-            add(PointKey::new(Kind::UserAttribute, "", "", key), Some(value));
+            add((Kind::UserAttribute, "", "", key), Some(value));
         }
     }
     for identity in document
@@ -94,16 +99,22 @@ pub(crate) fn points_of(document: &Value) -> BatchPoints {
         .flatten()
     {
         if let Some(kind) = identity.get("identity_type").and_then(Value::as_str) {
-            add(PointKey::new(Kind::IdentityType, "", "", kind), None);
+            add((Kind::IdentityType, "", "", kind), None);
         }
     }
-    let mut points: BatchPoints = points
-        .into_iter()
-        .map(|(key, (value_type, count))| (key, value_type, count))
-        .collect();
-    points.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     points
+        .into_iter()
+        .map(
+            |((kind, event_type, event_name, name), (value_type, count))| {
+                let key = PointKey::new(kind, event_type, event_name, name);
+                (key, value_type, count)
+            },
+        )
+        .collect()
 }
+
+/// A [`PointKey`]'s fields borrowed from a batch: kind, event type, event name, name.
+type BorrowedKey<'a> = (Kind, &'a str, &'a str, &'a str);
 
 /// A data point waiting for the next flush.
 pub(crate) type Pending = (InputId, PointKey, Seen);
@@ -159,6 +170,24 @@ impl InputTally {
         }
         admitted
     }
+
+    /// Counts a data point the catalog already holds as let in, whatever the caps (they bound
+    /// what is added; what is there keeps counting).
+    fn remember(&mut self, key: PointKey) {
+        match key.kind {
+            Kind::Event => self.events += 1,
+            Kind::EventAttribute => {
+                *self
+                    .attributes_per_event
+                    .entry(key.owning_event())
+                    .or_default() += 1;
+                self.event_attributes += 1;
+            }
+            Kind::UserAttribute => self.user_attributes += 1,
+            Kind::IdentityType => {}
+        }
+        self.known.insert(key);
+    }
 }
 
 /// Adds one to `n` if it is below `cap`.
@@ -174,6 +203,19 @@ impl DataCatalog {
     fn lock(&self) -> MutexGuard<'_, HashMap<InputId, InputTally>> {
         // The tally stays consistent at every step, so a panic elsewhere leaves it usable.
         self.tally.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts the data points the database already holds toward their inputs' caps (at start:
+    /// the tally starts empty, and without this a restarted node would let each input add
+    /// another full set). Keys already known are skipped.
+    pub(crate) fn seed(&self, stored: Vec<(InputId, PointKey)>) {
+        let mut tally = self.lock();
+        for (input, key) in stored {
+            let input_tally = tally.entry(input).or_default();
+            if !input_tally.known.contains(&key) {
+                input_tally.remember(key);
+            }
+        }
     }
 
     /// Adds the data points of an input's stored batches, seen at `now` (Unix ms).

@@ -210,3 +210,46 @@ fn a_name_with_a_nul_is_dropped_because_postgresql_text_cannot_hold_it() {
     assert_eq!(kept, vec![key(Kind::Event, "custom_event", "fine", "")]);
     assert_eq!(catalog.dropped(&input), 2);
 }
+
+#[test]
+fn data_points_already_in_the_table_count_toward_the_caps_after_a_restart() {
+    let limits = Limits {
+        events: 2,
+        attributes_per_event: 1,
+        event_attributes: 10,
+        user_attributes: 1,
+        name_bytes: 64,
+    };
+    let input = InputId::new();
+    let event = |name: &str| key(Kind::Event, "custom_event", name, "");
+    let attribute = |attr: &str| key(Kind::EventAttribute, "custom_event", "a", attr);
+    let user = |name: &str| key(Kind::UserAttribute, "", "", name);
+    // What earlier runs (or other nodes) flushed: the caps are full.
+    let catalog = DataCatalog::default();
+    catalog.seed(vec![
+        (input.clone(), event("a")),
+        (input.clone(), event("b")),
+        (input.clone(), attribute("x")),
+        (input.clone(), user("u1")),
+    ]);
+    let batch = vec![
+        (event("a"), None, 1),
+        (event("c"), None, 1),
+        (attribute("x"), Some(ValueType::String), 1),
+        (attribute("y"), Some(ValueType::String), 1),
+        (user("u1"), Some(ValueType::Number), 1),
+        (user("u2"), Some(ValueType::Number), 1),
+    ];
+    catalog.record_with(&input, vec![batch], 1, &limits);
+    let kept: Vec<PointKey> = sorted(catalog.take()).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(kept, vec![event("a"), attribute("x"), user("u1")]);
+    assert_eq!(
+        catalog.dropped(&input),
+        3,
+        "c, a.y and u2 are over the caps"
+    );
+    // Another input's caps are its own.
+    let other = InputId::new();
+    catalog.record_with(&other, vec![vec![(event("c"), None, 1)]], 1, &limits);
+    assert_eq!(catalog.dropped(&other), 0);
+}

@@ -52,6 +52,7 @@ pub(crate) fn jobs_for(routes: &[Route], handoff: &dyn Handoff) -> Vec<NewJob> {
             connection_id: route.connection_id.clone(),
             revision_id: route.revision_id,
             leased: handoff.takes_now(&route.connection_id),
+            reads_consent: route.reads_consent,
         })
         .collect()
 }
@@ -103,12 +104,13 @@ mod tests {
     }
 
     fn arb_routes() -> impl Strategy<Value = Vec<Route>> {
-        proptest::collection::vec((0u8..8, 1i64..100), 0..6).prop_map(|routes| {
+        proptest::collection::vec((0u8..8, 1i64..100, any::<bool>()), 0..6).prop_map(|routes| {
             routes
                 .into_iter()
-                .map(|(c, revision_id)| Route {
+                .map(|(c, revision_id, reads_consent)| Route {
                     connection_id: ConnectionId::trusted(format!("conn_{c}")),
                     revision_id,
+                    reads_consent,
                 })
                 .collect()
         })
@@ -121,7 +123,7 @@ mod tests {
 
     proptest! {
         /// Every route gets exactly one job, in order, with its revision; a job is leased
-        /// exactly when delivery takes it now.
+        /// exactly when delivery takes it now, and reads consent when its route's rules do.
         #[test]
         fn one_job_per_route(
             routes in arb_routes(),
@@ -134,6 +136,7 @@ mod tests {
                 prop_assert_eq!(&job.connection_id, &route.connection_id);
                 prop_assert_eq!(job.revision_id, route.revision_id);
                 prop_assert_eq!(job.leased, !crowded.contains(route.connection_id.as_str()));
+                prop_assert_eq!(job.reads_consent, route.reads_consent);
             }
         }
 
@@ -178,6 +181,7 @@ mod tests {
         let routes = vec![Route {
             connection_id: ConnectionId::trusted("conn_a"),
             revision_id: 3,
+            reads_consent: false,
         }];
         let batch = fan_out(
             AcceptedBatch {

@@ -45,6 +45,8 @@ const SELECT_INPUT: Sql = Sql::shared(
     "SELECT kind, event_type, event_name, name, value_type, seen, first_seen_ms, last_seen_ms \
      FROM data_points WHERE input_id = $1 ORDER BY kind, event_type, event_name, name",
 );
+const SELECT_KEYS: Sql =
+    Sql::shared("SELECT input_id, kind, event_type, event_name, name FROM data_points");
 
 #[derive(Debug, FromRow)]
 struct DataPointRow {
@@ -75,8 +77,10 @@ impl DataPointRow {
 }
 
 impl Store {
-    /// Merges tallied data points into the catalog, a chunk per statement. Rows go in key order,
-    /// so two nodes' statements lock shared rows in the same order and cannot deadlock.
+    /// Merges tallied data points into the catalog, a chunk per statement, all in one
+    /// transaction: a flush that fails part way keeps nothing, so the caller can put the whole
+    /// tally back and the retry counts each sighting once. Rows go in key order, so two nodes'
+    /// flushes lock shared rows in the same order and cannot deadlock.
     pub(crate) async fn merge_data_points(
         &self,
         points: &[(InputId, PointKey, Seen)],
@@ -99,11 +103,27 @@ impl Store {
                 ]
             })
             .collect();
+        let mut tx = self.begin().await?;
         for chunk in rows.chunks(CHUNK) {
             let json = serde_json::to_string(chunk).unwrap_or_else(|_| "[]".to_owned());
-            self.execute(MERGE, args![&json]).await?;
+            tx.execute(MERGE, args![&json]).await?;
         }
+        tx.commit().await?;
         Ok(())
+    }
+
+    /// The key of every data point in the catalog, of every input (a node seeds its caps with
+    /// them at start, so a restart does not let an input past them).
+    pub(crate) async fn data_point_keys(&self) -> StoreResult<Vec<(InputId, PointKey)>> {
+        let rows: Vec<(InputId, String, String, String, String)> =
+            self.fetch_all(SELECT_KEYS, &[]).await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(input, kind, event_type, event_name, name)| {
+                let kind = Kind::parse(&kind)?;
+                Some((input, PointKey::new(kind, &event_type, &event_name, &name)))
+            })
+            .collect())
     }
 
     /// Every data point of an input, in key order.

@@ -137,13 +137,20 @@ async fn run_steps(
     let rows = in_lock_order(ids.iter().copied().zip(batches).collect());
     let stored = steps::insert_batches(tx, &rows).await?;
     let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, lease_until, node);
-    steps::upsert_profiles(tx, &profile_rows(commands, &outcomes), now).await?;
-    let job_ids = steps::insert_jobs(tx, &new_jobs).await?;
-    let renewed = Leases {
-        renewed,
-        until: lease_until,
+    let profiles = profile_rows(commands, &outcomes);
+    let consents = if hands_over_consent(commands) {
+        steps::upsert_profiles_returning_consent(tx, &profiles, now).await?
+    } else {
+        steps::upsert_profiles(tx, &profiles, now).await?;
+        HashMap::new()
     };
-    let done = answers(commands, claims, outcomes, &job_ids, &renewed);
+    let job_ids = steps::insert_jobs(tx, &new_jobs).await?;
+    let handed = Handed {
+        job_ids: &job_ids,
+        consents: &consents,
+        lease_until,
+    };
+    let done = answers(commands, claims, outcomes, &handed, &renewed);
     Ok((done, stored))
 }
 
@@ -263,10 +270,20 @@ async fn apply_updates(
     steps::insert_dead_letters(tx, &letters, now).await
 }
 
-/// The group's renewals: the jobs still held, and their new lease end.
-struct Leases {
-    renewed: HashSet<i64>,
-    until: i64,
+/// Whether a batch of the group has a user and a job to hand over whose rules read consent:
+/// then the profile upsert answers the merged consent, which the job carries to delivery.
+fn hands_over_consent(commands: &[Command]) -> bool {
+    commands.iter().flat_map(Command::batches).any(|batch| {
+        batch.profile.is_some() && batch.jobs.iter().any(|job| job.leased && job.reads_consent)
+    })
+}
+
+/// What the group's ingest commands hand to delivery: the new jobs' ids and the consent of the
+/// users whose jobs read it; and the lease end the group gives (new jobs and renewals alike).
+struct Handed<'a> {
+    job_ids: &'a [(i64, BatchId, ConnectionId)],
+    consents: &'a HashMap<Mpid, Arc<serde_json::Value>>,
+    lease_until: i64,
 }
 
 /// One answer per command, in order: claims get their jobs, renewals the jobs still held,
@@ -275,10 +292,11 @@ fn answers(
     commands: &[Command],
     claims: Vec<Vec<ClaimedJob>>,
     outcomes: Vec<Vec<IngestOutcome>>,
-    job_ids: &[(i64, BatchId, ConnectionId)],
-    renewed: &Leases,
+    handed: &Handed<'_>,
+    renewed: &HashSet<i64>,
 ) -> Vec<Done> {
-    let job_ids: HashMap<(BatchId, &ConnectionId), i64> = job_ids
+    let job_ids: HashMap<(BatchId, &ConnectionId), i64> = handed
+        .job_ids
         .iter()
         .map(|(id, batch_id, connection)| ((*batch_id, connection), *id))
         .collect();
@@ -288,7 +306,7 @@ fn answers(
         .zip(outcomes)
         .map(|(command, outcomes)| match command {
             Command::Ingest { batches, .. } => {
-                let jobs = jobs_of(batches, &outcomes, &job_ids, renewed.until);
+                let jobs = jobs_of(batches, &outcomes, &job_ids, handed);
                 Done::Ingest(outcomes, jobs)
             }
             Command::Claim { .. } => Done::Claim(claims.next().unwrap_or_default()),
@@ -296,9 +314,9 @@ fn answers(
                 job_ids: job_ids
                     .iter()
                     .copied()
-                    .filter(|id| renewed.renewed.contains(id))
+                    .filter(|id| renewed.contains(id))
                     .collect(),
-                lease_until: renewed.until,
+                lease_until: handed.lease_until,
             }),
             Command::Update { .. } => Done::Update,
         })
@@ -377,13 +395,17 @@ fn jobs_of(
     batches: &[NewBatch],
     outcomes: &[IngestOutcome],
     ids: &HashMap<(BatchId, &ConnectionId), i64>,
-    lease_until: i64,
+    handed: &Handed<'_>,
 ) -> Vec<Job> {
     let mut jobs = Vec::new();
     for (batch, outcome) in batches.iter().zip(outcomes) {
         let IngestOutcome::Stored { batch_id } = *outcome else {
             continue;
         };
+        let consent = batch
+            .profile
+            .as_ref()
+            .and_then(|profile| handed.consents.get(&profile.mpid));
         for job in batch.jobs.iter().filter(|job| job.leased) {
             let Some(&id) = ids.get(&(batch_id, &job.connection_id)) else {
                 continue;
@@ -396,8 +418,9 @@ fn jobs_of(
                 progress: 0,
                 attempts: 0,
                 created_at: batch.received_at,
-                lease_until,
+                lease_until: handed.lease_until,
                 body: Arc::clone(&batch.body),
+                profile_consent: consent.filter(|_| job.reads_consent).cloned(),
             });
         }
     }

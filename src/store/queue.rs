@@ -42,6 +42,10 @@ pub(crate) struct NewJob {
     /// Leased to this node at once, and handed to delivery after the commit; otherwise left
     /// in the table for a poller to claim.
     pub(crate) leased: bool,
+    /// The connection's rules decide on the user's consent (see
+    /// [`crate::model::forwarding_rules::ForwardingRules::reads_consent`]): a leased job then
+    /// takes its user's consent from the commit to delivery.
+    pub(crate) reads_consent: bool,
 }
 
 /// What happened to one batch of an ingest request.
@@ -68,6 +72,10 @@ pub(crate) struct Job {
     /// When this node's lease on the job ends (Unix ms, this node's clock).
     pub(crate) lease_until: i64,
     pub(crate) body: Arc<[u8]>,
+    /// The user's consent as the commit that stored the batch left their profile (this batch's
+    /// statement merged over earlier ones), for a job handed over at that commit whose rules
+    /// read consent; `None` otherwise, and delivery reads the profile if it needs it.
+    pub(crate) profile_consent: Option<Arc<serde_json::Value>>,
 }
 
 /// What a lease renewal found: the jobs this node still held, now leased until `lease_until`.
@@ -214,6 +222,7 @@ impl ClaimedJob {
             created_at: self.created_at,
             lease_until: self.lease_until,
             body,
+            profile_consent: None,
         }
     }
 }

@@ -5,12 +5,14 @@
 //! is a round trip to the database (on SQLite, to its worker thread), so per-row statements
 //! were the writer's main cost. Dead letters, which are rare and carry bodies, go row by row.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use super::backend::{Arg, Sql, Tx, args};
 use super::queue::{AttemptRecord, ClaimedJob, DeadLetter, JobKey, NewBatch};
+use crate::model::consent;
 use crate::model::ids::{BatchId, ConnectionId, Mpid};
 
 /// A job row to insert.
@@ -193,28 +195,40 @@ const MAX_INSERT_ROWS: usize = 64;
 // Consent merges per purpose (a stated purpose replaces the stored one whole). SQLite's
 // json_patch merges at every depth, so the stated purposes are first patched to `null`
 // (removed), then patched in; PostgreSQL's `||` is shallow, so it merges each regulation.
-const UPSERT_PROFILES: Sql = Sql::each(
-    "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
-     SELECT value ->> 'mpid', $2, $2, value ->> 'patch', value ->> 'consent' \
-     FROM json_each($1) WHERE true \
-     ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
-     user_attributes = json_patch(users.user_attributes, excluded.user_attributes), \
-     consent = json_patch(json_patch(users.consent, json_object( \
-     'gdpr', json((SELECT json_group_object(key, NULL) \
-     FROM json_each(excluded.consent, '$.gdpr'))), \
-     'ccpa', json((SELECT json_group_object(key, NULL) \
-     FROM json_each(excluded.consent, '$.ccpa'))))), excluded.consent)",
-    "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
-     SELECT mpid, $2, $2, patch::text, consent::text \
-     FROM jsonb_to_recordset($1::jsonb) AS x(mpid bigint, patch jsonb, consent jsonb) \
-     ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
-     user_attributes = jsonb_strip_nulls(users.user_attributes::jsonb \
-     || excluded.user_attributes::jsonb)::text, \
-     consent = jsonb_build_object( \
-     'gdpr', COALESCE(users.consent::jsonb -> 'gdpr', '{}'::jsonb) \
-     || COALESCE(excluded.consent::jsonb -> 'gdpr', '{}'::jsonb), \
-     'ccpa', COALESCE(users.consent::jsonb -> 'ccpa', '{}'::jsonb) \
-     || COALESCE(excluded.consent::jsonb -> 'ccpa', '{}'::jsonb))::text",
+macro_rules! upsert_profiles_sqlite {
+    () => {
+        "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
+         SELECT value ->> 'mpid', $2, $2, value ->> 'patch', value ->> 'consent' \
+         FROM json_each($1) WHERE true \
+         ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
+         user_attributes = json_patch(users.user_attributes, excluded.user_attributes), \
+         consent = json_patch(json_patch(users.consent, json_object( \
+         'gdpr', json((SELECT json_group_object(key, NULL) \
+         FROM json_each(excluded.consent, '$.gdpr'))), \
+         'ccpa', json((SELECT json_group_object(key, NULL) \
+         FROM json_each(excluded.consent, '$.ccpa'))))), excluded.consent)"
+    };
+}
+macro_rules! upsert_profiles_postgres {
+    () => {
+        "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
+         SELECT mpid, $2, $2, patch::text, consent::text \
+         FROM jsonb_to_recordset($1::jsonb) AS x(mpid bigint, patch jsonb, consent jsonb) \
+         ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
+         user_attributes = jsonb_strip_nulls(users.user_attributes::jsonb \
+         || excluded.user_attributes::jsonb)::text, \
+         consent = jsonb_build_object( \
+         'gdpr', COALESCE(users.consent::jsonb -> 'gdpr', '{}'::jsonb) \
+         || COALESCE(excluded.consent::jsonb -> 'gdpr', '{}'::jsonb), \
+         'ccpa', COALESCE(users.consent::jsonb -> 'ccpa', '{}'::jsonb) \
+         || COALESCE(excluded.consent::jsonb -> 'ccpa', '{}'::jsonb))::text"
+    };
+}
+const UPSERT_PROFILES: Sql = Sql::each(upsert_profiles_sqlite!(), upsert_profiles_postgres!());
+/// The same, answering each user's consent as merged (for jobs handed to delivery with it).
+const UPSERT_PROFILES_RETURNING_CONSENT: Sql = Sql::each(
+    concat!(upsert_profiles_sqlite!(), " RETURNING mpid, consent"),
+    concat!(upsert_profiles_postgres!(), " RETURNING mpid, consent"),
 );
 const INSERT_JOBS: Sql = Sql::each(
     "INSERT INTO jobs \
@@ -476,6 +490,28 @@ pub(super) async fn upsert_profiles(
             .await?;
     }
     Ok(())
+}
+
+/// [`upsert_profiles`], answering each user's consent as the upsert left it (every regulation
+/// present), so the jobs handed over with the commit need not read it again.
+pub(super) async fn upsert_profiles_returning_consent(
+    tx: &mut Tx,
+    profiles: &[ProfileRow],
+    now: i64,
+) -> Result<HashMap<Mpid, Arc<serde_json::Value>>, sqlx::Error> {
+    if profiles.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows: Vec<(Mpid, String)> = tx
+        .fetch_all(
+            UPSERT_PROFILES_RETURNING_CONSENT,
+            args![json(profiles).as_str(), now],
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(mpid, stored)| (mpid, Arc::new(consent::state(&stored))))
+        .collect())
 }
 
 /// Inserts jobs; returns `(job id, batch id, connection id)` of each.

@@ -133,3 +133,69 @@ async fn the_profile_shows_the_merged_consent() {
     assert_eq!(profile["consent_state"], json!({"gdpr": {}, "ccpa": {}}));
     app.stop().await.unwrap();
 }
+
+/// A job handed to delivery at its commit carries its user's consent from that commit: this
+/// batch's statement merged over the earlier ones, without reading the profile again.
+#[tokio::test]
+async fn a_handed_over_job_decides_on_its_batch_merged_with_earlier_statements() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let settings = json!({"forwarding_rules": {"gdpr_purposes": ["marketing", "analytics"]}});
+    let (input, _) = app.pipeline(&receiver.url("/merged"), settings).await;
+
+    let marketing = json!({"gdpr": {"marketing": purpose(true)}});
+    let sent = deliver(
+        &app,
+        &input,
+        &mut receiver,
+        batch(21, "first", Some(marketing)),
+    )
+    .await;
+    assert!(sent.is_empty(), "analytics not stated yet: {sent:?}");
+    // Only analytics now: marketing comes from the earlier batch.
+    let analytics = json!({"gdpr": {"analytics": purpose(true)}});
+    let sent = deliver(
+        &app,
+        &input,
+        &mut receiver,
+        batch(21, "second", Some(analytics)),
+    )
+    .await;
+    assert_eq!(sent, ["second"]);
+    app.stop().await.unwrap();
+}
+
+/// A job the poller claims (here a retry) reads the profile when it is worked, so a withdrawal
+/// stored after the batch stops its retry.
+#[tokio::test]
+async fn a_retried_job_reads_the_consent_stored_since() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    receiver.script(&[(503, Some("3"))]);
+    let settings = json!({"forwarding_rules": {"gdpr_purposes": ["marketing"]}});
+    let (input, _) = app.pipeline(&receiver.url("/retry"), settings).await;
+    let marketing = |consented| json!({"gdpr": {"marketing": purpose(consented)}});
+
+    let given = batch(31, "given", Some(marketing(true)));
+    assert_eq!(app.post_events(&input, given).await.status(), 202);
+    let refused = receiver.next().await;
+    assert_eq!(refused.events()[0]["data"]["event_name"], "given");
+    // Withdrawn while the first batch waits for its retry (Retry-After: 3 s).
+    let sent = deliver(
+        &app,
+        &input,
+        &mut receiver,
+        batch(31, "withdrawn", Some(marketing(false))),
+    )
+    .await;
+    assert!(
+        sent.is_empty(),
+        "the retry and the withdrawal are filtered: {sent:?}"
+    );
+    let profile = app.read("/api/v1/users/31").await;
+    assert_eq!(
+        profile["consent_state"]["gdpr"]["marketing"],
+        purpose(false)
+    );
+    app.stop().await.unwrap();
+}

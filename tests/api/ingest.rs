@@ -320,6 +320,15 @@ async fn malformed_and_invalid_batches_are_refused_naming_the_field() {
             "events[0].data.timestamp_unixtime_ms",
         ),
         (json!([1, 2]), "batch"),
+        // The profile keeps these as JSON, which PostgreSQL cannot hold with a NUL.
+        (
+            json!({"mpid": 5, "user_attributes": {"plan": "a\u{0}"}}),
+            "user_attributes.plan",
+        ),
+        (
+            json!({"mpid": 5, "consent_state": {"gdpr": {"m\u{0}": {"consented": true}}}}),
+            "consent_state.gdpr",
+        ),
     ];
     for (batch, field) in cases {
         let (status, body) = error_body(app.post_events(&input, batch.clone()).await).await;

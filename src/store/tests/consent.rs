@@ -111,3 +111,43 @@ async fn one_group_merges_its_batches_consent_in_order() {
         }))
     );
 }
+
+#[tokio::test]
+async fn a_handed_over_job_that_reads_consent_carries_its_users_merged_consent() {
+    let db = TestStore::open().await;
+    let mut node = db.node(Duration::from_secs(3600));
+    // An earlier commit stated analytics; this batch states marketing.
+    upsert_each(&db, vec![json!({"gdpr": {"analytics": purpose(true, 1)}})]).await;
+    let mut stated = batch("in_a", None, 2_000, &["conn_rules", "conn_plain"]);
+    stated.jobs[0].reads_consent = true;
+    stated.profile = Some(ProfileUpdate {
+        mpid: USER,
+        patch: Map::new(),
+        consent: object(json!({"gdpr": {"marketing": purpose(true, 2)}})),
+    });
+    // A batch without a user has no profile to carry.
+    let mut anonymous = batch("in_a", None, 2_000, &["conn_rules"]);
+    anonymous.jobs[0].reads_consent = true;
+    node.ingest(vec![stated, anonymous]).await;
+
+    let jobs = node.handed_over();
+    let carried: Vec<(&str, Option<Value>)> = jobs
+        .iter()
+        .map(|job| {
+            let consent = job.profile_consent.as_deref().cloned();
+            (job.connection_id.as_str(), consent)
+        })
+        .collect();
+    let merged = json!({
+        "gdpr": {"analytics": purpose(true, 1), "marketing": purpose(true, 2)},
+        "ccpa": {},
+    });
+    assert_eq!(
+        carried,
+        [
+            ("conn_rules", Some(merged)),
+            ("conn_plain", None),
+            ("conn_rules", None)
+        ]
+    );
+}

@@ -4,6 +4,7 @@
 use super::harness::TestStore;
 use crate::model::data_points::{Kind, PointKey, Seen, ValueType};
 use crate::model::ids::InputId;
+use crate::store::backend::Sql;
 
 fn seen(count: i64, first: i64, last: i64, value_type: Option<ValueType>) -> Seen {
     Seen {
@@ -122,4 +123,71 @@ async fn concurrent_flushes_from_nodes_all_count() {
             (40, 0, 7)
         );
     }
+}
+
+/// Makes the database refuse a data point named `poison` (a real failure, mid-flush).
+const POISON: [Sql; 2] = [
+    Sql::each(
+        "CREATE TRIGGER poison BEFORE INSERT ON data_points WHEN NEW.name = 'poison' \
+         BEGIN SELECT RAISE(ABORT, 'poisoned'); END",
+        "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         IF NEW.name = 'poison' THEN RAISE EXCEPTION 'poisoned'; END IF; RETURN NEW; END $$",
+    ),
+    Sql::postgres_only(
+        "CREATE TRIGGER poison BEFORE INSERT ON data_points FOR EACH ROW EXECUTE FUNCTION poison()",
+    ),
+];
+const CURE: Sql = Sql::each("DROP TRIGGER poison", "DROP TRIGGER poison ON data_points");
+
+/// A flush that fails part way writes nothing, so the retry of the same tally counts each data
+/// point once (it used to commit chunk by chunk, and the retry counted the first chunks twice).
+#[tokio::test]
+async fn a_flush_that_fails_part_way_writes_nothing_and_its_retry_counts_once() {
+    let db = TestStore::open().await;
+    let store = &db.store;
+    let input = InputId::new();
+    // More than one statement's worth of rows; `poison` sorts after every `e…` name.
+    let mut rows: Vec<_> = (0..1_200)
+        .map(|i| {
+            let key = PointKey::new(Kind::UserAttribute, "", "", &format!("e{i:04}"));
+            (input.clone(), key, seen(1, 10, 10, Some(ValueType::Number)))
+        })
+        .collect();
+    let poison = PointKey::new(Kind::UserAttribute, "", "", "poison");
+    rows.push((input.clone(), poison, seen(1, 10, 10, None)));
+    for sql in POISON {
+        store.execute(sql, &[]).await.expect("poison");
+    }
+    assert!(store.merge_data_points(&rows).await.is_err());
+    let kept = store.data_points(&input).await.expect("read").len();
+    assert_eq!(kept, 0, "nothing of a failed flush is kept");
+
+    store.execute(CURE, &[]).await.expect("cure");
+    store.merge_data_points(&rows).await.expect("retry");
+    let points = store.data_points(&input).await.expect("read");
+    assert_eq!(points.len(), 1_201);
+    assert!(points.iter().all(|(_, seen)| seen.count == 1));
+}
+
+#[tokio::test]
+async fn every_stored_data_point_key_is_read_back_for_seeding_the_caps() {
+    let db = TestStore::open().await;
+    let (input, other) = (InputId::new(), InputId::new());
+    let event = PointKey::event("custom_event", "a");
+    let attribute = PointKey::new(Kind::EventAttribute, "custom_event", "a", "x");
+    let rows = vec![
+        (input.clone(), event.clone(), seen(1, 1, 1, None)),
+        (input.clone(), attribute.clone(), seen(1, 1, 1, None)),
+        (other.clone(), event.clone(), seen(1, 1, 1, None)),
+    ];
+    db.store.merge_data_points(&rows).await.expect("flush");
+    let mut keys = db.store.data_point_keys().await.expect("read");
+    keys.sort();
+    let mut expected = vec![
+        (input.clone(), event.clone()),
+        (input, attribute),
+        (other, event),
+    ];
+    expected.sort();
+    assert_eq!(keys, expected);
 }
