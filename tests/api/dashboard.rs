@@ -16,7 +16,7 @@ fn screenshots() -> PathBuf {
     dir
 }
 
-async fn walk(phase: &str, base: &str, target: &str) -> Value {
+pub async fn walk(phase: &str, base: &str, target: &str) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/dashboard.mjs");
     let args = [
         phase.to_owned(),

@@ -10,6 +10,7 @@ mod breaker;
 mod consent;
 mod custom_headers;
 mod dashboard;
+mod dashboard_live;
 mod data_catalog;
 mod delivery;
 mod events_per_batch;
