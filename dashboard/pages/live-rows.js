@@ -60,5 +60,5 @@ export function eventDetail(event, reports, names, selected) {
     results,
     event.event ? [h('h3', {}, 'Event'), h('pre', { class: 'json' }, JSON.stringify(event.event, null, 2))]
       : h('p', { class: 'muted' }, 'The inbound event is no longer in the list.'),
-  ];
+  ].flat();
 }
