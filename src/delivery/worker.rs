@@ -178,7 +178,7 @@ pub(super) async fn work(
             .collect();
         let status = attempt.last_status;
         let update = attempt.retry(*index, error.clone(), after, remaining);
-        live.retried(events, status, error, latency, &update);
+        live.retried(events, status, &error, latency, &update);
         return update;
     }
     let outcome = if attempt.dead.is_empty() {
@@ -280,7 +280,7 @@ impl Live<'_> {
             Err(SendError::Refused(e)) => (Outcome::Failed, None, Some(e.clone())),
             Err(SendError::Transport(_)) => return,
         };
-        self.publish(events, outcome, status, error, latency, None);
+        self.publish(events, outcome, status, error.as_deref(), latency, None);
     }
 
     /// A request to be tried again: why (its status or error) and when, or, if the retry window
@@ -289,7 +289,7 @@ impl Live<'_> {
         &self,
         events: &[usize],
         status: Option<i64>,
-        error: String,
+        error: &str,
         latency: i64,
         update: &JobUpdate,
     ) {
@@ -310,7 +310,7 @@ impl Live<'_> {
             ),
             _ => {
                 let error = format!("retry window exhausted; last error: {error}");
-                self.publish(events, Outcome::Failed, status, Some(error), latency, None);
+                self.publish(events, Outcome::Failed, status, Some(&error), latency, None);
             }
         }
     }
@@ -320,7 +320,7 @@ impl Live<'_> {
         events: &[usize],
         outcome: Outcome,
         status: Option<u16>,
-        error: Option<String>,
+        error: Option<&str>,
         latency: i64,
         next_attempt_at: Option<i64>,
     ) {
@@ -328,7 +328,7 @@ impl Live<'_> {
             self.ctx.live.publish(LiveItem {
                 status,
                 latency_ms: Some(latency),
-                error: error.clone(),
+                error: error.map(str::to_owned),
                 note: self.note(index),
                 next_attempt_at,
                 ..self.item(index, outcome)
