@@ -116,6 +116,7 @@ pub async fn multi_node_postgres(suite: &str) -> Option<String> {
     if let Ok(url) = std::env::var("TEST_DATABASE_URL")
         && url.starts_with("postgres")
     {
+        suite_ran(suite);
         return Some(url);
     }
     let url = std::env::var("BOSON_CI_POSTGRES_URL")
