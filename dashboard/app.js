@@ -4,6 +4,7 @@
 
 import { api, setCsrf } from './lib/api.js';
 import { leavePage, route, start } from './lib/router.js';
+import { catalogPage } from './pages/catalog.js';
 import { connectPage } from './pages/connect.js';
 import { connectionPage } from './pages/connection.js';
 import { connectionsPage } from './pages/connections.js';
@@ -29,4 +30,6 @@ start({
   outputs: outputsPage,
   connect: connectPage,
   live: livePage,
+  catalog: catalogPage,
+  'catalog/:id': catalogPage,
 }, signInPage);

@@ -33,6 +33,9 @@ const KNOWN_KEYS: &[&str] = &[
     "ingest",
     "delivery",
     "identity",
+    "operator_webhook_url",
+    "operator_webhook_secret",
+    "alerts",
 ];
 /// Variables that are read by the CLI or tests, not configuration keys.
 const NON_CONFIG_VARS: &[&str] = &[
@@ -76,6 +79,28 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// IDSync: device bindings and caps on the users public keys may create.
     pub identity: IdentityConfig,
+    /// Where operator alerts (`connection.failing`, `dead_letter.created`, …) are posted;
+    /// none are sent when unset.
+    #[serde(default)]
+    pub operator_webhook_url: Option<String>,
+    /// The `whsec_…` secret operator alerts are signed with (Standard Webhooks).
+    #[serde(default)]
+    pub operator_webhook_secret: Option<SecretString>,
+    /// When operator alerts fire and how often.
+    pub alerts: AlertsConfig,
+}
+
+/// Operator alerts: thresholds and how often they may repeat.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// Jobs waiting for one connection beyond which `backlog.over_threshold` is sent.
+    pub backlog_threshold: u64,
+    /// Seconds between two backlog checks.
+    pub backlog_check_secs: u64,
+    /// At most one `dead_letter.created` and one `backlog.over_threshold` per connection per
+    /// this many seconds, across all nodes.
+    pub window_secs: u64,
 }
 
 /// IDSync's limits on callers who hold only a public key.
@@ -281,6 +306,7 @@ impl Config {
             bail!("delivery.lane_capacity must be at least 4");
         }
         self.http.validate()?;
+        self.check_operator_webhook()?;
         let i = &self.ingest;
         if i.max_bulk_batches == 0
             || i.max_body_bytes == 0
@@ -303,6 +329,30 @@ impl Config {
 impl Config {
     /// Replays of a signed mobile upload are recognised by the batch it stored, so the batch log
     /// must outlive the time a replay's `Date` still passes.
+    fn check_operator_webhook(&self) -> anyhow::Result<()> {
+        if let Some(url) = &self.operator_webhook_url {
+            let parsed = url::Url::parse(url)
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
+            if parsed.is_none() {
+                bail!(
+                    "operator_webhook_url (BOSON_OPERATOR_WEBHOOK_URL) must be an http:// or https:// URL"
+                );
+            }
+        }
+        if let Some(secret) = &self.operator_webhook_secret
+            && crate::model::signing::SigningKey::from_secret(secret.expose_secret()).is_err()
+        {
+            bail!(
+                "operator_webhook_secret (BOSON_OPERATOR_WEBHOOK_SECRET) must be a whsec_… secret (base64 after the prefix)"
+            );
+        }
+        if self.alerts.backlog_check_secs == 0 || self.alerts.window_secs == 0 {
+            bail!("alerts.backlog_check_secs and alerts.window_secs must be positive");
+        }
+        Ok(())
+    }
+
     fn check_replay_window(&self) -> anyhow::Result<()> {
         let skew = self.ingest.mobile_max_clock_skew_secs;
         if skew == 0 {
@@ -404,6 +454,32 @@ mod tests {
             jail.set_env("BOSON_HTTP__BODY_READ_TIMEOUT_SECS", "0");
             let error = format!("{:#}", Config::load(None).expect_err("zero"));
             assert!(error.contains("http.body_read_timeout_secs"), "{error}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_operator_webhook_comes_from_the_environment_and_is_checked() {
+        figment::Jail::expect_with(|jail| {
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert!(c.operator_webhook_url.is_none(), "no alerts by default");
+            assert_eq!(c.alerts.window_secs, 60);
+            jail.set_env("BOSON_OPERATOR_WEBHOOK_URL", "https://ops.example/boson");
+            jail.set_env("BOSON_OPERATOR_WEBHOOK_SECRET", "whsec_c2VjcmV0");
+            jail.set_env("BOSON_ALERTS__BACKLOG_THRESHOLD", "50");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(
+                c.operator_webhook_url.as_deref(),
+                Some("https://ops.example/boson")
+            );
+            assert_eq!(c.alerts.backlog_threshold, 50);
+            jail.set_env("BOSON_OPERATOR_WEBHOOK_SECRET", "secret");
+            let error = format!("{:#}", Config::load(None).expect_err("not whsec_"));
+            assert!(error.contains("operator_webhook_secret"), "{error}");
+            jail.set_env("BOSON_OPERATOR_WEBHOOK_SECRET", "whsec_c2VjcmV0");
+            jail.set_env("BOSON_OPERATOR_WEBHOOK_URL", "ops.example");
+            let error = format!("{:#}", Config::load(None).expect_err("not a URL"));
+            assert!(error.contains("operator_webhook_url"), "{error}");
             Ok(())
         });
     }

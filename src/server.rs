@@ -34,6 +34,8 @@ use tower_http::trace::TraceLayer;
 use crate::access::{AdminAccess, NewUserCaps, NewUserLimits, Peer, hash_token};
 use crate::admin;
 use crate::config::{Config, HttpConfig, RetentionConfig};
+use crate::delivery::alerts::{OperatorAlerts, OperatorWebhook};
+use crate::delivery::health::Health;
 use crate::delivery::webhook::WebhookClient;
 use crate::delivery::{self, Crowded, DeliveryContext};
 use crate::ingest;
@@ -144,6 +146,13 @@ pub async fn run(
         Arc::clone(&crowded) as _,
         config.ingest.max_events_per_batch,
     );
+    let cancel = CancellationToken::new();
+    let health = Arc::new(Health::new(
+        store.clone(),
+        Arc::clone(&catalog),
+        operator_alerts(&config, &store, &cancel)?,
+        config.alerts.clone(),
+    ));
     let ctx = Arc::new(DeliveryContext::new(
         Arc::clone(&catalog),
         store.clone(),
@@ -152,8 +161,8 @@ pub async fn run(
         Arc::clone(&metrics),
         Arc::clone(&live),
         &config.delivery,
+        health,
     ));
-    let cancel = CancellationToken::new();
     let stopping = CancellationToken::new();
     // Cancelled when the shutdown deadline has passed.
     let overdue = CancellationToken::new();
@@ -374,6 +383,31 @@ async fn drain_writer(writer: &Writer, task: tokio::task::JoinHandle<()>) {
     }
     task.abort();
     let _ = task.await;
+}
+
+/// The operator webhook's sender, or one that sends nothing when none is configured.
+fn operator_alerts(
+    config: &Config,
+    store: &Store,
+    cancel: &CancellationToken,
+) -> anyhow::Result<OperatorAlerts> {
+    let Some(url) = &config.operator_webhook_url else {
+        return Ok(OperatorAlerts::disabled());
+    };
+    let secret = config
+        .operator_webhook_secret
+        .as_ref()
+        .map(secrecy::ExposeSecret::expose_secret);
+    if secret.is_none() {
+        tracing::warn!("operator_webhook_secret is unset: operator alerts are sent unsigned.");
+    }
+    let webhook = OperatorWebhook {
+        url,
+        secret,
+        timeout: Duration::from_secs(config.delivery.request_timeout_secs),
+    };
+    OperatorAlerts::start(&webhook, store.clone(), cancel.clone())
+        .context("failed to start the operator webhook")
 }
 
 /// Deletes what is older than the retention, every `interval_secs`: the batch log, attempts

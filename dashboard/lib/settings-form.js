@@ -2,6 +2,8 @@
 // from the API's setting descriptors: each kind of setting has one control, labelled with the
 // descriptor's label and followed by its help text.
 
+import { forwardingRulesControl } from './forwarding-rules.js';
+import { dataFilterControl } from './data-filter.js';
 import { errorLine, h } from './dom.js';
 
 /** One control per kind: `block` goes in the form, `read()` gives the value to send. */
@@ -11,10 +13,14 @@ const CONTROLS = {
     return { block: field(d, h('label', { class: 'check' }, box, d.label)), read: () => box.checked };
   },
   status(d, value) {
-    const box = h('input', { type: 'checkbox', id: `setting-${d.name}`, checked: value !== 'inactive', 'aria-describedby': `help-${d.name}` });
-    return { block: field(d, h('label', { class: 'check' }, box, `${d.label}: Active`)), read: () => (box.checked ? 'active' : 'inactive') };
+    // A paused connection (paused by Boson after failing) stays paused until the box is ticked
+    // and saved; the box starts unticked so that saving other settings does not resume it.
+    const paused = value === 'paused';
+    const box = h('input', { type: 'checkbox', id: `setting-${d.name}`, checked: value === 'active', 'aria-describedby': `help-${d.name}` });
+    const label = paused ? `${d.label}: Active (paused after failing; tick to resume)` : `${d.label}: Active`;
+    return { block: field(d, h('label', { class: 'check' }, box, label)), read: () => (box.checked ? 'active' : (paused ? 'paused' : 'inactive')) };
   },
-  metadata_exclusions(d, value, metadataFields) {
+  metadata_exclusions(d, value, { metadataFields }) {
     // Not a labelled group: each select is already named "Metadata field", and a group named
     // after the setting would match that name too wherever controls are found by label.
     const rows = h('div', { id: `setting-${d.name}` });
@@ -36,6 +42,12 @@ const CONTROLS = {
     const input = h('input', { type: 'number', min: '1', step: '1', id: `setting-${d.name}`, value: value ?? '', 'aria-describedby': `help-${d.name}` });
     return { block: field(d, h('label', { for: `setting-${d.name}` }, d.label), input), read: () => (input.value === '' ? null : Number(input.value)) };
   },
+  data_filter: dataFilterControl,
+  forwarding_rules: forwardingRulesControl,
+  optional_hours(d, value) {
+    const input = h('input', { type: 'number', min: '0', step: 'any', id: `setting-${d.name}`, value: value ?? '', 'aria-describedby': `help-${d.name}` });
+    return { block: field(d, h('label', { for: `setting-${d.name}` }, d.label), input), read: () => (input.value === '' ? null : Number(input.value)) };
+  },
   optional_text(d, value) {
     const input = h('input', { type: 'text', id: `setting-${d.name}`, value: value ?? '', 'aria-describedby': `help-${d.name}` });
     return { block: field(d, h('label', { for: `setting-${d.name}` }, d.label), input), read: () => input.value || null };
@@ -51,14 +63,18 @@ function help(d) { return h('small', { class: 'help', id: `help-${d.name}` }, d.
 
 /**
  * The settings form. `values` holds the connection's current settings; a setting it lacks starts
- * at the API's default. `onSubmit` gets the complete settings object.
+ * at the API's default. `onSubmit` gets the complete settings object. `context` carries what
+ * the richer controls need: `metadataFields`, and for the Data Filter the input's `catalog` and
+ * the `others` connections a filter can be copied from. `extraButtons` go beside the submit
+ * button and get `read()`, which returns the settings as the form holds them.
  */
-export function settingsForm({ descriptors, metadataFields }, values, submitLabel, onSubmit) {
+export function settingsForm(context, values, submitLabel, onSubmit, extraButtons = () => []) {
+  const { descriptors } = context;
   const controls = descriptors.map((d) => {
     const value = d.name in values ? values[d.name] : d.default;
     const make = CONTROLS[d.kind];
     // A kind this dashboard does not know yet is left out of what is sent, so it keeps its value.
-    return make ? { name: d.name, kind: d.kind, ...make(d, value, metadataFields) }
+    return make ? { name: d.name, kind: d.kind, ...make(d, value, context) }
       : { name: d.name, kind: d.kind, block: field(d, h('span', { class: 'field-label' }, d.label), h('p', { class: 'muted' }, 'Not editable in this dashboard.')) };
   });
   // Runs of on/off settings share a two-column grid; the others take a full row each.
@@ -69,12 +85,16 @@ export function settingsForm({ descriptors, metadataFields }, values, submitLabe
     else blocks.push(control.kind === 'boolean' ? h('div', { class: 'grid2' }, control.block) : control.block);
   }
   const error = h('div');
-  return h('form', { class: 'card', onsubmit: async (e) => {
-    e.preventDefault();
+  const read = () => {
     const out = {};
     for (const control of controls) if (control.read) out[control.name] = control.read();
-    try { await onSubmit(out); } catch (err) { error.replaceChildren(errorLine(err.message)); }
+    return out;
+  };
+  return h('form', { class: 'card', onsubmit: async (e) => {
+    e.preventDefault();
+    error.replaceChildren();
+    try { await onSubmit(read()); } catch (err) { error.replaceChildren(errorLine(err.message)); }
   } },
   h('h2', {}, 'Connection settings'), ...blocks,
-  error, h('p', {}, h('button', { type: 'submit', id: 'submit-settings' }, submitLabel)));
+  error, h('p', { class: 'row' }, h('button', { type: 'submit', id: 'submit-settings' }, submitLabel), ...extraButtons(read, error)));
 }

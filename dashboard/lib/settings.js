@@ -22,5 +22,6 @@ export function connectionSettings() {
 export function stateOf(connection, stats, descriptors) {
   const status = descriptors.find((d) => d.kind === 'status');
   if (status && connection.settings[status.name] === 'inactive') return 'inactive';
+  if (status && connection.settings[status.name] === 'paused') return 'paused';
   return ['retry', 'dead_letter'].includes(stats?.last_outcome) ? 'failing' : 'active';
 }

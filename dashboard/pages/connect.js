@@ -19,11 +19,13 @@ export async function connectPage() {
     openModal(h('h2', {}, 'Connect Output'),
       h('div', { class: 'tiles' }, h('span', { class: 'tile', 'aria-pressed': 'true' }, 'webhooks')),
       h('label', { for: 'connect-output' }, 'Configuration'), config,
-      h('p', { class: 'row' }, h('button', { id: 'choose-output', onclick: () => {
+      h('p', { class: 'row' }, h('button', { id: 'choose-output', onclick: async () => {
         const output = outputs.find((o) => o.id === config.value);
         closeModal();
+        // The Data Filter grid lists what the chosen input has sent so far.
+        const catalog = await api('GET', `/api/v1/catalog?input_id=${encodeURIComponent(input.value)}`).catch(() => null);
         chosen.replaceChildren(h('p', {}, 'Output: ', h('strong', {}, output.name)),
-          settingsForm(settings, {}, 'Add Connection', async (values) => {
+          settingsForm({ ...settings, catalog }, {}, 'Add Connection', async (values) => {
             const created = await api('POST', '/api/v1/connections', { input_id: input.value, output_id: output.id, settings: values });
             location.hash = '#/connections';
             return created;

@@ -1,25 +1,42 @@
-// One connection: its state and last error, its settings form, recent delivery attempts, dead
-// letters with Replay, and deletion.
+// One connection: its state and last error (and, while deliveries fail, when the next attempt
+// goes and when the oldest is given up), its settings form with the Data Filter grid built from
+// the input's catalog and the forwarding rules, a preview of what a change would have done to
+// the input's last 100 events, replay by time range, recent delivery attempts, dead letters with
+// Replay, and deletion.
 
 import { api } from '../lib/api.js';
 import { errorLine, h, page } from '../lib/dom.js';
+import { previewCard } from '../lib/preview.js';
+import { replayCard } from '../lib/replay-form.js';
 import { route } from '../lib/router.js';
 import { settingsForm } from '../lib/settings-form.js';
 import { connectionSettings, stateOf } from '../lib/settings.js';
 
+/** The dry run of the last save, per connection, shown once after the page re-renders. */
+const lastSave = new Map();
+
+const when = (ms) => new Date(ms).toLocaleString();
+
 export async function connectionPage(id) {
-  const [connection, stats, attempts, letters, settings] = await Promise.all([
+  const [connection, stats, attempts, letters, settings, connections, inputs, outputs] = await Promise.all([
     api('GET', `/api/v1/connections/${id}`), api('GET', '/api/v1/connection-stats'),
     api('GET', `/api/v1/connections/${id}/attempts?limit=20`), api('GET', `/api/v1/connections/${id}/dead-letters?limit=20`),
-    connectionSettings()]);
+    connectionSettings(), api('GET', '/api/v1/connections'), api('GET', '/api/v1/inputs'), api('GET', '/api/v1/outputs')]);
+  const catalog = await api('GET', `/api/v1/catalog?input_id=${encodeURIComponent(connection.input_id)}`).catch(() => null);
+  const nameOf = (list, key) => list.find((x) => x.id === key)?.name ?? key;
+  const others = connections.filter((c) => c.id !== id)
+    .map((c) => ({ label: `${nameOf(inputs, c.input_id)} → ${nameOf(outputs, c.output_id)}`, settings: c.settings }));
   const mine = stats.items.find((s) => s.connection_id === id);
   const state = stateOf(connection, mine, settings.descriptors);
   const summary = h('div', { class: 'card' }, h('div', { class: 'row' }, h('span', { class: `badge ${state}`, id: 'connection-state' }, state),
-    h('span', {}, `${mine?.events_forwarded ?? 0} events forwarded`)),
-    mine?.last_error ? h('p', { class: 'error' }, `Last error: ${mine.last_error}`) : h('p', { class: 'muted' }, 'No errors.'));
+    h('span', {}, `${mine?.events_forwarded ?? 0} events forwarded`),
+    h('span', { class: 'muted' }, `${nameOf(inputs, connection.input_id)} → ${nameOf(outputs, connection.output_id)}`),
+    h('a', { href: `#/catalog/${connection.input_id}`, id: 'catalog-link' }, 'Data catalog of the input')),
+  mine?.last_error ? h('p', { class: 'error' }, `Last error: ${mine.last_error}`) : h('p', { class: 'muted' }, 'No errors.'),
+  retrying(connection.retrying));
   const attemptRows = attempts.items.length
     ? h('table', {}, h('tr', {}, h('th', {}, 'When'), h('th', {}, 'Outcome'), h('th', {}, 'Status'), h('th', {}, 'Requests'), h('th', {}, 'Error')),
-        ...attempts.items.map((a) => h('tr', {}, h('td', {}, new Date(a.attempted_at).toLocaleString()), h('td', {}, a.outcome), h('td', {}, a.status ?? '–'), h('td', {}, a.requests), h('td', {}, a.error ?? ''))))
+        ...attempts.items.map((a) => h('tr', {}, h('td', {}, when(a.attempted_at)), h('td', {}, a.outcome), h('td', {}, a.status ?? '–'), h('td', {}, a.requests), h('td', {}, a.error ?? ''))))
     : h('p', { class: 'empty' }, 'No delivery attempts yet. Send an event to the input.');
   const letterRows = letters.items.length
     ? h('table', {}, h('tr', {}, h('th', {}, 'Batch'), h('th', {}, 'Status'), h('th', {}, 'Error'), h('th', {}, '')),
@@ -32,8 +49,38 @@ export async function connectionPage(id) {
     if (!confirm('Delete this connection? Pending deliveries are dropped.')) return;
     await api('DELETE', `/api/v1/connections/${id}`); location.hash = '#/connections';
   } }, 'Delete connection');
+  const preview = h('div');
+  const dryRun = (values) => api('POST', `/api/v1/connections/${id}/dry-run`, { settings: values });
+  // Saving first runs the change over the last events, so the page can say what it does.
+  const save = async (values) => {
+    const result = await dryRun(values);
+    await api('PATCH', `/api/v1/connections/${id}`, { settings: values });
+    lastSave.set(id, result);
+    route();
+  };
+  const previewButton = (read, error) => h('button', { type: 'button', class: 'secondary', id: 'preview-settings', onclick: async () => {
+    error.replaceChildren();
+    try {
+      preview.replaceChildren(previewCard(await dryRun(read()), 'Preview: not saved yet'));
+      preview.scrollIntoView({ block: 'nearest' });
+    } catch (err) { error.replaceChildren(errorLine(err.message)); }
+  } }, 'Preview changes');
+  const saved = lastSave.get(id);
+  lastSave.delete(id);
   page('Connection', summary,
-    settingsForm(settings, connection.settings, 'Save', async (values) => { await api('PATCH', `/api/v1/connections/${id}`, { settings: values }); route(); }),
-    h('div', { class: 'card' }, h('h2', {}, 'Recent delivery attempts'), attemptRows),
-    h('div', { class: 'card' }, h('h2', {}, 'Dead letters'), letterRows), remove);
+    saved ? previewCard(saved, 'Saved') : '',
+    settingsForm({ ...settings, catalog, others }, connection.settings, 'Save', save, (read, error) => [previewButton(read, error)]),
+    preview,
+    replayCard(id),
+    h('div', { class: 'card' }, h('h2', {}, 'Recent delivery attempts'), h('div', { class: 'table-scroll' }, attemptRows)),
+    h('div', { class: 'card' }, h('h2', {}, 'Dead letters'), h('div', { class: 'table-scroll' }, letterRows)), remove);
+}
+
+/** While deliveries fail: how many, when the next attempt goes, when the oldest is given up. */
+function retrying(info) {
+  if (!info) return '';
+  return h('p', { class: 'retrying', id: 'retrying' },
+    `${info.failing_jobs} ${info.failing_jobs === 1 ? 'delivery is' : 'deliveries are'} failing. `,
+    `Next attempt: ${when(info.next_attempt_at)}. `,
+    `If it still fails, the oldest goes to the dead letters at ${when(info.gives_up_at)}.`);
 }

@@ -13,7 +13,7 @@ use super::{Page, path_id, reload};
 use crate::error::{ApiError, AppJson};
 use crate::model::ids::{ConnectionId, InputId, OutputId};
 use crate::model::now_ms;
-use crate::model::settings::{ConnectionSettings, SettingsError, metadata_paths};
+use crate::model::settings::{ConnectionSettings, ConnectionStatus, SettingsError, metadata_paths};
 use crate::state::AppState;
 use crate::store::{ConnectionRow, StoreError};
 
@@ -73,12 +73,24 @@ fn connection_id(raw: &str) -> Result<ConnectionId, ApiError> {
     path_id(raw, "connection_not_found", "connection")
 }
 
-fn settings_error(error: &SettingsError) -> ApiError {
+pub(super) fn settings_error(error: &SettingsError) -> ApiError {
     let code = match error {
         SettingsError::UnknownMetadataField { .. } => "invalid_metadata_field",
         SettingsError::Malformed(_) => "invalid_settings",
     };
     ApiError::bad_request(code, error.to_string())
+}
+
+/// `paused` is Boson's to set (after `auto_pause_after_hours`): an operator may keep it (a form
+/// sends every key back) or leave it, not choose it.
+fn only_boson_pauses(before: ConnectionStatus, after: ConnectionStatus) -> Result<(), ApiError> {
+    if after == ConnectionStatus::Paused && before != ConnectionStatus::Paused {
+        return Err(ApiError::bad_request(
+            "invalid_settings",
+            "`status` may be set to `active` or `inactive`; `paused` is set by Boson after `auto_pause_after_hours`",
+        ));
+    }
+    Ok(())
 }
 
 fn to_text(settings: &ConnectionSettings) -> Result<String, ApiError> {
@@ -139,6 +151,7 @@ pub(crate) async fn create(
 ) -> Result<(StatusCode, Json<ConnectionOut>), ApiError> {
     let settings = ConnectionSettings::from_json(connection.settings.unwrap_or_else(|| json!({})))
         .map_err(|e| settings_error(&e))?;
+    only_boson_pauses(ConnectionStatus::Active, settings.status)?;
     let input_id = existing_input(&state, &connection.input_id).await?;
     let output_id = output_of_body(&connection.output_id)?;
     must_exist(&state, &output_id).await?;
@@ -170,19 +183,51 @@ pub(crate) async fn list(
     Ok(Json(rows.into_iter().map(ConnectionOut::from).collect()))
 }
 
+/// One connection as `get` answers it: with its failing deliveries, if any.
+#[derive(Debug, Serialize)]
+pub(crate) struct ConnectionDetailOut {
+    #[serde(flatten)]
+    connection: ConnectionOut,
+    /// `null` while no delivery of the connection is waiting to be tried again.
+    retrying: Option<RetryingOut>,
+}
+
+/// The deliveries that failed and wait for another attempt, and when the oldest is given up.
+#[derive(Debug, Serialize)]
+struct RetryingOut {
+    failing_jobs: i64,
+    /// The oldest failing delivery's next attempt (Unix ms).
+    next_attempt_at: i64,
+    /// When the oldest failing delivery goes to the dead letters if it still fails: its
+    /// acceptance plus `delivery.retry_window_secs`.
+    gives_up_at: i64,
+    last_error: Option<String>,
+}
+
 pub(crate) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<ConnectionOut>, ApiError> {
+) -> Result<Json<ConnectionDetailOut>, ApiError> {
     let id = connection_id(&id)?;
-    Ok(Json(
-        state
-            .store
-            .get_connection(&id)
-            .await
-            .map_err(not_found)?
-            .into(),
-    ))
+    let connection = state.store.get_connection(&id).await.map_err(not_found)?;
+    let window_ms = i64::try_from(state.config.delivery.retry_window_secs)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1000);
+    let retrying = state
+        .store
+        .failing_jobs(&id)
+        .await
+        .map_err(not_found)?
+        .map(|failing| RetryingOut {
+            failing_jobs: failing.failing_jobs,
+            next_attempt_at: failing.next_attempt_at,
+            gives_up_at: failing.created_at.saturating_add(window_ms),
+            last_error: failing.last_error,
+        });
+    Ok(Json(ConnectionDetailOut {
+        connection: connection.into(),
+        retrying,
+    }))
 }
 
 pub(crate) async fn update(
@@ -192,12 +237,13 @@ pub(crate) async fn update(
 ) -> Result<Json<ConnectionOut>, ApiError> {
     let id = connection_id(&id)?;
     let current = state.store.get_connection(&id).await.map_err(not_found)?;
-    let settings =
+    let before =
         ConnectionSettings::from_json_str(&current.settings).map_err(|e| settings_error(&e))?;
     let settings = match patch.settings {
-        Some(changes) => settings.merged(changes).map_err(|e| settings_error(&e))?,
-        None => settings,
+        Some(changes) => before.merged(changes).map_err(|e| settings_error(&e))?,
+        None => before.clone(),
     };
+    only_boson_pauses(before.status, settings.status)?;
     let output_id = match patch.output_id {
         Some(raw) => output_of_body(&raw)?,
         None => current.output_id,
@@ -208,6 +254,14 @@ pub(crate) async fn update(
         .update_connection(&id, &output_id, &to_text(&settings)?, now_ms())
         .await
         .map_err(not_found)?;
+    if before.status == ConnectionStatus::Paused && settings.status != ConnectionStatus::Paused {
+        // Resumed: a connection still failing gets a whole new auto-pause period.
+        state
+            .store
+            .restart_failure_clock(&id, now_ms())
+            .await
+            .map_err(not_found)?;
+    }
     reload(&state).await?;
     Ok(Json(
         state

@@ -7,6 +7,7 @@ mod data_catalog;
 mod inputs;
 mod live;
 mod outputs;
+mod preview;
 mod replays;
 mod settings;
 mod users;
@@ -77,6 +78,7 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
             post(connections::replay),
         )
         .route("/api/v1/connections/{id}/replay", post(replays::start))
+        .route("/api/v1/connections/{id}/dry-run", post(preview::dry_run))
         .route("/api/v1/replays/{id}", get(replays::get))
         .route("/api/v1/replays/{id}/cancel", post(replays::cancel))
         .route("/api/v1/catalog", get(data_catalog::get))

@@ -99,6 +99,19 @@ impl Breaker {
         }
     }
 
+    /// A job ended without sending a request (released: its connection was paused meanwhile,
+    /// or nothing in it was to be sent). If it was the probe, no probe is out any more: the
+    /// breaker is open again, due for a probe now, so it cannot wait for an answer that never
+    /// comes.
+    pub(crate) fn sent_nothing(&mut self, now: Instant) {
+        if let State::Probing { interval } = self.state {
+            self.state = State::Open {
+                until: now,
+                interval,
+            };
+        }
+    }
+
     /// A request failed in a way worth retrying (5xx, 408, 429, timeout, no connection).
     pub(crate) fn failed(&mut self, now: Instant) -> Transition {
         match self.state {
@@ -218,6 +231,24 @@ mod tests {
         assert_eq!(b.succeeded(), Transition::Recovered);
         assert!(!b.is_open());
         assert_eq!(b.permit(now + FIRST), Permit::Send);
+    }
+
+    #[test]
+    fn a_probe_that_sent_nothing_lets_the_next_probe_go() {
+        let now = Instant::now();
+        let mut b = breaker();
+        for _ in 0..3 {
+            b.failed(now);
+        }
+        assert_eq!(b.permit(now + FIRST), Permit::Probe);
+        assert_eq!(b.probe_at(), None, "a probe is out");
+        b.sent_nothing(now + FIRST);
+        assert_eq!(b.probe_at(), Some(now + FIRST), "due again at once");
+        assert_eq!(b.permit(now + FIRST), Permit::Probe);
+        b.sent_nothing(now + FIRST);
+        b.succeeded();
+        b.sent_nothing(now + FIRST);
+        assert_eq!(b.permit(now + FIRST), Permit::Send, "closed stays closed");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use super::breaker::{Breaker, Permit, Ramp, Transition};
+use super::health::Spell;
 use super::retry::{Classification, classify};
 use crate::model::attempt::AttemptOutcome;
 use crate::store::queue::JobUpdate;
@@ -32,6 +33,8 @@ pub(super) struct LaneControl {
     /// When the last rate-limited request went out. An async lock: requests wait their turn in
     /// order (tokio's mutex is fair), each holding it while it sleeps until its moment.
     last_paced: tokio::sync::Mutex<Option<Instant>>,
+    /// The connection's failing spell as this node sees it (see `super::health`).
+    pub(super) spell: Mutex<Spell>,
 }
 
 /// The breaker's settings.
@@ -54,6 +57,7 @@ impl LaneControl {
             in_flight: AtomicUsize::new(0),
             slot_freed: Notify::new(),
             last_paced: tokio::sync::Mutex::new(None),
+            spell: Mutex::new(Spell::default()),
         }
     }
 
@@ -122,14 +126,17 @@ impl LaneControl {
                 transition
             }
             Some(false) => lock(&self.breaker).failed(now),
-            None => Transition::None,
+            None => {
+                lock(&self.breaker).sent_nothing(now);
+                Transition::None
+            }
         }
     }
 }
 
 /// Whether a job's requests found the endpoint working (delivered, or refused for good: it is
 /// up and answering), failing (an answer worth retrying, or none), or made no request.
-fn endpoint_answered(update: &JobUpdate) -> Option<bool> {
+pub(super) fn endpoint_answered(update: &JobUpdate) -> Option<bool> {
     let attempt = match update {
         JobUpdate::Finished { attempt, .. } | JobUpdate::Retry { attempt, .. } => attempt,
         JobUpdate::Release { .. } => return None,

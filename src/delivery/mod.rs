@@ -17,8 +17,10 @@
 //! On shutdown, lanes stop taking work, queued jobs are released back to the table, and requests
 //! in flight are allowed to finish until the shutdown deadline (then their jobs are released too).
 
+pub(crate) mod alerts;
 mod breaker;
 mod crowded;
+pub(crate) mod health;
 mod lane;
 pub(crate) mod retry;
 pub(crate) mod webhook;
@@ -46,7 +48,8 @@ use crate::store::{Store, StoreError};
 use crate::telemetry::Metrics;
 use breaker::{Permit, Transition};
 pub(crate) use crowded::Crowded;
-use lane::{BreakerConfig, LaneControl};
+use health::Health;
+use lane::{BreakerConfig, LaneControl, endpoint_answered};
 use retry::Backoff;
 use webhook::WebhookClient;
 
@@ -65,9 +68,15 @@ pub(crate) struct DeliveryContext {
     pub(crate) live: Arc<LiveStream>,
     pub(crate) backoff: Backoff,
     pub(crate) retry_window_ms: i64,
+    /// Failing spells, auto-pause and operator alerts.
+    pub(crate) health: Arc<Health>,
 }
 
 impl DeliveryContext {
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "each is a distinct shared service, built once at start-up"
+    )]
     pub(crate) fn new(
         catalog: Arc<Catalog>,
         store: Store,
@@ -76,8 +85,10 @@ impl DeliveryContext {
         metrics: Arc<Metrics>,
         live: Arc<LiveStream>,
         config: &DeliveryConfig,
+        health: Arc<Health>,
     ) -> Self {
         Self {
+            health,
             catalog,
             client,
             writer,
@@ -162,6 +173,7 @@ pub(crate) async fn run(
     // Three renewals per lease: one lost or late renewal does not let a lease run out. It runs
     // until the last request in flight has ended, also during shutdown.
     let renewing = CancellationToken::new();
+    let health = tokio::spawn(Arc::clone(&lanes.ctx.health).run(cancel.clone()));
     let renewer = tokio::spawn(renew_leases(
         Arc::clone(&lanes),
         Duration::from_secs(config.lease_secs) / 3,
@@ -184,6 +196,7 @@ pub(crate) async fn run(
         }
     }
     let _ = poller.await;
+    let _ = health.await;
     lanes.tracker.close();
     tokio::select! {
         () = lanes.tracker.wait() => {}
@@ -450,6 +463,15 @@ impl Lanes {
                 let (job_id, connection_id) = (job.id, job.connection_id.clone());
                 let update = lanes.work(job, &control).await;
                 let transition = control.ended(&update, Instant::now());
+                let answered = endpoint_answered(&update);
+                let health = &lanes.ctx.health;
+                health.observe(
+                    &connection_id,
+                    &update,
+                    answered,
+                    transition,
+                    &control.spell,
+                );
                 // The place is free only once the outcome is committed (see `Writer::update`).
                 lanes.record(job_id, update).await;
                 control.free_slot();

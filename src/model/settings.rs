@@ -10,6 +10,8 @@ use super::custom_headers::{
 };
 use super::data_filter::DataFilter;
 use super::forwarding_rules::{self, ForwardingRules};
+pub(crate) use super::metadata_paths::metadata_paths;
+use super::metadata_paths::{is_metadata_path, valid_metadata_paths};
 
 /// Whether a connection forwards anything at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,6 +19,36 @@ use super::forwarding_rules::{self, ForwardingRules};
 pub(crate) enum ConnectionStatus {
     Active,
     Inactive,
+    /// Set by Boson when the connection failed for `auto_pause_after_hours`: its jobs are still
+    /// queued but wait, unsent, until an operator sets it `active` again.
+    Paused,
+}
+
+impl ConnectionStatus {
+    /// Whether accepted batches still get jobs on this connection (`paused` ones wait; an
+    /// `inactive` connection forwards nothing).
+    pub(crate) fn takes_jobs(self) -> bool {
+        self != Self::Inactive
+    }
+}
+
+/// A positive, finite number of hours (fractions allowed: tests pause after seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct Hours(f64);
+
+// Only positive finite values are ever constructed (see `ConnectionSettings::validate`), and
+// those compare as a total order.
+impl Eq for Hours {}
+
+impl Hours {
+    /// The duration in milliseconds, saturating.
+    pub(crate) fn as_ms(self) -> i64 {
+        // `as` saturates for floats beyond the integer's range, which is what is wanted here.
+        #[allow(clippy::cast_possible_truncation)]
+        let ms = (self.0 * 3_600_000.0).round() as i64;
+        ms.max(1)
+    }
 }
 
 /// The settings of one connection (input × output). Every key is optional on the wire and takes
@@ -47,6 +79,8 @@ pub(crate) struct ConnectionSettings {
     pub(crate) unique_id: Option<String>,
     /// Most webhook requests per second this connection sends from one node (`None`: no limit).
     pub(crate) rate_limit_per_second: Option<u32>,
+    /// Hours of continuous failure after which Boson pauses the connection (`None`: never).
+    pub(crate) auto_pause_after_hours: Option<Hours>,
     /// Which event types, names and attributes, user attributes and identity types go out.
     pub(crate) data_filter: DataFilter,
     /// Attribute-value, login-identity, consent and sampling rules.
@@ -77,6 +111,7 @@ impl Default for ConnectionSettings {
             send_alias_requests: false,
             unique_id: None,
             rate_limit_per_second: None,
+            auto_pause_after_hours: None,
             data_filter: DataFilter::default(),
             forwarding_rules: ForwardingRules::default(),
         }
@@ -107,6 +142,7 @@ pub(crate) enum SettingName {
     SendAliasRequests,
     UniqueId,
     RateLimitPerSecond,
+    AutoPauseAfterHours,
     DataFilter,
     ForwardingRules,
 }
@@ -135,6 +171,7 @@ impl SettingName {
             Self::SendAliasRequests => "send_alias_requests",
             Self::UniqueId => "unique_id",
             Self::RateLimitPerSecond => "rate_limit_per_second",
+            Self::AutoPauseAfterHours => "auto_pause_after_hours",
             Self::DataFilter => "data_filter",
             Self::ForwardingRules => "forwarding_rules",
         }
@@ -147,7 +184,7 @@ impl SettingName {
 pub(crate) enum SettingKind {
     /// `true` or `false`.
     Boolean,
-    /// [`ConnectionStatus`]: `active` or `inactive`.
+    /// [`ConnectionStatus`]: `active`, `inactive`, or `paused` (set by Boson).
     Status,
     /// A list of metadata paths, each one of [`metadata_paths`].
     MetadataExclusions,
@@ -155,6 +192,8 @@ pub(crate) enum SettingKind {
     OptionalText,
     /// A positive whole number, or `null` when unset.
     OptionalCount,
+    /// A positive number of hours (fractions allowed), or `null` when unset.
+    OptionalHours,
     /// A [`DataFilter`] document: `send_new_data_points` and a list of rules.
     DataFilter,
     /// A [`ForwardingRules`] document.
@@ -189,7 +228,9 @@ const fn describe(
 
 /// Every connection setting, in the order forms show them (the order of [`ConnectionSettings`]).
 pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
-    use SettingKind::{Boolean, MetadataExclusions, OptionalCount, OptionalText, Status};
+    use SettingKind::{
+        Boolean, MetadataExclusions, OptionalCount, OptionalHours, OptionalText, Status,
+    };
     use SettingKind::{DataFilter as Filter, ForwardingRules as Rules};
     use SettingName as N;
     &[
@@ -197,7 +238,7 @@ pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
             N::Status,
             "Connection Status",
             Status,
-            "An inactive connection forwards nothing; its events show as filtered in the Live Stream.",
+            "An inactive connection forwards nothing; its events show as filtered in the Live Stream. A paused one (paused by Boson after failing; see Auto-pause) keeps its deliveries waiting until it is set active again.",
         ),
         describe(
             N::SendAsBatch,
@@ -314,6 +355,12 @@ pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
             "Most webhook requests per second, per Boson node; requests beyond it wait their turn. Empty: no limit.",
         ),
         describe(
+            N::AutoPauseAfterHours,
+            "Auto-pause after (hours)",
+            OptionalHours,
+            "Pause the connection once its endpoint has failed continuously this long (fractions allowed); its deliveries wait until you set it active. Empty: never.",
+        ),
+        describe(
             N::DataFilter,
             "Data Filter",
             Filter,
@@ -359,6 +406,13 @@ pub(crate) enum SettingsError {
 impl ConnectionSettings {
     /// Parses settings from JSON, applying defaults for omitted keys.
     pub(crate) fn from_json(value: serde_json::Value) -> Result<Self, SettingsError> {
+        // Named even when its type is wrong (serde's message would not name it).
+        if value
+            .get(SettingName::AutoPauseAfterHours.as_str())
+            .is_some_and(|hours| !(hours.is_null() || hours.is_number()))
+        {
+            return Err(auto_pause_error());
+        }
         let settings: Self =
             serde_json::from_value(value).map_err(|e| SettingsError::Malformed(e.to_string()))?;
         settings.validate()?;
@@ -389,6 +443,12 @@ impl ConnectionSettings {
     }
 
     fn validate(&self) -> Result<(), SettingsError> {
+        if self
+            .auto_pause_after_hours
+            .is_some_and(|Hours(hours)| !(hours.is_finite() && hours > 0.0))
+        {
+            return Err(auto_pause_error());
+        }
         if self.rate_limit_per_second == Some(0) {
             return Err(SettingsError::Malformed(
                 "`rate_limit_per_second` must be at least 1, or null for no limit".into(),
@@ -405,95 +465,10 @@ impl ConnectionSettings {
     }
 }
 
-/// `device_info` keys of the Events API schema (spec §1.7.3), each excludable on its own.
-pub(crate) const DEVICE_INFO_KEYS: &[(&str, &str)] = &[
-    ("brand", "Brand"),
-    ("product", "Product"),
-    ("device", "Device Name"),
-    ("android_uuid", "Android UUID"),
-    ("device_manufacturer", "Device Manufacturer"),
-    ("platform", "Platform"),
-    ("os_version", "OS Version"),
-    ("device_model", "Device Model"),
-    ("screen_height", "Screen Height"),
-    ("screen_width", "Screen Width"),
-    ("screen_dpi", "Screen DPI"),
-    ("device_country", "Device Country"),
-    ("locale_language", "Locale Language"),
-    ("locale_country", "Locale Country"),
-    ("network_country", "Network Country"),
-    ("network_carrier", "Network Carrier"),
-    ("network_code", "Network Code"),
-    ("network_mobile_country_code", "Network Mobile Country Code"),
-    ("timezone_offset", "Timezone Offset"),
-    ("build_identifier", "Build Identifier"),
-    ("http_header_user_agent", "User Agent"),
-    ("ios_advertising_id", "iOS Advertising ID (IDFA)"),
-    ("att_authorization_status", "ATT Authorization Status"),
-    ("att_timestamp_unixtime_ms", "ATT Timestamp"),
-    ("push_token", "Push Token"),
-    ("cpu_architecture", "CPU Architecture"),
-    ("is_tablet", "Is Tablet"),
-    ("push_notification_sound_enabled", "Push Sound Enabled"),
-    ("push_notification_vibrate_enabled", "Push Vibrate Enabled"),
-    ("radio_access_technology", "Radio Access Technology"),
-    ("supports_telephony", "Supports Telephony"),
-    ("has_nfc", "Has NFC"),
-    ("bluetooth_enabled", "Bluetooth Enabled"),
-    ("bluetooth_version", "Bluetooth Version"),
-    ("ios_idfv", "iOS Vendor ID (IDFV)"),
-    ("android_advertising_id", "Google Advertising ID"),
-    ("build_version_release", "Build Version Release"),
-    ("limit_ad_tracking", "Limit Ad Tracking"),
-    ("amp_id", "AMP ID"),
-    ("is_dst", "Is Daylight Saving Time"),
-    ("roku_advertising_id", "Roku Advertising ID"),
-    ("roku_publisher_id", "Roku Publisher ID"),
-    ("microsoft_advertising_id", "Microsoft Advertising ID"),
-    ("microsoft_publisher_id", "Microsoft Publisher ID"),
-    ("fire_advertising_id", "Fire Advertising ID"),
-];
-
-/// `application_info` keys (spec §1.7.5).
-pub(crate) const APPLICATION_INFO_KEYS: &[(&str, &str)] = &[
-    ("application_name", "Application Name"),
-    ("application_version", "Application Version"),
-    ("application_build_number", "Application Build Number"),
-    ("install_referrer", "Install Referrer"),
-    ("package", "Package"),
-    ("os", "Application OS"),
-    ("apple_search_ads_attributes", "Apple Search Ads Attributes"),
-];
-
-/// Batch-level metadata keys that can be excluded.
-pub(crate) const BATCH_METADATA_KEYS: &[(&str, &str)] = &[("ip", "IP Address")];
-
-/// Every valid dotted metadata path with its readable label, in a stable order.
-pub(crate) fn metadata_paths() -> impl Iterator<Item = (String, &'static str)> {
-    let batch = BATCH_METADATA_KEYS
-        .iter()
-        .map(|(k, l)| ((*k).to_owned(), *l));
-    let device = DEVICE_INFO_KEYS
-        .iter()
-        .map(|(k, l)| (format!("device_info.{k}"), *l));
-    let app = APPLICATION_INFO_KEYS
-        .iter()
-        .map(|(k, l)| (format!("application_info.{k}"), *l));
-    batch.chain(device).chain(app)
-}
-
-fn valid_metadata_paths() -> Vec<String> {
-    metadata_paths().map(|(path, _)| path).collect()
-}
-
-fn is_metadata_path(path: &str) -> bool {
-    let known = |keys: &[(&str, &str)], key: &str| keys.iter().any(|(k, _)| *k == key);
-    match path.split_once('.') {
-        None => known(BATCH_METADATA_KEYS, path),
-        Some(("device_info", key)) => known(DEVICE_INFO_KEYS, key),
-        Some(("application_info", key)) => known(APPLICATION_INFO_KEYS, key),
-        Some(_) => false,
-    }
+fn auto_pause_error() -> SettingsError {
+    SettingsError::Malformed(
+        "`auto_pause_after_hours` must be a positive number of hours, or null for never".into(),
+    )
 }
 
 /// Settings of an input.
@@ -764,6 +739,20 @@ mod tests {
             described, keys,
             "SETTING_DESCRIPTORS must name every ConnectionSettings field once"
         );
+    }
+
+    #[test]
+    fn auto_pause_hours_are_positive_and_finite_or_null() {
+        for bad in [json!(0), json!(-0.5), json!("1"), json!([1])] {
+            let error = ConnectionSettings::from_json(json!({"auto_pause_after_hours": bad}))
+                .expect_err("refused")
+                .to_string();
+            assert!(error.contains("`auto_pause_after_hours`"), "{error}");
+        }
+        let s = ConnectionSettings::from_json(json!({"auto_pause_after_hours": 0.0005})).unwrap();
+        assert_eq!(s.auto_pause_after_hours.map(Hours::as_ms), Some(1800));
+        let s = ConnectionSettings::from_json(json!({"auto_pause_after_hours": null})).unwrap();
+        assert_eq!(s.auto_pause_after_hours, None);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::output::Output;
 use crate::model::Platform;
 use crate::model::ids::{ConnectionId, InputId, OutputId};
-use crate::model::settings::{ConnectionSettings, ConnectionStatus, InputSettings};
+use crate::model::settings::{ConnectionSettings, ConnectionStatus, Hours, InputSettings};
 use crate::store::{
     CatalogChange, ConnectionRow, InputRow, OutputRow, Store, StoreError, StoreResult,
 };
@@ -61,6 +61,8 @@ pub(crate) struct InputEntry {
 pub(crate) struct ConnectionEntry {
     pub(crate) input_id: InputId,
     pub(crate) output_id: OutputId,
+    /// Milliseconds of continuous failure after which it is paused (`None`: never).
+    pub(crate) auto_pause_ms: Option<i64>,
 }
 
 /// A settings revision read with its connection, to be cached.
@@ -77,6 +79,8 @@ struct Snapshot {
     routes_by_input: HashMap<InputId, Vec<Route>>,
     /// Each input's inactive connections, in id order.
     inactive_by_input: HashMap<InputId, Vec<ConnectionId>>,
+    /// Connections Boson paused after failing: routed (their jobs are stored) but not delivered.
+    paused: HashSet<ConnectionId>,
     connections: HashMap<ConnectionId, ConnectionEntry>,
     outputs: HashMap<OutputId, Arc<Output>>,
 }
@@ -161,7 +165,10 @@ impl Snapshot {
                 return None;
             }
         };
-        if settings.status == ConnectionStatus::Active {
+        if settings.status == ConnectionStatus::Paused {
+            self.paused.insert(row.id.clone());
+        }
+        if settings.status.takes_jobs() {
             let routes = self
                 .routes_by_input
                 .entry(row.input_id.clone())
@@ -183,12 +190,14 @@ impl Snapshot {
         let entry = ConnectionEntry {
             input_id: row.input_id,
             output_id: row.output_id,
+            auto_pause_ms: settings.auto_pause_after_hours.map(Hours::as_ms),
         };
         self.connections.insert(row.id, entry);
         Some((row.revision_id, settings))
     }
 
     fn remove_connection(&mut self, id: &ConnectionId) {
+        self.paused.remove(id);
         let Some(entry) = self.connections.remove(id) else {
             return;
         };
@@ -413,22 +422,27 @@ impl Catalog {
             .unwrap_or_default()
     }
 
-    /// Connections set to inactive: their deliveries are paused, so their jobs wait in the table.
+    /// Connections set to inactive or paused: their deliveries wait in the table.
     pub(crate) fn paused_connections(&self) -> Vec<ConnectionId> {
-        self.current()
-            .inactive_by_input
-            .values()
-            .flatten()
-            .cloned()
-            .collect()
+        let snapshot = self.current();
+        let inactive = snapshot.inactive_by_input.values().flatten();
+        inactive.chain(&snapshot.paused).cloned().collect()
     }
 
-    /// Whether a connection is set to inactive (its deliveries wait until it is active again).
+    /// Whether a connection is set to inactive or paused (its deliveries wait until it is
+    /// active again).
     pub(crate) fn is_paused(&self, id: &ConnectionId) -> bool {
-        self.current()
-            .inactive_by_input
-            .values()
-            .any(|connections| connections.contains(id))
+        let snapshot = self.current();
+        snapshot.paused.contains(id)
+            || snapshot
+                .inactive_by_input
+                .values()
+                .any(|connections| connections.contains(id))
+    }
+
+    /// After how many milliseconds of continuous failure a connection is paused, if ever.
+    pub(crate) fn auto_pause_ms(&self, id: &ConnectionId) -> Option<i64> {
+        self.current().connections.get(id)?.auto_pause_ms
     }
 
     /// A connection and its output, if both still exist.

@@ -189,7 +189,7 @@ pub(crate) fn plan(
 
 /// An alias request goes out whole, as one request, where the connection forwards them.
 fn alias_plan(settings: &ConnectionSettings, document: &Value) -> Plan {
-    let forwards = settings.status == ConnectionStatus::Active && settings.send_alias_requests;
+    let forwards = settings.status.takes_jobs() && settings.send_alias_requests;
     let payloads = if forwards {
         let mut document = document.clone();
         if let (Some(unique_id), Value::Object(fields)) = (

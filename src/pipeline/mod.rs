@@ -19,7 +19,8 @@
 //!
 //! Delivery then applies each connection's settings with [`filter`] (pure) and posts the result
 //! to the connection's [`output`] (its settings, custom headers and signing keys, prepared when
-//! the catalog loads it).
+//! the catalog loads it). [`preview`] compares what two settings do to the same events (the
+//! admin API's dry run of a settings change).
 
 mod accept;
 pub(crate) mod catalog;
@@ -29,6 +30,7 @@ pub(crate) mod filter;
 pub(crate) mod identity;
 mod inbound;
 pub(crate) mod output;
+pub(crate) mod preview;
 mod rules;
 
 pub(crate) use accept::{AcceptError, Document, Pipeline};

@@ -14,6 +14,7 @@ pub(crate) mod data_catalog_sql;
 pub(crate) mod faults;
 pub(crate) mod forwarding_sql;
 mod group;
+pub(crate) mod health_sql;
 pub(crate) mod identity_sql;
 mod private_files;
 pub(crate) mod queue;

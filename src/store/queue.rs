@@ -154,6 +154,16 @@ pub(crate) struct ConnectionStats {
     pub(crate) last_attempt_at: i64,
 }
 
+/// A connection's deliveries that failed and wait for another attempt: how many, and the
+/// oldest one's times and last error.
+#[derive(Debug, Clone, FromRow)]
+pub(crate) struct FailingJobs {
+    pub(crate) failing_jobs: i64,
+    pub(crate) created_at: i64,
+    pub(crate) next_attempt_at: i64,
+    pub(crate) last_error: Option<String>,
+}
+
 /// An attempt as listed by the admin API.
 #[derive(Debug, Clone, FromRow)]
 pub(crate) struct AttemptRow {
@@ -266,6 +276,12 @@ const CONNECTION_STATS: Sql = Sql::shared(
      JOIN attempts l ON l.id = (SELECT MAX(id) FROM attempts m WHERE m.connection_id = a.connection_id) \
      GROUP BY a.connection_id, l.outcome, l.error, l.attempted_at",
 );
+/// `$1` connection: its oldest job that failed at least once (none if no job failed).
+const OLDEST_FAILING_JOB: Sql = Sql::shared(
+    "SELECT (SELECT COUNT(*) FROM jobs WHERE connection_id = $1 AND attempts > 0) AS failing_jobs, \
+     created_at, next_attempt_at, last_error FROM jobs \
+     WHERE connection_id = $1 AND attempts > 0 ORDER BY id LIMIT 1",
+);
 const DEAD_LETTER_BODY: Sql =
     Sql::shared("SELECT body FROM dead_letters WHERE id = $1 AND connection_id = $2");
 const DELETE_DEAD_LETTER: Sql = Sql::shared("DELETE FROM dead_letters WHERE id = $1");
@@ -343,6 +359,16 @@ impl Store {
     /// error and time.
     pub(crate) async fn connection_stats(&self) -> StoreResult<Vec<ConnectionStats>> {
         Ok(self.fetch_all(CONNECTION_STATS, &[]).await?)
+    }
+
+    /// The connection's failing deliveries, if any: their count and the oldest one.
+    pub(crate) async fn failing_jobs(
+        &self,
+        connection_id: &ConnectionId,
+    ) -> StoreResult<Option<FailingJobs>> {
+        Ok(self
+            .fetch_optional(OLDEST_FAILING_JOB, args![connection_id])
+            .await?)
     }
 
     /// A dead letter's body, if it belongs to the connection.

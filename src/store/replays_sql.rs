@@ -123,6 +123,10 @@ const BATCHES_IN_RANGE: Sql = Sql::shared(
     "SELECT id, body FROM batches WHERE input_id = $1 AND received_at >= $2 \
      AND received_at <= $3 AND id > $4 ORDER BY id LIMIT $5",
 );
+/// `$1` input, `$2` below this id, `$3` rows: an input's batch log, newest first.
+const LATEST_BATCHES: Sql = Sql::shared(
+    "SELECT id, body FROM batches WHERE input_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+);
 const DEAD_LETTERS_IN_RANGE: Sql = Sql::shared(
     "SELECT id, body FROM dead_letters WHERE connection_id = $1 AND created_at >= $2 \
      AND created_at <= $3 AND id > $4 ORDER BY id LIMIT $5",
@@ -277,6 +281,18 @@ impl Store {
                 BATCHES_IN_RANGE,
                 args![input_id, page.from_ms, page.to_ms, page.after, page.limit],
             )
+            .await?)
+    }
+
+    /// A page of an input's batch log, newest first, of batches older than `before` (an id).
+    pub(crate) async fn latest_batches(
+        &self,
+        input_id: &InputId,
+        before: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<(BatchId, Vec<u8>)>> {
+        Ok(self
+            .fetch_all(LATEST_BATCHES, args![input_id, before, limit])
             .await?)
     }
 

@@ -192,6 +192,17 @@ pub async fn spawn_app_on_postgres(server: &str) -> TestApp {
     start(database_url, dir, true, |_| {}).await
 }
 
+/// Starts a server on a fresh database on the PostgreSQL `server` after `adjust` has changed
+/// the configuration, whatever the test pass.
+pub async fn spawn_app_on_postgres_with(
+    server: &str,
+    adjust: impl FnOnce(&mut boson::Config),
+) -> TestApp {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let database_url = fresh_postgres_database(server).await;
+    start(database_url, dir, true, adjust).await
+}
+
 /// Starts a server after `adjust` has changed the configuration.
 pub async fn spawn_app_with(adjust: impl FnOnce(&mut boson::Config)) -> TestApp {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -4,12 +4,15 @@
 // Test helpers are shared across this binary's modules; `pub` reads better than `pub(crate)` here.
 #![allow(unreachable_pub)]
 mod admin;
+mod alerts;
 mod alias;
 mod alias_forwarding;
 mod breaker;
+mod connection_preview;
 mod consent;
 mod custom_headers;
 mod dashboard;
+mod dashboard_controls;
 mod dashboard_live;
 mod data_catalog;
 mod delivery;

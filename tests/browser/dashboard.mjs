@@ -14,6 +14,16 @@
 //          name (history); sends one more and finds it by name; opens an outbound row (linked to
 //          its event) and moves with the keyboard; screenshots at 1440 and 420 px; signs out and
 //          checks that the navigation is hidden with no tab marked
+//        node dashboard.mjs filter <boson_url> <admin_token> <connection_id> <screenshot_dir>
+//          opens the input's data catalog from the connection, switches the event "Live Test" off
+//          in the Data Filter grid, previews the change (dry run), saves; prints {"summary"}
+//        node dashboard.mjs signing <boson_url> <admin_token> - <screenshot_dir>
+//          generates the first output's signing secret, seen once, and adds the custom header
+//          X-Team: growth; prints {"secret", "later"}
+//        node dashboard.mjs replay <boson_url> <admin_token> <connection_id> <screenshot_dir>
+//          previews a replay of the last hour of the connection; prints {"summary"}
+//        node dashboard.mjs retrying <boson_url> <admin_token> <connection_id> <screenshot_dir>
+//          opens a failing connection; prints its next attempt and give-up line {"retrying"}
 import { chromium } from 'playwright-core';
 
 const [phase, base, token, target, shots] = process.argv.slice(2);
@@ -81,6 +91,83 @@ async function liveHistoryPhase() {
   await shot('signed-out-1440');
   return { ok: true, rows };
 }
+
+/** A screenshot at phone width (420 px) too, then back to the desktop size. */
+async function narrowShot(name) {
+  await page.setViewportSize({ width: 420, height: 860 });
+  await page.waitForTimeout(100);
+  await shot(`${name}-420`);
+  await page.setViewportSize({ width: 1280, height: 860 });
+}
+
+// Phases of the connection controls (issues 13 and 14), apart from the quickstart's.
+const controlPhases = {
+  async filter() {
+    await signIn();
+    await page.goto(`${base}/#/connections/${target}`);
+    await page.getByRole('link', { name: 'Data catalog of the input' }).click();
+    await page.locator('#catalog-events', { hasText: 'Live Test' }).waitFor();
+    await shot('12-catalog');
+    await narrowShot('12-catalog');
+    await page.goto(`${base}/#/connections/${target}`);
+    const toggle = page.getByLabel('Send custom_event › Live Test', { exact: true });
+    await toggle.waitFor();
+    await page.locator('#data-filter-grid').scrollIntoViewIfNeeded();
+    await shot('13-data-filter');
+    await page.getByLabel('Search data points').fill('live');
+    await toggle.uncheck();
+    await page.getByRole('button', { name: 'Preview changes' }).click();
+    await page.locator('#dry-run-changes', { hasText: 'data_filter: custom_event "Live Test"' }).waitFor();
+    const summary = await page.locator('#dry-run-summary').textContent();
+    await shot('14-dry-run');
+    await narrowShot('14-dry-run');
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.getByRole('heading', { name: 'Saved', exact: true }).waitFor();
+    await shot('15-saved');
+    console.log(JSON.stringify({ ok: true, summary }));
+  },
+  async signing() {
+    await signIn();
+    await page.getByRole('link', { name: 'Outputs' }).click();
+    await page.getByRole('button', { name: 'Signing secret' }).first().click();
+    await page.getByRole('button', { name: 'Generate secret' }).click();
+    const secret = await page.locator('#signing-secret').textContent();
+    await shot('16-signing-secret');
+    await narrowShot('16-signing-secret');
+    await page.getByRole('button', { name: 'Close' }).click();
+    await page.getByRole('button', { name: 'Signing secret' }).first().click();
+    await page.getByRole('button', { name: 'Rotate secret' }).waitFor();
+    const later = await page.locator('#modal').textContent();
+    await shot('17-signing-enabled');
+    await page.getByRole('button', { name: 'Close' }).click();
+    await page.getByRole('button', { name: 'Edit' }).first().click();
+    await page.getByRole('button', { name: '+ Add header' }).click();
+    await page.getByLabel('Header name').fill('X-Team');
+    await page.getByLabel('Header value').fill('growth');
+    await shot('17-custom-headers');
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.locator('#modal').waitFor({ state: 'hidden' });
+    console.log(JSON.stringify({ ok: true, secret, later }));
+  },
+  async retrying() {
+    await signIn();
+    await page.goto(`${base}/#/connections/${target}`);
+    const line = page.locator('#retrying');
+    await line.waitFor();
+    await shot('19-connection-failing');
+    console.log(JSON.stringify({ ok: true, retrying: await line.textContent() }));
+  },
+  async replay() {
+    await signIn();
+    await page.goto(`${base}/#/connections/${target}`);
+    await page.getByRole('button', { name: 'Preview replay' }).click();
+    const summary = await page.locator('#replay-preview-summary').textContent();
+    await page.locator('#replay-result').scrollIntoViewIfNeeded();
+    await shot('18-replay-preview');
+    await narrowShot('18-connection');
+    console.log(JSON.stringify({ ok: true, summary }));
+  },
+};
 
 let status = 0;
 try {
@@ -161,6 +248,8 @@ try {
     console.log(JSON.stringify({ ok: true, detail: await page.locator('#live-detail').textContent() }));
   } else if (phase === 'live-history') {
     console.log(JSON.stringify(await liveHistoryPhase()));
+  } else if (controlPhases[phase]) {
+    await controlPhases[phase]();
   } else {
     throw new Error(`unknown phase ${phase}`);
   }

@@ -11,6 +11,7 @@ mod data_catalog;
 mod files;
 mod forwarding;
 pub(super) mod harness;
+mod health;
 mod model;
 mod queue;
 mod sessions;
