@@ -39,9 +39,19 @@ export async function route() {
   leavePage();
   const nav = document.getElementById('nav');
   nav.hidden = !signedIn();
-  if (!signedIn()) return signInPage();
   const [, section, id] = hash.split('/');
-  document.querySelectorAll('nav a').forEach((a) => a.classList.toggle('active', a.dataset.page === section));
+  markTab(signedIn() ? section : null);
+  if (!signedIn()) return signInPage();
   const show = (id && pages[`${section}/:id`]) || pages[section] || Object.values(pages)[0];
   try { await show(id); } catch (err) { page('Something went wrong', errorLine(err.message)); }
+}
+
+/** Underlines the tab of `section` (a connection's page and Connect belong to Connections), only it. */
+function markTab(section) {
+  const tab = section === 'connect' ? 'connections' : section;
+  document.querySelectorAll('nav a').forEach((a) => {
+    const active = a.dataset.page === tab;
+    a.classList.toggle('active', active);
+    if (active) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
+  });
 }

@@ -1,9 +1,12 @@
 // The Live Stream: inbound events and what each connection did with them, as server-sent events,
-// filterable by input, connection, direction, event type and MPID.
+// filterable by input, connection, direction, event type and MPID. A new page starts with the
+// node's recent history; the list and the detail pane sit side by side, and the keyboard moves
+// through the list (↑ ↓, Enter opens).
 
 import { api } from '../lib/api.js';
 import { h, page } from '../lib/dom.js';
 import { onLeave } from '../lib/router.js';
+import { eventDetail, eventKey, itemRow } from './live-rows.js';
 
 let source = null;
 function stop() { source?.close(); source = null; }
@@ -18,46 +21,71 @@ export async function livePage() {
   const direction = h('select', { id: 'live-direction' }, h('option', { value: 'both' }, 'Both In and Out'), h('option', { value: 'inbound' }, 'Inbound'), h('option', { value: 'outbound' }, 'Outbound'));
   const eventType = h('input', { type: 'text', id: 'live-event-type', placeholder: 'e.g. custom_event' });
   const mpid = h('input', { type: 'text', id: 'live-mpid', placeholder: 'MPID' });
-  const status = h('span', { class: 'muted', id: 'live-status' }, 'Connecting…');
+  const status = h('span', { class: 'muted', id: 'live-status', role: 'status' }, 'Connecting…');
   const rows = h('tbody');
-  const detail = h('div', { id: 'live-detail', class: 'card' }, h('p', { class: 'muted' }, 'Click an inbound event to see its JSON and what each connection did with it.'));
-  const outcomes = new Map();
+  const detail = h('aside', { id: 'live-detail', class: 'card live-detail', 'aria-live': 'polite' });
+  const names = {
+    input: (id) => inputs.find((i) => i.id === id)?.name ?? id,
+    connection: (id) => connectionName[id] ?? id ?? '',
+  };
+  const inbound = new Map();
+  const reports = new Map();
+  let selected = null;
   let paused = false;
   const pause = h('button', { class: 'secondary', type: 'button', onclick: () => { paused = !paused; pause.textContent = paused ? 'Resume' : 'Pause'; } }, 'Pause');
-  const clear = h('button', { class: 'secondary', type: 'button', onclick: () => { rows.replaceChildren(); outcomes.clear(); } }, 'Clear Entries');
+  const clear = h('button', { class: 'secondary', type: 'button', onclick: () => { reset(); waiting(); } }, 'Clear Entries');
+  const hint = () => h('p', { class: 'muted' }, 'Select an event (click, or ↑ ↓ and Enter) to see its JSON and what each connection did with it.');
+
+  const reset = () => { rows.replaceChildren(); inbound.clear(); reports.clear(); selected = null; detail.replaceChildren(hint()); };
+  // The waiting state: said in the list itself, with how to make something appear.
+  const waiting = () => {
+    if (rows.querySelector('tr.live-row')) return;
+    rows.replaceChildren(h('tr', { class: 'live-waiting' }, h('td', { colspan: '6' },
+      h('strong', {}, 'Waiting for events…'),
+      h('span', { class: 'muted' }, ' Nothing matching the filters arrived recently. Send an event to an input (an SDK or the Events API) and it appears here within a second.'))));
+  };
 
   const showDetail = (item, row) => {
-    rows.querySelectorAll('tr.selected').forEach((r) => r.classList.remove('selected'));
-    row.classList.add('selected');
-    const results = outcomes.get(`${item.batch_id}:${item.index}`) || [];
-    detail.replaceChildren(h('h2', {}, `${item.event_type} · batch ${item.batch_id}`),
-      h('pre', { class: 'json' }, JSON.stringify(item.event, null, 2)),
-      h('h2', {}, 'Connections'),
-      results.length ? h('table', { id: 'live-outcomes' }, ...results.map((r) => h('tr', {}, h('td', {}, connectionName[r.connection_id] ?? r.connection_id),
-        h('td', { class: `outcome-${r.outcome}` }, r.outcome), h('td', {}, r.setting ? `by ${r.reason ?? r.setting}` : [r.status ? `HTTP ${r.status} in ${r.latency_ms} ms` : (r.error ?? ''), r.note].filter(Boolean).join(' · ')))))
-        : h('p', { class: 'muted' }, 'No connection has reported on this event yet.'));
+    rows.querySelectorAll('tr.selected, tr.linked').forEach((r) => r.classList.remove('selected', 'linked'));
+    row?.classList.add('selected');
+    selected = item;
+    const key = eventKey(item);
+    const event = inbound.get(key)?.item ?? item;
+    // An outbound row is linked to its inbound event: both are marked, the pane shows the event.
+    if (item.direction === 'outbound') inbound.get(key)?.row.classList.add('linked');
+    detail.replaceChildren(...eventDetail(event, reports.get(key) || [], names, item));
   };
 
   const add = (item) => {
-    if (item.direction === 'outbound') {
-      const key = `${item.batch_id}:${item.index}`;
-      outcomes.set(key, [...(outcomes.get(key) || []), item]);
-    }
+    const key = eventKey(item);
+    if (item.direction === 'outbound') reports.set(key, [...(reports.get(key) || []), item]);
     if (paused) return;
-    const row = h('tr', { class: item.direction },
-      h('td', {}, new Date(item.at).toLocaleTimeString()),
-      h('td', {}, item.direction === 'inbound' ? '→ in' : 'out →'),
-      h('td', {}, item.event_type),
-      h('td', {}, item.direction === 'inbound' ? (inputs.find((i) => i.id === item.input_id)?.name ?? '') : (connectionName[item.connection_id] ?? '')),
-      h('td', { class: item.outcome ? `outcome-${item.outcome}` : '' }, item.outcome ? `${item.outcome}${item.setting ? ` (${item.reason ?? item.setting})` : item.status ? ` (${item.status})` : ''}${item.note ? ` · ${item.note}` : ''}` : ''),
-      h('td', {}, item.mpid ?? ''));
-    if (item.direction === 'inbound') row.addEventListener('click', () => showDetail(item, row));
+    rows.querySelector('tr.live-waiting')?.remove();
+    const row = itemRow(item, names);
+    row.addEventListener('click', () => showDetail(item, row));
+    if (item.direction === 'inbound') inbound.set(key, { item, row });
     rows.prepend(row);
     while (rows.children.length > 500) rows.lastChild.remove();
+    // The pane follows news about the event it shows (a report arriving after the event).
+    if (selected && eventKey(selected) === key && item.direction === 'outbound') showDetail(selected, rows.querySelector('tr.selected'));
   };
+
+  // Keyboard: ↓ from the list enters it, ↑ ↓ move between rows, Enter opens the focused one.
+  const list = h('div', { class: 'card stream live-list', tabindex: '0', 'aria-label': 'Live Stream events; arrow keys move, Enter opens' });
+  list.addEventListener('keydown', (e) => {
+    const current = document.activeElement?.closest?.('tr.live-row');
+    let next = null;
+    if (e.key === 'ArrowDown') next = current ? current.nextElementSibling : rows.querySelector('tr.live-row');
+    else if (e.key === 'ArrowUp') next = current?.previousElementSibling;
+    else if (e.key === 'Enter' && current) { current.click(); e.preventDefault(); return; }
+    else return;
+    e.preventDefault();
+    next?.focus();
+  });
 
   const connect = () => {
     stop();
+    reset();
     const query = new URLSearchParams();
     if (input.value) query.set('input_id', input.value);
     if (connection.value) query.set('connection_id', connection.value);
@@ -65,14 +93,18 @@ export async function livePage() {
     if (eventType.value) query.set('event_type', eventType.value);
     if (mpid.value) query.set('mpid', mpid.value);
     source = new EventSource(`/api/v1/live-stream?${query}`);
-    source.onopen = () => { status.textContent = 'Live: events appear as they arrive.'; };
+    // Every (re)connection starts with the node's recent history: the list starts again with it.
+    source.onopen = () => { reset(); status.textContent = 'Live: events appear as they arrive.'; };
     source.onerror = () => { status.textContent = 'Disconnected; retrying…'; };
     source.addEventListener('item', (e) => add(JSON.parse(e.data)));
+    source.addEventListener('caught_up', waiting);
     source.addEventListener('sampled', (e) => { status.textContent = `Busy: showing a sample (${JSON.parse(e.data).skipped} events skipped in the last second).`; });
   };
   for (const el of [input, connection, direction]) el.addEventListener('change', connect);
   for (const el of [eventType, mpid]) el.addEventListener('change', connect);
 
+  list.append(h('table', { id: 'live-table' },
+    h('thead', {}, h('tr', {}, h('th', {}, 'Time'), h('th', {}, 'Direction'), h('th', {}, 'Event'), h('th', {}, 'Input / connection'), h('th', {}, 'Outcome'), h('th', {}, 'MPID'))), rows));
   page('Live Stream',
     h('div', { class: 'card filters' },
       h('div', {}, inputLabel, input), h('div', {}, connLabel, connection),
@@ -80,9 +112,7 @@ export async function livePage() {
       h('div', {}, h('label', { for: 'live-event-type' }, 'Event type'), eventType),
       h('div', {}, h('label', { for: 'live-mpid' }, 'MPID'), mpid)),
     h('div', { class: 'row spread' }, status, h('div', { class: 'row' }, pause, clear)),
-    h('div', { class: 'card stream' }, h('table', { id: 'live-table' },
-      h('thead', {}, h('tr', {}, h('th', {}, 'Time'), h('th', {}, 'Direction'), h('th', {}, 'Event'), h('th', {}, 'Input / connection'), h('th', {}, 'Outcome'), h('th', {}, 'MPID'))), rows)),
-    detail);
+    h('div', { class: 'live-split' }, list, detail));
   connect();
   // Leaving the page closes the stream, so no hidden page keeps a connection to Boson open.
   onLeave(stop);

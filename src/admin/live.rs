@@ -1,6 +1,7 @@
 //! `GET /api/v1/live-stream`: the Live Stream as server-sent events, filtered by input,
 //! connection, direction, event type and MPID. Above a rate a browser can show, items are
-//! sampled and the stream says how many it skipped.
+//! sampled and the stream says how many it skipped. A stream starts with the node's recent
+//! history (the items its filters admit, not sampled: it is bounded), then says `caught_up`.
 
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
@@ -72,6 +73,24 @@ struct WatchedSession {
     checked: Instant,
 }
 
+impl Watch {
+    /// The next history item the filters admit, then `caught_up` once, then `None`.
+    fn next_of_history(&mut self) -> Option<Event> {
+        let history = self.history.as_mut()?;
+        let connection_input = self.connection_input.as_ref();
+        if let Some(item) = history.find(|item| self.filter.admits(item, connection_input)) {
+            return Some(item_event(&item));
+        }
+        self.history = None;
+        Some(Event::default().event("caught_up").data("{}"))
+    }
+}
+
+fn item_event(item: &LiveItem) -> Event {
+    let data = serde_json::to_string(item).unwrap_or_default();
+    Event::default().event("item").data(data)
+}
+
 /// How often a stream's dashboard session is read again.
 const SESSION_RECHECK: Duration = Duration::from_secs(1);
 
@@ -89,6 +108,8 @@ impl WatchedSession {
 
 struct Watch {
     session: Option<WatchedSession>,
+    /// The history not sent yet, oldest first; `None` once `caught_up` has been said.
+    history: Option<std::vec::IntoIter<LiveItem>>,
     stopping: tokio_util::sync::CancellationToken,
     receiver: tokio::sync::broadcast::Receiver<LiveItem>,
     filter: LiveFilter,
@@ -120,10 +141,12 @@ pub(crate) async fn stream(
         }
         _ => None,
     };
+    let (history, receiver) = state.live.subscribe();
     let watch = Watch {
         session,
+        history: Some(history.into_iter()),
         stopping: state.stopping.clone(),
-        receiver: state.live.subscribe(),
+        receiver,
         filter,
         connection_input,
         window: Instant::now(),
@@ -131,6 +154,9 @@ pub(crate) async fn stream(
         skipped: 0,
     };
     let events = futures_util::stream::unfold(watch, |mut watch| async move {
+        if let Some(event) = watch.next_of_history() {
+            return Some((Ok(event), watch));
+        }
         loop {
             let received = tokio::select! {
                 () = watch.stopping.cancelled() => return None,
@@ -168,8 +194,7 @@ pub(crate) async fn stream(
                 continue;
             }
             watch.sent += 1;
-            let data = serde_json::to_string(&item).unwrap_or_default();
-            return Some((Ok(Event::default().event("item").data(data)), watch));
+            return Some((Ok(item_event(&item)), watch));
         }
     });
     Sse::new(events).keep_alive(KeepAlive::default())

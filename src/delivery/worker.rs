@@ -15,7 +15,7 @@ use super::lane::LaneControl;
 use super::retry::{Classification, classify};
 use super::webhook::SendError;
 use super::{DeliveryContext, HeldJob};
-use crate::live::{Direction, LiveItem, Outcome, event_type_of};
+use crate::live::{Direction, LiveItem, Outcome, event_type_of, name_of};
 use crate::model::attempt::AttemptOutcome;
 use crate::model::ids::{InputId, Mpid};
 use crate::model::now_ms;
@@ -139,7 +139,8 @@ pub(super) async fn work(
         let delivery_id = format!("{}-{index}", job.id);
         let sent = Instant::now();
         let result = ctx.client.post(&output, &delivery_id, body.clone()).await;
-        live.report(events, &result, sent);
+        let latency = i64::try_from(sent.elapsed().as_millis()).unwrap_or(i64::MAX);
+        live.report(events, &result, latency);
         if !delivered(&result) {
             ctx.metrics.request_failed(&job.connection_id);
         }
@@ -177,7 +178,10 @@ pub(super) async fn work(
             .iter()
             .map(|(i, _, b, _)| (*i, b.to_vec()))
             .collect();
-        return attempt.retry(*index, error, after, remaining);
+        let status = attempt.last_status;
+        let update = attempt.retry(*index, error.clone(), after, remaining);
+        live.retried(events, status, &error, latency, &update);
+        return update;
     }
     let outcome = if attempt.dead.is_empty() {
         AttemptOutcome::Delivered
@@ -237,6 +241,7 @@ impl Live<'_> {
             batch_id: self.job.batch_id,
             index,
             event_type: event_type_of(event),
+            name: name_of(event),
             mpid: self
                 .document
                 .get("mpid")
@@ -250,6 +255,7 @@ impl Live<'_> {
             status: None,
             latency_ms: None,
             error: None,
+            next_attempt_at: None,
         }
     }
 
@@ -281,32 +287,81 @@ impl Live<'_> {
         }
     }
 
-    /// How the request carrying `events` ended.
+    /// How the request carrying `events` ended, unless it is to be retried: [`Self::retried`]
+    /// reports that once the next attempt is scheduled.
     fn report(
         &self,
         events: &[usize],
         result: &Result<super::webhook::Answer, SendError>,
-        sent: Instant,
+        latency: i64,
     ) {
         if !self.ctx.live.watched() {
             return;
         }
-        let latency = i64::try_from(sent.elapsed().as_millis()).unwrap_or(i64::MAX);
         let (outcome, status, error) = match result {
             Ok(answer) => match classify(answer.status, answer.retry_after) {
                 Classification::Delivered => (Outcome::Forwarded, Some(answer.status), None),
-                Classification::DeadLetter => (Outcome::Failed, Some(answer.status), None),
-                Classification::Retry { .. } => (Outcome::Retrying, Some(answer.status), None),
+                Classification::DeadLetter => (
+                    Outcome::Failed,
+                    Some(answer.status),
+                    Some(format!("receiver answered {}", answer.status)),
+                ),
+                Classification::Retry { .. } => return,
             },
             Err(SendError::Refused(e)) => (Outcome::Failed, None, Some(e.clone())),
-            Err(SendError::Transport(e)) => (Outcome::Retrying, None, Some(e.clone())),
+            Err(SendError::Transport(_)) => return,
         };
+        self.publish(events, outcome, status, error.as_deref(), latency, None);
+    }
+
+    /// A request to be tried again: why (its status or error) and when, or, if the retry window
+    /// is over, that its events failed.
+    fn retried(
+        &self,
+        events: &[usize],
+        status: Option<i64>,
+        error: &str,
+        latency: i64,
+        update: &JobUpdate,
+    ) {
+        if !self.ctx.live.watched() {
+            return;
+        }
+        let status = status.and_then(|s| u16::try_from(s).ok());
+        match update {
+            JobUpdate::Retry {
+                next_attempt_at, ..
+            } => self.publish(
+                events,
+                Outcome::Retrying,
+                status,
+                Some(error),
+                latency,
+                Some(*next_attempt_at),
+            ),
+            _ => {
+                let error = format!("retry window exhausted; last error: {error}");
+                self.publish(events, Outcome::Failed, status, Some(&error), latency, None);
+            }
+        }
+    }
+
+    fn publish(
+        &self,
+        events: &[usize],
+        outcome: Outcome,
+        status: Option<u16>,
+        error: Option<&str>,
+        latency: i64,
+        next_attempt_at: Option<i64>,
+    ) {
         for &index in events {
             self.ctx.live.publish(LiveItem {
                 status,
                 latency_ms: Some(latency),
-                error: error.clone(),
+                error: error.map(str::to_owned),
                 note: self.note(index),
+                next_attempt_at,
                 ..self.item(index, outcome)
             });
         }

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::catalog::Catalog;
-use crate::live::{Direction, LiveItem, LiveStream, Outcome, event_type_of};
+use crate::live::{Direction, LiveItem, LiveStream, Outcome, event_type_of, name_of};
 use crate::model::ids::{BatchId, InputId, Mpid};
 use crate::model::now_ms;
 use crate::model::settings::SettingName;
@@ -36,6 +36,7 @@ pub(crate) fn publish(
             batch_id,
             index,
             event_type: event_type_of(event),
+            name: name_of(event),
             mpid,
             event: Some(event.clone()),
             outcome: None,
@@ -45,6 +46,7 @@ pub(crate) fn publish(
             status: None,
             latency_ms: None,
             error: None,
+            next_attempt_at: None,
         };
         for connection in &inactive {
             live.publish(LiveItem {

@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{
-    ADMIN_TOKEN, Receiver, TestApp, batch_of, http_client, skip_or_fail, spawn_app,
-};
+use crate::helpers::{ADMIN_TOKEN, Receiver, TestApp, batch_of, http_client, spawn_app};
 
 fn screenshots() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
@@ -47,8 +45,7 @@ pub async fn walk(phase: &str, base: &str, target: &str) -> Value {
 
 #[tokio::test]
 async fn the_quickstart_works_in_the_dashboard() {
-    if let Some(why) = crate::web_sdk::missing_prerequisite() {
-        skip_or_fail("dashboard", &why);
+    if !crate::web_sdk::browser_suite_runs("dashboard") {
         return;
     }
     let app = spawn_app().await;

@@ -11,12 +11,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::dashboard::walk;
-use crate::helpers::{Receiver, batch_of, skip_or_fail, spawn_app, wait_for};
+use crate::helpers::{Receiver, batch_of, spawn_app, wait_for};
 
 #[tokio::test]
 async fn the_connection_controls_work_in_the_dashboard() {
-    if let Some(why) = crate::web_sdk::missing_prerequisite() {
-        skip_or_fail("dashboard", &why);
+    if !crate::web_sdk::browser_suite_runs("dashboard_controls") {
         return;
     }
     let app = spawn_app().await;

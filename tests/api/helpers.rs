@@ -21,14 +21,52 @@ pub fn require_all_suites() -> bool {
     std::env::var("BOSON_REQUIRE_ALL_SUITES").is_ok_and(|v| v == "1")
 }
 
-/// Says loudly that a suite cannot run here, and fails when CI requires every suite.
-pub fn skip_or_fail(suite: &str, why: &str) {
+/// Says loudly that a suite cannot run here and how to enable it, records the skip for the
+/// summary `scripts/test` prints (cargo hides a passing test's output), and fails when CI requires
+/// every suite.
+pub fn skip_or_fail(suite: &str, why: &str, enable: &str) {
     let message = format!("SKIPPED SUITE `{suite}`: {why}");
+    record_suite(suite, "skipped", &format!("{why}\t{enable}"));
     if require_all_suites() {
         panic!("{message} (BOSON_REQUIRE_ALL_SUITES=1 turns this skip into a failure)");
     }
-    eprintln!("\n!!!!!!!! {message} !!!!!!!!\n");
+    eprintln!("\n!!!!!!!! {message}; to run it: {enable} !!!!!!!!\n");
 }
+
+/// Records that a suite which can be skipped did run here, for `scripts/test`'s summary.
+pub fn suite_ran(suite: &str) {
+    record_suite(suite, "ran", "");
+}
+
+/// Writes `target/test-suites/<suite>.<outcome>` (or under `BOSON_TEST_SUITES_DIR`), one line
+/// per test of the suite. Best effort: a summary is not worth failing a test for.
+fn record_suite(suite: &str, outcome: &str, line: &str) {
+    use std::io::Write as _;
+    let dir = std::env::var_os("BOSON_TEST_SUITES_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-suites"),
+        std::path::PathBuf::from,
+    );
+    let _ = std::fs::create_dir_all(&dir);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{}.{outcome}", suite.replace(['/', ' '], "_"))));
+    if let Ok(mut file) = file {
+        let _ = writeln!(file, "{line}");
+    }
+}
+
+/// The Python the SDK suites run: `BOSON_TEST_PYTHON` (`scripts/test` points it at the
+/// virtualenv it keeps in `target/python-venv`), else `python3` on the PATH.
+pub fn python() -> std::process::Command {
+    std::process::Command::new(
+        std::env::var_os("BOSON_TEST_PYTHON").unwrap_or_else(|| "python3".into()),
+    )
+}
+
+/// How to get the Python packages of tests/sdk/requirements.txt: `scripts/test` installs them
+/// into its virtualenv, which needs Debian's python3-venv.
+pub const ENABLE_PYTHON: &str = "apt-get install python3-venv, then ./scripts/test (it installs tests/sdk/requirements.txt into target/python-venv)";
 
 /// An HTTP client for tests. reqwest is built without a default TLS crypto provider (Boson picks
 /// `ring`), so one is installed first.
@@ -78,6 +116,7 @@ pub async fn multi_node_postgres(suite: &str) -> Option<String> {
     if let Ok(url) = std::env::var("TEST_DATABASE_URL")
         && url.starts_with("postgres")
     {
+        suite_ran(suite);
         return Some(url);
     }
     let url = std::env::var("BOSON_CI_POSTGRES_URL")
@@ -87,24 +126,30 @@ pub async fn multi_node_postgres(suite: &str) -> Option<String> {
     match connected {
         Ok(Ok(connection)) => {
             let _ = connection.close().await;
+            suite_ran(suite);
             Some(url)
         }
         Ok(Err(error)) => {
             skip_or_fail(
                 suite,
-                &format!("needs TEST_DATABASE_URL=postgres://… ({url}: {error})"),
+                &format!("needs PostgreSQL ({url}: {error})"),
+                ENABLE_POSTGRES,
             );
             None
         }
         Err(_) => {
             skip_or_fail(
                 suite,
-                &format!("needs TEST_DATABASE_URL=postgres://… ({url} did not answer)"),
+                &format!("needs PostgreSQL ({url} did not answer)"),
+                ENABLE_POSTGRES,
             );
             None
         }
     }
 }
+
+/// How to run the suites of several nodes: a PostgreSQL server they can reach.
+const ENABLE_POSTGRES: &str = "TEST_DATABASE_URL=postgres://USER@HOST:5432/postgres ./scripts/test (or a PostgreSQL with trust auth on 127.0.0.1:5432)";
 
 /// Drops a test database made by `fresh_postgres_database` on `server`.
 pub async fn drop_database_on(server: &str, database_url: &str) {

@@ -4,9 +4,9 @@
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::helpers::TestApp;
+use crate::helpers::{Receiver, TestApp, batch_of, spawn_app};
 
 /// The Live Stream of one node as server-sent events, read item by item.
 pub struct LiveStream {
@@ -73,4 +73,78 @@ impl LiveStream {
         }
         false
     }
+}
+
+/// Reads items until one matches `wanted`, within a few seconds.
+async fn find(live: &mut LiveStream, wanted: impl Fn(&Value) -> bool) -> Option<Value> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while let Some(item) = live
+        .next_within(deadline.saturating_duration_since(Instant::now()))
+        .await
+    {
+        if wanted(&item) {
+            return Some(item);
+        }
+    }
+    None
+}
+
+#[tokio::test]
+async fn a_stream_opened_after_traffic_starts_with_it_each_item_named() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let (input, _) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    let batch = batch_of(&["custom_event", "screen_view", "commerce_event"]);
+    assert_eq!(app.post_events(&input, batch).await.status(), 202);
+    receiver.take(3).await;
+
+    // Opened after the events were delivered: they come from the node's history.
+    let mut live = LiveStream::open(&app, "").await;
+    for (direction, name) in [
+        ("inbound", "Clicked"),
+        ("inbound", "Home"),
+        ("inbound", "purchase"),
+        ("outbound", "Clicked"),
+    ] {
+        let item = find(&mut live, |i| {
+            i["direction"] == direction && i["name"] == name
+        })
+        .await;
+        assert!(item.is_some(), "no {direction} item named {name}");
+    }
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_retrying_event_says_why_and_when_it_is_tried_next() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    receiver.script(&[(503, None)]);
+    let (input, _) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    let mut live = LiveStream::open(&app, "direction=outbound").await;
+    assert_eq!(
+        app.post_events(&input, batch_of(&["custom_event"]))
+            .await
+            .status(),
+        202
+    );
+    let retrying = find(&mut live, |i| i["outcome"] == "retrying")
+        .await
+        .expect("a retrying item");
+    assert_eq!(retrying["status"], 503, "{retrying}");
+    assert_eq!(retrying["name"], "Clicked", "{retrying}");
+    assert!(
+        retrying["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("503"),
+        "{retrying}"
+    );
+    let next = retrying["next_attempt_at"]
+        .as_i64()
+        .expect("next_attempt_at");
+    assert!(next >= retrying["at"].as_i64().unwrap(), "{retrying}");
+    receiver.next().await;
+    receiver.next().await;
+    app.stop().await.unwrap();
 }

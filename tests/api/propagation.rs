@@ -25,8 +25,8 @@ const BOUND: Duration = Duration::from_secs(1);
 const PROBE_EVERY: Duration = Duration::from_millis(20);
 
 /// A first node on a fresh PostgreSQL database, or `None` if there is no server (said loudly).
-async fn first_node(test: &str) -> Option<TestApp> {
-    let server = multi_node_postgres(test).await?;
+async fn first_node() -> Option<TestApp> {
+    let server = multi_node_postgres("propagation").await?;
     Some(spawn_app_on_postgres(&server).await)
 }
 
@@ -62,7 +62,7 @@ async fn drain(receiver: &mut Receiver) {
 
 #[tokio::test]
 async fn a_connection_set_inactive_on_one_node_stops_deliveries_through_another_within_a_second() {
-    let Some(node_1) = first_node("connection status").await else {
+    let Some(node_1) = first_node().await else {
         return;
     };
     let mut receiver = Receiver::start().await;
@@ -112,7 +112,7 @@ async fn a_connection_set_inactive_on_one_node_stops_deliveries_through_another_
 
 #[tokio::test]
 async fn an_input_created_on_one_node_is_accepted_by_another_within_a_second() {
-    let Some(node_1) = first_node("new input").await else {
+    let Some(node_1) = first_node().await else {
         return;
     };
     let node_2 = node_1.second_node(|_| {}).await;
@@ -138,7 +138,7 @@ async fn an_input_created_on_one_node_is_accepted_by_another_within_a_second() {
 
 #[tokio::test]
 async fn a_secret_rotated_on_one_node_is_honoured_by_another_within_a_second() {
-    let Some(node_1) = first_node("rotated secret").await else {
+    let Some(node_1) = first_node().await else {
         return;
     };
     let input = node_1.create_input("custom_feed").await;
@@ -188,7 +188,7 @@ async fn a_secret_rotated_on_one_node_is_honoured_by_another_within_a_second() {
 
 #[tokio::test]
 async fn an_output_changed_on_one_node_is_delivered_to_by_another_within_a_second() {
-    let Some(node_1) = first_node("changed output").await else {
+    let Some(node_1) = first_node().await else {
         return;
     };
     let mut before = Receiver::start().await;
@@ -236,7 +236,7 @@ async fn an_output_changed_on_one_node_is_delivered_to_by_another_within_a_secon
 
 #[tokio::test]
 async fn a_signing_secret_issued_on_one_node_signs_the_requests_of_another_within_a_second() {
-    let Some(node_1) = first_node("signing secret").await else {
+    let Some(node_1) = first_node().await else {
         return;
     };
     let mut receiver = Receiver::start().await;

@@ -2,11 +2,12 @@
 //! to `/v2/events`, two to `/v2/bulkevents`) must reach the webhook intact.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{Received, Receiver, skip_or_fail, spawn_app};
+use crate::helpers::{
+    ENABLE_PYTHON, Received, Receiver, python, skip_or_fail, spawn_app, suite_ran,
+};
 
 /// Exit code of the script when `import mparticle` fails.
 const SDK_MISSING: i32 = 3;
@@ -52,13 +53,17 @@ async fn run_sdk_script(base: &str, input: &Value) -> Option<Value> {
         input["api_secret"].as_str().expect("api_secret").to_owned(),
     ];
     // Blocking: the in-process server must keep serving on the runtime while the script runs.
-    let output = tokio::task::spawn_blocking(move || Command::new("python3").args(args).output())
+    let output = tokio::task::spawn_blocking(move || python().args(args).output())
         .await
         .expect("script task");
     let output = match output {
         Ok(output) => output,
         Err(error) => {
-            skip_or_fail("python_sdk", &format!("cannot run python3: {error}"));
+            skip_or_fail(
+                "python_sdk",
+                &format!("cannot run python3: {error}"),
+                ENABLE_PYTHON,
+            );
             return None;
         }
     };
@@ -70,9 +75,11 @@ async fn run_sdk_script(base: &str, input: &Value) -> Option<Value> {
                 "the mParticle Python SDK is not installed ({})",
                 stderr.trim()
             ),
+            ENABLE_PYTHON,
         );
         return None;
     }
+    suite_ran("python_sdk");
     assert!(
         output.status.success(),
         "the SDK script failed with {}:\n{stderr}",

@@ -54,7 +54,7 @@ async fn no_second_holds_more_requests_than_the_limit() {
 /// (divide the receiver's limit by the number of nodes) rests on this measurement.
 #[tokio::test]
 async fn each_node_keeps_the_limit_for_what_it_delivers() {
-    let Some(server) = multi_node_postgres("rate limit on two nodes").await else {
+    let Some(server) = multi_node_postgres("rate_limit_two_nodes").await else {
         return;
     };
     let node_1 = spawn_app_on_postgres(&server).await;

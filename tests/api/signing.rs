@@ -4,13 +4,16 @@
 //! output without a secret.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use base64::Engine as _;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{Received, Receiver, TestApp, batch_of, skip_or_fail, spawn_app};
+use crate::helpers::{
+    ENABLE_PYTHON, Received, Receiver, TestApp, batch_of, python, skip_or_fail, spawn_app,
+    suite_ran,
+};
 
 /// Exit code of the script when `import standardwebhooks` fails.
 const LIBRARY_MISSING: i32 = 3;
@@ -79,7 +82,7 @@ pub async fn verify_all(checks: &[(&Received, &str)]) -> Option<Vec<Result<(), S
     // Blocking: the in-process server keeps serving on the runtime while the script runs.
     let output = tokio::task::spawn_blocking(move || {
         use std::io::Write as _;
-        let mut child = Command::new("python3")
+        let mut child = python()
             .arg(script)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -97,7 +100,11 @@ pub async fn verify_all(checks: &[(&Received, &str)]) -> Option<Vec<Result<(), S
     let output = match output {
         Ok(output) => output,
         Err(error) => {
-            skip_or_fail(SUITE, &format!("cannot run python3: {error}"));
+            skip_or_fail(
+                SUITE,
+                &format!("cannot run python3: {error}"),
+                ENABLE_PYTHON,
+            );
             return None;
         }
     };
@@ -109,9 +116,11 @@ pub async fn verify_all(checks: &[(&Received, &str)]) -> Option<Vec<Result<(), S
                 "the Standard Webhooks library is not installed ({})",
                 stderr.trim()
             ),
+            ENABLE_PYTHON,
         );
         return None;
     }
+    suite_ran(SUITE);
     assert!(
         output.status.success(),
         "the verifying script failed with {}:\n{stderr}",

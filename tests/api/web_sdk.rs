@@ -8,14 +8,31 @@ use std::time::Duration;
 use axum::http::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 
-use crate::helpers::{Received, Receiver, TestApp, skip_or_fail, spawn_app, spawn_app_with};
+use crate::helpers::{
+    Received, Receiver, TestApp, skip_or_fail, spawn_app, spawn_app_with, suite_ran,
+};
 
 fn browser_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser")
 }
 
-/// Why the browser suite cannot run here, if it cannot.
-pub fn missing_prerequisite() -> Option<String> {
+/// Whether the browser suite `suite` can run here; when it cannot, it is skipped loudly (see
+/// `skip_or_fail`), else it is recorded as run.
+pub fn browser_suite_runs(suite: &str) -> bool {
+    match missing_prerequisite() {
+        Some((why, enable)) => {
+            skip_or_fail(suite, &why, enable);
+            false
+        }
+        None => {
+            suite_ran(suite);
+            true
+        }
+    }
+}
+
+/// Why the browser suites cannot run here, if they cannot, and the command that enables them.
+fn missing_prerequisite() -> Option<(String, &'static str)> {
     let sdk = browser_dir().join(SDKS[1].1);
     let playwright = browser_dir().join("node_modules/playwright-core");
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
@@ -24,13 +41,23 @@ pub fn missing_prerequisite() -> Option<String> {
         .output()
         .is_err()
     {
-        return Some("node is not installed".into());
+        let enable =
+            "apt-get install nodejs npm, then ./scripts/test (it runs npm ci in tests/browser)";
+        return Some(("node is not installed".into(), enable));
     }
     if !Path::new(&chromium).exists() {
-        return Some(format!("{chromium} is missing (apt-get install chromium)"));
+        let why = format!("{chromium} is missing");
+        return Some((
+            why,
+            "apt-get install chromium (or CHROMIUM=/path/to/chromium)",
+        ));
     }
     if !sdk.exists() || !playwright.exists() {
-        return Some("tests/browser/node_modules is missing (cd tests/browser && npm ci)".into());
+        let why = "tests/browser/node_modules is missing".into();
+        return Some((
+            why,
+            "./scripts/test (it runs npm ci in tests/browser), or cd tests/browser && npm ci",
+        ));
     }
     None
 }
@@ -139,8 +166,7 @@ fn of_type<'a>(events: &[(&'a Value, &'a Value)], event_type: &str) -> Vec<(&'a 
 
 #[tokio::test]
 async fn web_sdk_shopping_session_reaches_two_connections() {
-    if let Some(why) = missing_prerequisite() {
-        skip_or_fail("web_sdk", &why);
+    if !browser_suite_runs("web_sdk") {
         return;
     }
     let app = spawn_app().await;
@@ -312,8 +338,7 @@ async fn uploads(app: &TestApp, input: &Value, endpoint: &str) -> u64 {
 
 #[tokio::test]
 async fn a_legacy_web_sdk_delivers_the_same_events_as_the_current_one() {
-    if let Some(why) = missing_prerequisite() {
-        skip_or_fail("web_sdk_legacy", &why);
+    if !browser_suite_runs("web_sdk_legacy") {
         return;
     }
     let mut summaries = Vec::new();
@@ -365,8 +390,7 @@ async fn a_legacy_web_sdk_delivers_the_same_events_as_the_current_one() {
 
 #[tokio::test]
 async fn a_legacy_web_sdk_switches_to_batches_when_boson_s_config_answer_says_so() {
-    if let Some(why) = missing_prerequisite() {
-        skip_or_fail("web_sdk_legacy_v3", &why);
+    if !browser_suite_runs("web_sdk_legacy_v3") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -9,6 +9,11 @@
 //        node dashboard.mjs live <boson_url> <admin_token> <key:secret:expected> <screenshot_dir>
 //          opens the Live Stream, sends one event to the Events API, and waits until the event
 //          shows and its connection reports the expected outcome (forwarded or filtered)
+//        node dashboard.mjs live-history <boson_url> <admin_token> <key:secret:name_sent_before> <screenshot_dir>
+//          opens the Live Stream after an event named <name_sent_before> was sent and finds it by
+//          name (history); sends one more and finds it by name; opens an outbound row (linked to
+//          its event) and moves with the keyboard; screenshots at 1440 and 420 px; signs out and
+//          checks that the navigation is hidden with no tab marked
 //        node dashboard.mjs filter <boson_url> <admin_token> <connection_id> <screenshot_dir>
 //          opens the input's data catalog from the connection, switches the event "Live Test" off
 //          in the Data Filter grid, previews the change (dry run), saves; prints {"summary"}
@@ -45,6 +50,49 @@ async function signIn() {
   await page.getByLabel('Admin token').fill(token);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByRole('heading', { name: 'Connections' }).waitFor();
+}
+
+/** The Live Stream phase: history, names, linked rows, keyboard, both widths, signed-out nav. */
+async function liveHistoryPhase() {
+  const [key, secret, before] = target.split(':');
+  await page.setViewportSize({ width: 1440, height: 900 });
+  await signIn();
+  await page.getByRole('link', { name: 'Live Stream' }).click();
+  // Sent before the page was opened: it comes from the node's history, by its name.
+  await page.locator('#live-table tr.inbound', { hasText: before }).first().waitFor({ timeout: 5000 });
+  const after = 'Sent After Opening';
+  const event = { environment: 'development', mpid: 8, events: [{ event_type: 'screen_view', data: { screen_name: after } }] };
+  const response = await fetch(`${base}/v2/events`, { method: 'POST', body: JSON.stringify(event),
+    headers: { authorization: `Basic ${btoa(`${key}:${secret}`)}`, 'content-type': 'application/json' } });
+  if (response.status !== 202) throw new Error(`the Events API answered ${response.status}`);
+  await page.locator('#live-table tr.inbound', { hasText: after }).first().waitFor({ timeout: 5000 });
+  // An outbound row names its event and opens that event, marked in the list, beside it.
+  const outbound = page.locator('#live-table tr.outbound', { hasText: after }).first();
+  await outbound.waitFor({ timeout: 5000 });
+  await outbound.click();
+  await page.locator('#live-detail h2', { hasText: after }).waitFor();
+  await page.locator('#live-table tr.inbound.linked', { hasText: after }).waitFor();
+  const [list, detail] = await Promise.all([page.locator('.live-list').boundingBox(), page.locator('#live-detail').boundingBox()]);
+  if (!(detail.x > list.x + list.width - 1)) throw new Error('the detail is not beside the list at 1440 px');
+  // Keyboard: into the list, down to the oldest rows, Enter opens the focused one.
+  await page.locator('.live-list').focus();
+  await page.keyboard.press('ArrowDown');
+  const rows = await page.locator('#live-table tr.live-row').count();
+  for (let i = 1; i < rows; i += 1) await page.keyboard.press('ArrowDown');
+  await page.keyboard.press('Enter');
+  await page.locator('#live-detail h2', { hasText: before }).waitFor();
+  await shot('live-1440');
+  await page.setViewportSize({ width: 420, height: 900 });
+  await shot('live-420');
+  // Signed out, the navigation is hidden and no tab stays marked.
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.getByLabel('Admin token').waitFor();
+  if (await page.locator('#nav').isVisible()) throw new Error('the navigation is visible when signed out');
+  if (await page.locator('nav a.active').count()) throw new Error('a tab stays marked when signed out');
+  await shot('signed-out-420');
+  await page.setViewportSize({ width: 1440, height: 900 });
+  await shot('signed-out-1440');
+  return { ok: true, rows };
 }
 
 /** A screenshot at phone width (420 px) too, then back to the desktop size. */
@@ -254,6 +302,8 @@ try {
     }
     await shot(`live-${expected}`);
     console.log(JSON.stringify({ ok: true, detail: await page.locator('#live-detail').textContent() }));
+  } else if (phase === 'live-history') {
+    console.log(JSON.stringify(await liveHistoryPhase()));
   } else if (controlPhases[phase]) {
     await controlPhases[phase]();
   } else if (phase === 'charts') {
