@@ -560,8 +560,7 @@ async fn dashboard_modules_are_served_from_folders_as_javascript() {
 /// events received and forwarded (at 1440 and 420 px; screenshots 20–23).
 #[tokio::test]
 async fn charts_are_drawn_with_real_points_after_traffic() {
-    if let Some(why) = crate::web_sdk::missing_prerequisite() {
-        skip_or_fail("dashboard", &why);
+    if !crate::web_sdk::browser_suite_runs("dashboard_charts") {
         return;
     }
     let app = spawn_app().await;
