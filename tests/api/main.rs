@@ -24,6 +24,7 @@ mod legacy_web;
 mod live;
 mod mobile;
 mod multinode;
+mod ordering;
 mod process;
 mod propagation;
 mod python_sdk;
