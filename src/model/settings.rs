@@ -19,6 +19,31 @@ pub(crate) enum ConnectionStatus {
     Inactive,
 }
 
+/// Whether a connection keeps each user's batches in order (see [`ConnectionSettings::ordering`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Ordering {
+    /// Batches go out as they come, side by side: the fastest.
+    #[default]
+    None,
+    /// A user's (MPID's) batches go out one at a time, in the order they were accepted.
+    PerUser,
+}
+
+impl<'de> Deserialize<'de> for Ordering {
+    /// Refuses anything else naming the setting (serde's own message names neither it nor
+    /// the accepted values in a way a user can act on).
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::String(value) if value == "none" => Ok(Self::None),
+            serde_json::Value::String(value) if value == "per_user" => Ok(Self::PerUser),
+            other => Err(serde::de::Error::custom(format!(
+                "`ordering` must be \"none\" or \"per_user\", not {other}"
+            ))),
+        }
+    }
+}
+
 /// The settings of one connection (input × output). Every key is optional on the wire and takes
 /// mParticle's Webhook default when omitted; unknown keys are refused so typos do not pass silently.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +72,8 @@ pub(crate) struct ConnectionSettings {
     pub(crate) unique_id: Option<String>,
     /// Most webhook requests per second this connection sends from one node (`None`: no limit).
     pub(crate) rate_limit_per_second: Option<u32>,
+    /// `PerUser`: one user's batches are delivered one at a time, in acceptance order.
+    pub(crate) ordering: Ordering,
     /// Which event types, names and attributes, user attributes and identity types go out.
     pub(crate) data_filter: DataFilter,
     /// Attribute-value, login-identity, consent and sampling rules.
@@ -77,6 +104,7 @@ impl Default for ConnectionSettings {
             send_alias_requests: false,
             unique_id: None,
             rate_limit_per_second: None,
+            ordering: Ordering::None,
             data_filter: DataFilter::default(),
             forwarding_rules: ForwardingRules::default(),
         }
@@ -107,6 +135,7 @@ pub(crate) enum SettingName {
     SendAliasRequests,
     UniqueId,
     RateLimitPerSecond,
+    Ordering,
     DataFilter,
     ForwardingRules,
 }
@@ -135,6 +164,7 @@ impl SettingName {
             Self::SendAliasRequests => "send_alias_requests",
             Self::UniqueId => "unique_id",
             Self::RateLimitPerSecond => "rate_limit_per_second",
+            Self::Ordering => "ordering",
             Self::DataFilter => "data_filter",
             Self::ForwardingRules => "forwarding_rules",
         }
@@ -155,6 +185,8 @@ pub(crate) enum SettingKind {
     OptionalText,
     /// A positive whole number, or `null` when unset.
     OptionalCount,
+    /// [`Ordering`]: `none` or `per_user`.
+    Ordering,
     /// A [`DataFilter`] document: `send_new_data_points` and a list of rules.
     DataFilter,
     /// A [`ForwardingRules`] document.
@@ -189,6 +221,7 @@ const fn describe(
 
 /// Every connection setting, in the order forms show them (the order of [`ConnectionSettings`]).
 pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
+    use SettingKind::Ordering as Order;
     use SettingKind::{Boolean, MetadataExclusions, OptionalCount, OptionalText, Status};
     use SettingKind::{DataFilter as Filter, ForwardingRules as Rules};
     use SettingName as N;
@@ -312,6 +345,12 @@ pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
             "Rate Limit (requests per second)",
             OptionalCount,
             "Most webhook requests per second, per Boson node; requests beyond it wait their turn. Empty: no limit.",
+        ),
+        describe(
+            N::Ordering,
+            "Ordering",
+            Order,
+            "Per user: each user's batches arrive one at a time, in the order they were accepted, and while one fails that user's later ones wait (other users' keep flowing). None: fastest, no order.",
         ),
         describe(
             N::DataFilter,

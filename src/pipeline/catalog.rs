@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::output::Output;
 use crate::model::Platform;
 use crate::model::ids::{ConnectionId, InputId, OutputId};
-use crate::model::settings::{ConnectionSettings, ConnectionStatus, InputSettings};
+use crate::model::settings::{ConnectionSettings, ConnectionStatus, InputSettings, Ordering};
 use crate::store::{
     CatalogChange, ConnectionRow, InputRow, OutputRow, Store, StoreError, StoreResult,
 };
@@ -44,6 +44,8 @@ const ANNOUNCED_AT_ONCE: usize = 256;
 pub(crate) struct Route {
     pub(crate) connection_id: ConnectionId,
     pub(crate) revision_id: i64,
+    /// The revision keeps each user's batches in order: its jobs carry their batch's MPID.
+    pub(crate) per_user: bool,
 }
 
 /// An input as ingest needs it.
@@ -170,6 +172,7 @@ impl Snapshot {
             let route = Route {
                 connection_id: row.id.clone(),
                 revision_id: row.revision_id,
+                per_user: settings.ordering == Ordering::PerUser,
             };
             routes.insert(at, route);
         } else {

@@ -275,12 +275,15 @@ fn answers(
     commands: &[Command],
     claims: Vec<Vec<ClaimedJob>>,
     outcomes: Vec<Vec<IngestOutcome>>,
-    job_ids: &[(i64, BatchId, ConnectionId)],
+    job_ids: &[(i64, BatchId, ConnectionId, i64)],
     renewed: &Leases,
 ) -> Vec<Done> {
+    // Only the jobs the insert leased: one left in the table behind its user's earlier job
+    // waits for a claim.
     let job_ids: HashMap<(BatchId, &ConnectionId), i64> = job_ids
         .iter()
-        .map(|(id, batch_id, connection)| ((*batch_id, connection), *id))
+        .filter(|(.., lease_until)| *lease_until > 0)
+        .map(|(id, batch_id, connection, _)| ((*batch_id, connection), *id))
         .collect();
     let mut claims = claims.into_iter();
     commands
@@ -337,6 +340,7 @@ fn settle_batches<'a>(
                         created_at: batch.received_at,
                         lease_until: if job.leased { lease_until } else { 0 },
                         leased_by: job.leased.then_some(node),
+                        mpid: job.mpid,
                     }));
                     IngestOutcome::Stored { batch_id }
                 })
@@ -397,6 +401,7 @@ fn jobs_of(
                 attempts: 0,
                 created_at: batch.received_at,
                 lease_until,
+                mpid: job.mpid,
                 body: Arc::clone(&batch.body),
             });
         }

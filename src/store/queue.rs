@@ -42,6 +42,9 @@ pub(crate) struct NewJob {
     /// Leased to this node at once, and handed to delivery after the commit; otherwise left
     /// in the table for a poller to claim.
     pub(crate) leased: bool,
+    /// The batch's user, on a connection that keeps each user's batches in order; `None`:
+    /// unordered.
+    pub(crate) mpid: Option<Mpid>,
 }
 
 /// What happened to one batch of an ingest request.
@@ -67,6 +70,8 @@ pub(crate) struct Job {
     pub(crate) created_at: i64,
     /// When this node's lease on the job ends (Unix ms, this node's clock).
     pub(crate) lease_until: i64,
+    /// Set when the job's connection keeps each user's batches in order (see [`NewJob::mpid`]).
+    pub(crate) mpid: Option<Mpid>,
     pub(crate) body: Arc<[u8]>,
 }
 
@@ -178,6 +183,7 @@ pub(crate) struct ClaimedJob {
     attempts: i64,
     created_at: i64,
     lease_until: i64,
+    mpid: Option<Mpid>,
 }
 
 impl ClaimedJob {
@@ -203,6 +209,7 @@ impl ClaimedJob {
             attempts: self.attempts,
             created_at: self.created_at,
             lease_until: self.lease_until,
+            mpid: self.mpid,
             body,
         }
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Receiver, Received, TestApp, batch_of, multi_node_postgres, spawn_app, spawn_app_on_postgres,
+    Received, Receiver, TestApp, batch_of, multi_node_postgres, spawn_app, spawn_app_on_postgres,
 };
 
 /// The users of the order test, and how many batches each sends.
@@ -94,11 +94,20 @@ async fn each_users_batches_arrive_in_acceptance_order() {
     app.stop().await.unwrap();
 }
 
+/// Requests a test reads at most while waiting for deliveries (retries of a failing user keep
+/// coming, so silence alone would never end a wait that goes wrong).
+const MOST_REQUESTS: usize = 2_000;
+
 /// Receives until every user in `users` has had `PER_USER` batches delivered; returns every
 /// request seen, failed ones included.
 async fn until_delivered(receiver: &mut Receiver, users: &[i64]) -> Vec<Received> {
     let mut got = Vec::new();
     loop {
+        assert!(
+            got.len() < MOST_REQUESTS,
+            "still not delivered: {:?}",
+            delivered_by_user(&got)
+        );
         let by_user = delivered_by_user(&got);
         let done = users
             .iter()
@@ -129,7 +138,10 @@ async fn a_failing_user_waits_while_the_others_flow_then_catches_up_in_order() {
         .filter(|r| mpid_of(r) == FAILING)
         .map(seq_of)
         .collect();
-    assert!(!tried.is_empty(), "the failing user's first batch was tried");
+    assert!(
+        !tried.is_empty(),
+        "the failing user's first batch was tried"
+    );
     assert!(
         tried.iter().all(|seq| *seq == 0),
         "only the failing user's first batch may be tried while it fails: {tried:?}"
@@ -147,7 +159,11 @@ async fn a_failing_user_waits_while_the_others_flow_then_catches_up_in_order() {
 
 #[tokio::test]
 async fn without_ordering_a_failing_users_later_batches_still_go_out() {
-    let app = spawn_app().await;
+    // A breaker that stays closed: an open one would send only probes of the oldest batch.
+    let app = crate::helpers::spawn_app_with(|config| {
+        config.delivery.circuit_breaker_failures = 1000;
+    })
+    .await;
     let mut receiver = Receiver::start().await;
     receiver.fail_user(FAILING, true);
     let (input, _) = app
@@ -162,6 +178,7 @@ async fn without_ordering_a_failing_users_later_batches_still_go_out() {
         .collect();
     // Everything is tried at once; keep receiving until every failing batch was tried.
     while tried.iter().copied().max() < Some(PER_USER - 1) {
+        assert!(tried.len() < MOST_REQUESTS, "{tried:?}");
         let request = receiver.next().await;
         if mpid_of(&request) == FAILING {
             tried.push(seq_of(&request));
@@ -194,7 +211,13 @@ async fn an_unknown_ordering_is_refused_naming_the_setting() {
         .connect(&input, &output, json!({"ordering": "per_user"}))
         .await;
     assert_eq!(connection["settings"]["ordering"], "per_user");
-    let connection = app.connect(&input, &app.create_webhook("https://example.com/other").await, json!({})).await;
+    let connection = app
+        .connect(
+            &input,
+            &app.create_webhook("https://example.com/other").await,
+            json!({}),
+        )
+        .await;
     assert_eq!(connection["settings"]["ordering"], "none");
     app.stop().await.unwrap();
 }
@@ -231,12 +254,16 @@ async fn a_user_whose_head_batch_is_dead_lettered_goes_on_with_the_next() {
     receiver.fail_user(FAILING, true);
     let input = per_user_pipeline(&app, &receiver).await;
     for seq in 0..2 {
-        let status = app.post_events(&input, numbered(FAILING, seq)).await.status();
+        let status = app
+            .post_events(&input, numbered(FAILING, seq))
+            .await
+            .status();
         assert_eq!(status, 202);
     }
     // The first batch is given up on after the retry window; only then is the second tried.
     let mut seen = Vec::new();
     while !seen.contains(&1) {
+        assert!(seen.len() < MOST_REQUESTS, "{seen:?}");
         let request = receiver.next().await;
         seen.push(seq_of(&request));
     }

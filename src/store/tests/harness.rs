@@ -399,6 +399,7 @@ pub(super) fn batch(
                 connection_id: ConnectionId::trusted(connection_id),
                 revision_id,
                 leased: true,
+                mpid: None,
             })
             .collect(),
         profile: None,
