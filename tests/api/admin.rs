@@ -526,6 +526,7 @@ fn mparticle_defaults() -> Vec<(&'static str, &'static str, Value)> {
         ("unique_id", "optional_text", Value::Null),
         // Boson's own delivery controls follow mParticle's settings; null keeps today's behaviour.
         ("rate_limit_per_second", "optional_count", Value::Null),
+        ("ordering", "ordering", json!("none")),
         (
             "data_filter",
             "data_filter",
