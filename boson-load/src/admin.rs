@@ -34,6 +34,8 @@ pub(crate) struct Options {
     pub(crate) sign: bool,
     /// The connection has the Data Filter and forwarding rules of [`rules_settings`].
     pub(crate) rules: bool,
+    /// The connection keeps each user's batches in order.
+    pub(crate) per_user: bool,
 }
 
 /// Creates the input → webhook output → connection pipeline as `options` say and returns the
@@ -54,6 +56,9 @@ pub(crate) async fn setup_pipeline(
     let mut settings = json!({ "status": "active", "send_as_batch": options.send_as_batch });
     if options.rules {
         settings = rules_settings(settings);
+    }
+    if options.per_user {
+        settings["ordering"] = json!("per_user");
     }
     admin
         .connect_with(&input_id, webhook_url, settings, "receiver")

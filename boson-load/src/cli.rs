@@ -49,6 +49,21 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) rules: bool,
 
+    /// Throughput: the connection keeps each user's batches in order (`ordering` =
+    /// `per_user`), to measure what ordering costs.
+    #[arg(long)]
+    pub(crate) per_user: bool,
+
+    /// Throughput: batch k comes from user k mod N (MPID k mod N + 1), so each user sends
+    /// several batches. Default: every batch from a user of its own.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..))]
+    pub(crate) users: Option<u64>,
+
+    /// Throughput: the receiver answers 500 to every request of the first user (MPID 1, needs
+    /// `--users`); its events are not waited for, and the latency reported is the other users'.
+    #[arg(long, requires = "users")]
+    pub(crate) failing_user: bool,
+
     /// How long to wait, after sending, for the receiver to see every accepted event.
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     pub(crate) drain_timeout_secs: u64,

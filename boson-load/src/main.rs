@@ -75,6 +75,10 @@ async fn main() -> Result<()> {
 
     let total_events = usize::try_from(args.total_events()).context("too many batches")?;
     let receiver = Receiver::start(total_events).await?;
+    if args.failing_user {
+        // User 0 of `--users` sends as MPID 1.
+        receiver.fail_user(1);
+    }
     let boson = Boson::start(
         &args.boson_bin(),
         &http,
@@ -132,6 +136,9 @@ async fn main() -> Result<()> {
         send_as_batch: args.send_as_batch,
         signed: args.sign,
         rules: args.rules,
+        per_user: args.per_user,
+        users: args.users,
+        failed_requests: args.failing_user.then_some(summary.failed_requests),
     }
     .rounded();
     println!("{}", report.to_json_line());
@@ -167,6 +174,7 @@ async fn measure(
             send_as_batch: args.send_as_batch,
             sign: args.sign,
             rules: args.rules,
+            per_user: args.per_user,
         },
     )
     .await
@@ -189,6 +197,7 @@ async fn measure(
         concurrency: args.concurrency,
         rate: args.rate,
         consent: args.rules,
+        users: args.users,
     };
     let cpu_before = boson.cpu_secs().ok();
     let outcome = sender::run(plan).await?;
@@ -207,7 +216,13 @@ async fn measure(
         );
     }
 
-    wait_for_deliveries(receiver, outcome.accepted_events, args.drain_timeout()).await;
+    // The failing user's events never arrive: user 0 sends batches 0, N, 2N, …
+    let never = match (args.failing_user, args.users) {
+        (true, Some(users)) => args.batches.div_ceil(users) * cli::EVENTS_PER_BATCH as u64,
+        _ => 0,
+    };
+    let expected = outcome.accepted_events.saturating_sub(never);
+    wait_for_deliveries(receiver, expected, args.drain_timeout()).await;
     let cpu_secs = match (cpu_before, boson.cpu_secs()) {
         (Some(before), Ok(after)) => Some(after - before),
         (_, Err(e)) => {

@@ -43,6 +43,10 @@ struct Stats {
     last_delivery: Option<Instant>,
     /// Indexed by the event's `i`; sized to the number of events the run sends.
     seen: Vec<bool>,
+    /// Requests of this MPID are answered 500 and not counted (`--failing-user`).
+    failing_mpid: Option<i64>,
+    /// Requests answered 500 for it.
+    failed_requests: u64,
 }
 
 impl Stats {
@@ -56,6 +60,8 @@ impl Stats {
             malformed_bodies: 0,
             last_delivery: None,
             seen: vec![false; total_events],
+            failing_mpid: None,
+            failed_requests: 0,
         })
     }
 }
@@ -93,6 +99,11 @@ impl Receiver {
         })
     }
 
+    /// From now on answers 500 to every request of user `mpid`, without counting its events.
+    pub(crate) fn fail_user(&self, mpid: i64) {
+        lock(&self.stats).failing_mpid = Some(mpid);
+    }
+
     pub(crate) fn url(&self) -> String {
         format!("http://{}/hook", self.addr)
     }
@@ -126,6 +137,7 @@ impl Receiver {
             duplicates: s.duplicates,
             unrecognized: s.unrecognized,
             malformed_bodies: s.malformed_bodies,
+            failed_requests: s.failed_requests,
             last_delivery: s.last_delivery,
             latency_ms,
         }
@@ -139,6 +151,8 @@ pub(crate) struct Summary {
     pub(crate) duplicates: u64,
     pub(crate) unrecognized: u64,
     pub(crate) malformed_bodies: u64,
+    /// Requests answered 500 because they were the failing user's.
+    pub(crate) failed_requests: u64,
     pub(crate) last_delivery: Option<Instant>,
     /// `None` when nothing was delivered.
     pub(crate) latency_ms: Option<Latencies>,
@@ -172,7 +186,13 @@ pub(crate) struct Stamp {
 /// `None` if the body is not JSON.
 pub(crate) fn read_stamps(body: &[u8]) -> Option<Vec<Option<Stamp>>> {
     let batch = serde_json::from_slice::<Batch>(body).ok()?;
-    Some(batch.events.iter().map(Event::stamp).collect())
+    Some(batch.stamps())
+}
+
+impl Batch {
+    fn stamps(&self) -> Vec<Option<Stamp>> {
+        self.events.iter().map(Event::stamp).collect()
+    }
 }
 
 async fn hook(State(stats): State<Shared>, body: Bytes) -> StatusCode {
@@ -180,14 +200,18 @@ async fn hook(State(stats): State<Shared>, body: Bytes) -> StatusCode {
     let now_us = unix_micros();
     let now = Instant::now();
 
-    let Some(stamps) = read_stamps(&body) else {
+    let Ok(batch) = serde_json::from_slice::<Batch>(&body) else {
         lock(&stats).malformed_bodies += 1;
         // Still 200: a 4xx/5xx would make Boson retry and distort the numbers.
         return StatusCode::OK;
     };
 
     let mut s = lock(&stats);
-    for stamp in stamps {
+    if batch.mpid.is_some() && batch.mpid == s.failing_mpid {
+        s.failed_requests += 1;
+        return StatusCode::INTERNAL_SERVER_ERROR;
+    }
+    for stamp in batch.stamps() {
         let Some(Stamp { index, sent_at_us }) = stamp else {
             s.unrecognized += 1;
             continue;
@@ -221,6 +245,8 @@ async fn hook(State(stats): State<Shared>, body: Bytes) -> StatusCode {
 struct Batch {
     #[serde(default)]
     events: Vec<Event>,
+    #[serde(default)]
+    mpid: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -30,6 +30,13 @@ pub(crate) struct Report {
     pub(crate) signed: bool,
     /// Whether the connection had the Data Filter and forwarding rules of `--rules`.
     pub(crate) rules: bool,
+    /// Whether the connection kept each user's batches in order (`--per-user`).
+    pub(crate) per_user: bool,
+    /// `--users`: how many users the batches came from (`null`: one per batch).
+    pub(crate) users: Option<u64>,
+    /// `--failing-user`: requests of the first user answered 500 (its events are not in
+    /// `delivered` or the latency).
+    pub(crate) failed_requests: Option<u64>,
 }
 
 /// Always an object, with `null` values when nothing was delivered, so

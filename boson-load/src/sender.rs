@@ -44,6 +44,8 @@ pub(crate) struct Plan {
     pub(crate) rate: Option<f64>,
     /// Every batch states consent to `marketing` and no CCPA opt-out (for `--rules`).
     pub(crate) consent: bool,
+    /// Batch k comes from user k mod `users` (`--users`); `None`: user k.
+    pub(crate) users: Option<u64>,
 }
 
 /// Result of the sending phase.
@@ -78,6 +80,7 @@ struct Sender {
     uri: Uri,
     authorization: HeaderValue,
     consent: bool,
+    users: Option<u64>,
 }
 
 impl Sender {
@@ -100,12 +103,14 @@ impl Sender {
             uri: plan.url.parse().context("parsing the events URL")?,
             authorization: HeaderValue::try_from(authorization)?,
             consent: plan.consent,
+            users: plan.users,
         })
     }
 
     /// Batch `k`, with the consent of `--rules` if asked for.
     fn batch(&self, k: u64, sent_at_us: u64) -> String {
-        let batch = batch(k, sent_at_us);
+        let user = self.users.map_or(k, |users| k % users);
+        let batch = batch_from(k, user, sent_at_us);
         if self.consent {
             with_consent(&batch)
         } else {
@@ -225,6 +230,7 @@ pub(crate) async fn run(plan: Plan) -> Result<Outcome> {
 /// (for de-duplication at the receiver). The rest varies a little so Boson
 /// doesn't see byte-identical payloads. Written as text directly: building a
 /// `serde_json::Value` first cost the generator more than the request itself.
+#[cfg(test)]
 pub(crate) fn batch(k: u64, sent_at_us: u64) -> String {
     batch_from(k, k, sent_at_us)
 }

@@ -48,6 +48,12 @@ const CONTROLS = {
     const input = h('input', { type: 'number', min: '0', step: 'any', id: `setting-${d.name}`, value: value ?? '', 'aria-describedby': `help-${d.name}` });
     return { block: field(d, h('label', { for: `setting-${d.name}` }, d.label), input), read: () => (input.value === '' ? null : Number(input.value)) };
   },
+  ordering(d, value) {
+    const select = h('select', { id: `setting-${d.name}`, 'aria-describedby': `help-${d.name}` },
+      h('option', { value: 'none', selected: value !== 'per_user' }, 'None (fastest)'),
+      h('option', { value: 'per_user', selected: value === 'per_user' }, 'Per user (MPID)'));
+    return { block: field(d, h('label', { for: `setting-${d.name}` }, d.label), select), read: () => select.value };
+  },
   optional_text(d, value) {
     const input = h('input', { type: 'text', id: `setting-${d.name}`, value: value ?? '', 'aria-describedby': `help-${d.name}` });
     return { block: field(d, h('label', { for: `setting-${d.name}` }, d.label), input), read: () => input.value || null };

@@ -11,9 +11,11 @@ use tokio::sync::Notify;
 
 use super::breaker::{Breaker, Permit, Ramp, Transition};
 use super::health::Spell;
+use super::order::{Next, UserTurns};
 use super::retry::{Classification, classify};
 use crate::model::attempt::AttemptOutcome;
-use crate::store::queue::JobUpdate;
+use crate::model::ids::Mpid;
+use crate::store::queue::{Job, JobUpdate};
 
 /// Requests in flight a connection starts with after its endpoint came back.
 const RECOVERY_START_IN_FLIGHT: usize = 4;
@@ -35,6 +37,10 @@ pub(super) struct LaneControl {
     last_paced: tokio::sync::Mutex<Option<Instant>>,
     /// The connection's failing spell as this node sees it (see `super::health`).
     pub(super) spell: Mutex<Spell>,
+    /// On a connection ordered per user: whose job is in flight, and which wait behind it.
+    turns: Mutex<UserTurns<Job>>,
+    /// On a connection ordered per user, the user of the last failure the breaker counted.
+    last_failed_user: Mutex<Option<Mpid>>,
 }
 
 /// The breaker's settings.
@@ -58,7 +64,20 @@ impl LaneControl {
             slot_freed: Notify::new(),
             last_paced: tokio::sync::Mutex::new(None),
             spell: Mutex::new(Spell::default()),
+            turns: Mutex::new(UserTurns::default()),
+            last_failed_user: Mutex::new(None),
         }
+    }
+
+    /// A job of `mpid` taken off the lane: `Some` if it may go now (see [`UserTurns::admit`]).
+    pub(super) fn admit(&self, mpid: Mpid, job: Job) -> Option<Job> {
+        let id = job.id;
+        lock(&self.turns).admit(mpid, id, job)
+    }
+
+    /// A user's job ended (see [`UserTurns::ended`]).
+    pub(super) fn turn_ended(&self, mpid: Mpid, id: i64, finished: bool) -> Next<Job> {
+        lock(&self.turns).ended(mpid, id, finished)
     }
 
     /// Waits until a request may go out under a limit of `rate` per second (no wait without a
@@ -112,10 +131,23 @@ impl LaneControl {
     }
 
     /// Records how a job sent through this lane ended (its place is freed separately, once the
-    /// outcome is committed).
-    pub(super) fn ended(&self, update: &JobUpdate, now: Instant) -> Transition {
+    /// outcome is committed). `user` is the job's MPID on a connection ordered per user: there
+    /// one user's failures in a row count as one, so a receiver that refuses one user's
+    /// requests holds back only that user (whose later batches wait anyway), while an endpoint
+    /// that fails every user still opens the breaker.
+    pub(super) fn ended(&self, update: &JobUpdate, user: Option<Mpid>, now: Instant) -> Transition {
         match endpoint_answered(update) {
+            Some(false) if user.is_some() => {
+                let mut last = lock(&self.last_failed_user);
+                if *last == user {
+                    return Transition::None;
+                }
+                *last = user;
+                drop(last);
+                lock(&self.breaker).failed(now)
+            }
             Some(true) => {
+                *lock(&self.last_failed_user) = None;
                 let transition = lock(&self.breaker).succeeded();
                 let mut ramp = lock(&self.ramp);
                 if transition == Transition::Recovered {
@@ -158,4 +190,63 @@ pub(super) fn endpoint_answered(update: &JobUpdate) -> Option<bool> {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ids::{BatchId, ConnectionId};
+    use crate::store::queue::{AttemptRecord, JobKey};
+
+    fn failed() -> JobUpdate {
+        let mut attempt = AttemptRecord::dropped("receiver answered 500");
+        attempt.outcome = AttemptOutcome::Retry;
+        attempt.requests = 1;
+        attempt.status = Some(500);
+        JobUpdate::Retry {
+            job: JobKey {
+                id: 1,
+                batch_id: BatchId::new(1),
+                connection_id: ConnectionId::trusted("conn_a"),
+            },
+            progress: 0,
+            attempts: 1,
+            next_attempt_at: 0,
+            attempt,
+            dead: Vec::new(),
+        }
+    }
+
+    fn lane() -> LaneControl {
+        let breaker = BreakerConfig {
+            failures: 3,
+            first_open: Duration::from_secs(1),
+            max_open: Duration::from_secs(10),
+        };
+        LaneControl::new(breaker, 8)
+    }
+
+    #[test]
+    fn one_users_failures_in_a_row_never_open_the_breaker() {
+        let lane = lane();
+        let now = Instant::now();
+        for _ in 0..10 {
+            let moved = lane.ended(&failed(), Some(Mpid::new(7)), now);
+            assert_eq!(moved, Transition::None);
+        }
+        assert_eq!(lane.permit(now), Permit::Send);
+    }
+
+    #[test]
+    fn failures_of_several_users_or_unordered_jobs_do() {
+        let now = Instant::now();
+        let lane = lane();
+        let moved: Vec<Transition> = (1..=3)
+            .map(|user| lane.ended(&failed(), Some(Mpid::new(user)), now))
+            .collect();
+        assert_eq!(moved.last(), Some(&Transition::Opened));
+        let lane = self::lane();
+        let moved: Vec<Transition> = (0..3).map(|_| lane.ended(&failed(), None, now)).collect();
+        assert_eq!(moved.last(), Some(&Transition::Opened));
+    }
 }

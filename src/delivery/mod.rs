@@ -22,6 +22,7 @@ mod breaker;
 mod crowded;
 pub(crate) mod health;
 mod lane;
+mod order;
 pub(crate) mod retry;
 pub(crate) mod webhook;
 mod worker;
@@ -39,7 +40,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::DeliveryConfig;
 use crate::live::LiveStream;
-use crate::model::ids::{BatchId, ConnectionId};
+use crate::model::ids::{BatchId, ConnectionId, Mpid};
 use crate::model::now_ms;
 use crate::pipeline::catalog::Catalog;
 use crate::store::queue::{AttemptRecord, ClaimedJob, Job, JobUpdate, Renewed};
@@ -50,6 +51,7 @@ use breaker::{Permit, Transition};
 pub(crate) use crowded::Crowded;
 use health::Health;
 use lane::{BreakerConfig, LaneControl, endpoint_answered};
+use order::Next;
 use retry::Backoff;
 use webhook::WebhookClient;
 
@@ -304,12 +306,15 @@ impl Lanes {
         self.held().remove(&job_id);
     }
 
-    /// Records a job's outcome (committed when this returns) and lets go of it.
-    async fn record(&self, job_id: i64, update: JobUpdate) {
-        if let Err(error) = self.ctx.writer.update(update).await {
+    /// Records a job's outcome (committed when this returns) and lets go of it; false if it
+    /// could not be recorded.
+    async fn record(&self, job_id: i64, update: JobUpdate) -> bool {
+        let recorded = self.ctx.writer.update(update).await;
+        if let Err(error) = &recorded {
             tracing::warn!(job_id, %error, "Could not record a job update; the job is retried after its lease.");
         }
         self.forget(job_id);
+        recorded.is_ok()
     }
 
     /// Gives a job back unworked, without waiting for the commit.
@@ -442,27 +447,42 @@ impl Lanes {
             };
             if !self.holds(job.id) {
                 // Lost to another node while it waited here (see `Lanes::renewed`).
+                self.turn_ended(&control, &job, false).await;
                 continue;
             }
+            let job = match job.mpid {
+                Some(mpid) => match control.admit(mpid, job) {
+                    Some(job) => job,
+                    // Waits behind its user's job in flight (see `order`).
+                    None => continue,
+                },
+                None => job,
+            };
             if self.is_roomy(jobs.capacity()) && self.crowded.contains(&connection_id) {
                 self.crowded.set(&connection_id, false);
             }
             tokio::select! {
-                () = self.cancel.cancelled() => { self.release(job.id).await; break }
+                () = self.cancel.cancelled() => {
+                    self.turn_ended(&control, &job, false).await;
+                    self.release(job.id).await;
+                    break
+                }
                 () = control.take_slot() => {}
             }
             if control.permit(Instant::now()) == Permit::Wait {
                 control.free_slot();
                 self.crowded.set_failing(&connection_id, true);
+                self.turn_ended(&control, &job, false).await;
                 self.release(job.id).await;
                 continue;
             }
             let lanes = Arc::clone(&self);
             let control = Arc::clone(&control);
             self.tracker.spawn(async move {
-                let (job_id, connection_id) = (job.id, job.connection_id.clone());
+                let (job_id, connection_id, mpid) = (job.id, job.connection_id.clone(), job.mpid);
                 let update = lanes.work(job, &control).await;
-                let transition = control.ended(&update, Instant::now());
+                let transition = control.ended(&update, mpid, Instant::now());
+                let finished = matches!(update, JobUpdate::Finished { .. });
                 let answered = endpoint_answered(&update);
                 let health = &lanes.ctx.health;
                 health.observe(
@@ -473,15 +493,79 @@ impl Lanes {
                     &control.spell,
                 );
                 // The place is free only once the outcome is committed (see `Writer::update`).
-                lanes.record(job_id, update).await;
+                // A user's next job goes only once this one has left the table for sure.
+                let finished = lanes.record(job_id, update).await && finished;
                 control.free_slot();
                 lanes.breaker_moved(&connection_id, transition);
+                if let Some(mpid) = mpid {
+                    lanes
+                        .next_turn(&control, &connection_id, mpid, job_id, finished)
+                        .await;
+                }
             });
         }
         jobs.close();
         while let Ok(job) = jobs.try_recv() {
+            self.turn_ended(&control, &job, false).await;
             self.release(job.id).await;
         }
+    }
+
+    /// A job of a connection ordered per user ended without being worked (released, or lost
+    /// to another node): the jobs of its user waiting behind it go back to the table.
+    async fn turn_ended(&self, control: &LaneControl, job: &Job, finished: bool) {
+        if let Some(mpid) = job.mpid {
+            self.next_turn(control, &job.connection_id, mpid, job.id, finished)
+                .await;
+        }
+    }
+
+    /// After user `mpid`'s job `id` ended (`finished`: it left the queue): queues the user's
+    /// next waiting job, or releases those that waited (the ended one is still pending). A
+    /// next job the lane has no room for is released, and those behind it with it.
+    async fn next_turn(
+        &self,
+        control: &LaneControl,
+        connection_id: &ConnectionId,
+        mpid: Mpid,
+        id: i64,
+        finished: bool,
+    ) {
+        let mut ended = (id, finished);
+        loop {
+            match control.turn_ended(mpid, ended.0, ended.1) {
+                Next::Nothing => return,
+                Next::Release(waiting) => {
+                    for job in waiting {
+                        self.release(job.id).await;
+                    }
+                    return;
+                }
+                Next::Go(job) => {
+                    let sender = self
+                        .lane_map()
+                        .get(connection_id)
+                        .map(|lane| lane.jobs.clone());
+                    let Some(sender) = sender else { return };
+                    match sender.try_send(job) {
+                        Ok(()) => return,
+                        Err(
+                            mpsc::error::TrySendError::Full(job)
+                            | mpsc::error::TrySendError::Closed(job),
+                        ) => {
+                            ended = (job.id, false);
+                            self.release(job.id).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn lane_map(&self) -> std::sync::MutexGuard<'_, HashMap<ConnectionId, Lane>> {
+        self.lanes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Works one job. A panic (a bug) must not leave the job held, and so renewed, for ever.

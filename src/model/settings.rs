@@ -51,6 +51,31 @@ impl Hours {
     }
 }
 
+/// Whether a connection keeps each user's batches in order (see [`ConnectionSettings::ordering`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Ordering {
+    /// Batches go out as they come, side by side: the fastest.
+    #[default]
+    None,
+    /// A user's (MPID's) batches go out one at a time, in the order they were accepted.
+    PerUser,
+}
+
+impl<'de> Deserialize<'de> for Ordering {
+    /// Refuses anything else naming the setting (serde's own message names neither it nor
+    /// the accepted values in a way a user can act on).
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::String(value) if value == "none" => Ok(Self::None),
+            serde_json::Value::String(value) if value == "per_user" => Ok(Self::PerUser),
+            other => Err(serde::de::Error::custom(format!(
+                "`ordering` must be \"none\" or \"per_user\", not {other}"
+            ))),
+        }
+    }
+}
+
 /// The settings of one connection (input × output). Every key is optional on the wire and takes
 /// mParticle's Webhook default when omitted; unknown keys are refused so typos do not pass silently.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +106,8 @@ pub(crate) struct ConnectionSettings {
     pub(crate) rate_limit_per_second: Option<u32>,
     /// Hours of continuous failure after which Boson pauses the connection (`None`: never).
     pub(crate) auto_pause_after_hours: Option<Hours>,
+    /// `PerUser`: one user's batches are delivered one at a time, in acceptance order.
+    pub(crate) ordering: Ordering,
     /// Which event types, names and attributes, user attributes and identity types go out.
     pub(crate) data_filter: DataFilter,
     /// Attribute-value, login-identity, consent and sampling rules.
@@ -112,6 +139,7 @@ impl Default for ConnectionSettings {
             unique_id: None,
             rate_limit_per_second: None,
             auto_pause_after_hours: None,
+            ordering: Ordering::None,
             data_filter: DataFilter::default(),
             forwarding_rules: ForwardingRules::default(),
         }
@@ -143,6 +171,7 @@ pub(crate) enum SettingName {
     UniqueId,
     RateLimitPerSecond,
     AutoPauseAfterHours,
+    Ordering,
     DataFilter,
     ForwardingRules,
 }
@@ -172,6 +201,7 @@ impl SettingName {
             Self::UniqueId => "unique_id",
             Self::RateLimitPerSecond => "rate_limit_per_second",
             Self::AutoPauseAfterHours => "auto_pause_after_hours",
+            Self::Ordering => "ordering",
             Self::DataFilter => "data_filter",
             Self::ForwardingRules => "forwarding_rules",
         }
@@ -194,6 +224,8 @@ pub(crate) enum SettingKind {
     OptionalCount,
     /// A positive number of hours (fractions allowed), or `null` when unset.
     OptionalHours,
+    /// [`Ordering`]: `none` or `per_user`.
+    Ordering,
     /// A [`DataFilter`] document: `send_new_data_points` and a list of rules.
     DataFilter,
     /// A [`ForwardingRules`] document.
@@ -228,6 +260,7 @@ const fn describe(
 
 /// Every connection setting, in the order forms show them (the order of [`ConnectionSettings`]).
 pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
+    use SettingKind::Ordering as Order;
     use SettingKind::{
         Boolean, MetadataExclusions, OptionalCount, OptionalHours, OptionalText, Status,
     };
@@ -359,6 +392,12 @@ pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
             "Auto-pause after (hours)",
             OptionalHours,
             "Pause the connection once its endpoint has failed continuously this long (fractions allowed); its deliveries wait until you set it active. Empty: never.",
+        ),
+        describe(
+            N::Ordering,
+            "Ordering",
+            Order,
+            "Per user: each user's batches arrive one at a time, in the order they were accepted, and while one fails that user's later ones wait (other users' keep flowing). None: fastest, no order.",
         ),
         describe(
             N::DataFilter,

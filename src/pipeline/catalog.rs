@@ -21,7 +21,9 @@ use tokio_util::sync::CancellationToken;
 use super::output::Output;
 use crate::model::Platform;
 use crate::model::ids::{ConnectionId, InputId, OutputId};
-use crate::model::settings::{ConnectionSettings, ConnectionStatus, Hours, InputSettings};
+use crate::model::settings::{
+    ConnectionSettings, ConnectionStatus, Hours, InputSettings, Ordering,
+};
 use crate::store::{
     CatalogChange, ConnectionRow, InputRow, OutputRow, Store, StoreError, StoreResult,
 };
@@ -46,6 +48,8 @@ pub(crate) struct Route {
     pub(crate) revision_id: i64,
     /// The revision's rules decide on the user's consent (its jobs carry it from the commit).
     pub(crate) reads_consent: bool,
+    /// The revision keeps each user's batches in order: its jobs carry their batch's MPID.
+    pub(crate) per_user: bool,
 }
 
 /// An input as ingest needs it.
@@ -180,6 +184,7 @@ impl Snapshot {
                 connection_id: row.id.clone(),
                 revision_id: row.revision_id,
                 reads_consent: settings.forwarding_rules.reads_consent(),
+                per_user: settings.ordering == Ordering::PerUser,
             };
             routes.insert(at, route);
         } else {

@@ -38,14 +38,15 @@ pub(crate) fn fan_out(
         source_request_id: batch.source_request_id,
         received_at: batch.received_at,
         event_count: i64::try_from(batch.event_count).unwrap_or(i64::MAX),
-        jobs: jobs_for(routes, handoff),
+        jobs: jobs_for(routes, user_of(batch.document), handoff),
         profile: profile_update(batch.document),
         body: batch.body,
     }
 }
 
-/// A job per active connection of the input, each with the settings revision current now.
-pub(crate) fn jobs_for(routes: &[Route], handoff: &dyn Handoff) -> Vec<NewJob> {
+/// A job per active connection of the input, each with the settings revision current now, and
+/// the batch's user (`mpid`) where the revision orders by user.
+pub(crate) fn jobs_for(routes: &[Route], mpid: Option<Mpid>, handoff: &dyn Handoff) -> Vec<NewJob> {
     routes
         .iter()
         .map(|route| NewJob {
@@ -53,14 +54,22 @@ pub(crate) fn jobs_for(routes: &[Route], handoff: &dyn Handoff) -> Vec<NewJob> {
             revision_id: route.revision_id,
             leased: handoff.takes_now(&route.connection_id),
             reads_consent: route.reads_consent,
+            mpid: mpid.filter(|_| route.per_user),
         })
         .collect()
+}
+
+/// The batch's user: its MPID, unless missing or 0.
+fn user_of(document: &Value) -> Option<Mpid> {
+    Some(Mpid::new(
+        document.get("mpid")?.as_i64().filter(|m| *m != 0)?,
+    ))
 }
 
 /// The batch's user attributes as a merge patch on its user's profile (deletions as `null`), and
 /// the consent purposes it states; none for a batch without a user (MPID missing or 0).
 pub(crate) fn profile_update(document: &Value) -> Option<ProfileUpdate> {
-    let mpid = Mpid::new(document.get("mpid")?.as_i64().filter(|m| *m != 0)?);
+    let mpid = user_of(document)?;
     let mut patch = document
         .get("user_attributes")
         .and_then(Value::as_object)
@@ -104,16 +113,19 @@ mod tests {
     }
 
     fn arb_routes() -> impl Strategy<Value = Vec<Route>> {
-        proptest::collection::vec((0u8..8, 1i64..100, any::<bool>()), 0..6).prop_map(|routes| {
-            routes
-                .into_iter()
-                .map(|(c, revision_id, reads_consent)| Route {
-                    connection_id: ConnectionId::trusted(format!("conn_{c}")),
-                    revision_id,
-                    reads_consent,
-                })
-                .collect()
-        })
+        proptest::collection::vec((0u8..8, 1i64..100, any::<bool>(), any::<bool>()), 0..6).prop_map(
+            |routes| {
+                routes
+                    .into_iter()
+                    .map(|(c, revision_id, reads_consent, per_user)| Route {
+                        connection_id: ConnectionId::trusted(format!("conn_{c}")),
+                        revision_id,
+                        reads_consent,
+                        per_user,
+                    })
+                    .collect()
+            },
+        )
     }
 
     fn arb_attributes() -> impl Strategy<Value = BTreeMap<String, Option<i64>>> {
@@ -123,20 +135,24 @@ mod tests {
 
     proptest! {
         /// Every route gets exactly one job, in order, with its revision; a job is leased
-        /// exactly when delivery takes it now, and reads consent when its route's rules do.
+        /// exactly when delivery takes it now, reads consent when its route's rules do, and
+        /// carries the user only where its route orders by user.
         #[test]
         fn one_job_per_route(
             routes in arb_routes(),
             crowded in proptest::collection::hash_set("conn_[0-7]", 0..4),
+            mpid in proptest::option::of(1i64..100),
         ) {
             let handoff = Crowded(crowded.clone());
-            let jobs = jobs_for(&routes, &handoff);
+            let mpid = mpid.map(Mpid::new);
+            let jobs = jobs_for(&routes, mpid, &handoff);
             prop_assert_eq!(jobs.len(), routes.len());
             for (job, route) in jobs.iter().zip(&routes) {
                 prop_assert_eq!(&job.connection_id, &route.connection_id);
                 prop_assert_eq!(job.revision_id, route.revision_id);
                 prop_assert_eq!(job.leased, !crowded.contains(route.connection_id.as_str()));
                 prop_assert_eq!(job.reads_consent, route.reads_consent);
+                prop_assert_eq!(job.mpid, mpid.filter(|_| route.per_user));
             }
         }
 
@@ -182,6 +198,7 @@ mod tests {
             connection_id: ConnectionId::trusted("conn_a"),
             revision_id: 3,
             reads_consent: false,
+            per_user: true,
         }];
         let batch = fan_out(
             AcceptedBatch {
@@ -200,6 +217,7 @@ mod tests {
         assert_eq!((batch.received_at, batch.event_count), (42, 5));
         assert!(Arc::ptr_eq(&batch.body, &body));
         assert_eq!(batch.jobs.len(), 1);
+        assert_eq!(batch.jobs[0].mpid, Some(Mpid::new(7)));
         let profile = batch
             .profile
             .expect("a batch with a user updates its profile");

@@ -281,7 +281,7 @@ fn hands_over_consent(commands: &[Command]) -> bool {
 /// What the group's ingest commands hand to delivery: the new jobs' ids and the consent of the
 /// users whose jobs read it; and the lease end the group gives (new jobs and renewals alike).
 struct Handed<'a> {
-    job_ids: &'a [(i64, BatchId, ConnectionId)],
+    job_ids: &'a [(i64, BatchId, ConnectionId, i64)],
     consents: &'a HashMap<Mpid, Arc<serde_json::Value>>,
     lease_until: i64,
 }
@@ -295,10 +295,13 @@ fn answers(
     handed: &Handed<'_>,
     renewed: &HashSet<i64>,
 ) -> Vec<Done> {
+    // Only the jobs the insert leased: one left in the table behind its user's earlier job
+    // waits for a claim.
     let job_ids: HashMap<(BatchId, &ConnectionId), i64> = handed
         .job_ids
         .iter()
-        .map(|(id, batch_id, connection)| ((*batch_id, connection), *id))
+        .filter(|(.., lease_until)| *lease_until > 0)
+        .map(|(id, batch_id, connection, _)| ((*batch_id, connection), *id))
         .collect();
     let mut claims = claims.into_iter();
     commands
@@ -355,6 +358,7 @@ fn settle_batches<'a>(
                         created_at: batch.received_at,
                         lease_until: if job.leased { lease_until } else { 0 },
                         leased_by: job.leased.then_some(node),
+                        mpid: job.mpid,
                     }));
                     IngestOutcome::Stored { batch_id }
                 })
@@ -419,6 +423,7 @@ fn jobs_of(
                 attempts: 0,
                 created_at: batch.received_at,
                 lease_until: handed.lease_until,
+                mpid: job.mpid,
                 body: Arc::clone(&batch.body),
                 profile_consent: consent.filter(|_| job.reads_consent).cloned(),
             });

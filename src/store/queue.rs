@@ -46,6 +46,9 @@ pub(crate) struct NewJob {
     /// [`crate::model::forwarding_rules::ForwardingRules::reads_consent`]): a leased job then
     /// takes its user's consent from the commit to delivery.
     pub(crate) reads_consent: bool,
+    /// The batch's user, on a connection that keeps each user's batches in order; `None`:
+    /// unordered.
+    pub(crate) mpid: Option<Mpid>,
 }
 
 /// What happened to one batch of an ingest request.
@@ -71,6 +74,8 @@ pub(crate) struct Job {
     pub(crate) created_at: i64,
     /// When this node's lease on the job ends (Unix ms, this node's clock).
     pub(crate) lease_until: i64,
+    /// Set when the job's connection keeps each user's batches in order (see [`NewJob::mpid`]).
+    pub(crate) mpid: Option<Mpid>,
     pub(crate) body: Arc<[u8]>,
     /// The user's consent as the commit that stored the batch left their profile (this batch's
     /// statement merged over earlier ones), for a job handed over at that commit whose rules
@@ -196,6 +201,7 @@ pub(crate) struct ClaimedJob {
     attempts: i64,
     created_at: i64,
     lease_until: i64,
+    mpid: Option<Mpid>,
 }
 
 impl ClaimedJob {
@@ -221,6 +227,7 @@ impl ClaimedJob {
             attempts: self.attempts,
             created_at: self.created_at,
             lease_until: self.lease_until,
+            mpid: self.mpid,
             body,
             profile_consent: None,
         }

@@ -25,6 +25,8 @@ pub(super) struct JobRow<'a> {
     /// 0 for a job left in the table for a poller.
     pub(super) lease_until: i64,
     pub(super) leased_by: Option<&'a str>,
+    /// Set on a connection that keeps each user's batches in order.
+    pub(super) mpid: Option<Mpid>,
 }
 
 /// An attempt row to insert.
@@ -135,36 +137,58 @@ const INSERT_DEAD_LETTER: Sql = Sql::shared(
      (job_id, batch_id, connection_id, payload_index, body, status, error, created_at) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
 );
+/// Per-user ordering, part of every claim: a job with a user may go only while no earlier job
+/// of that user and connection is in the table (in flight here or on another node, waiting
+/// out a backoff, or waiting its own turn). A job without one (`mpid` NULL) is unordered.
+macro_rules! user_is_free {
+    () => {
+        "(j.mpid IS NULL OR NOT EXISTS (SELECT 1 FROM jobs e WHERE e.connection_id = j.connection_id \
+         AND e.mpid = j.mpid AND e.mpid IS NOT NULL AND e.id < j.id))"
+    };
+}
 /// `$1` lease end, `$2` now, `$3` limit, `$4` a JSON array of connection ids to skip (their
 /// lanes are full on this node), `$5` this node. On PostgreSQL `SKIP LOCKED` lets several nodes
 /// claim side by side without waiting on each other's rows.
 const CLAIM_JOBS: Sql = Sql::each(
-    "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
-     (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
-      AND connection_id NOT IN (SELECT value FROM json_each($4)) \
-      ORDER BY next_attempt_at, id LIMIT $3) \
-     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-     lease_until",
-    "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
-     (SELECT id FROM jobs WHERE next_attempt_at <= $2 AND lease_until <= $2 \
-      AND connection_id NOT IN (SELECT jsonb_array_elements_text($4::jsonb)) \
-      ORDER BY next_attempt_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) \
-     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-     lease_until",
+    concat!(
+        "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
+         (SELECT id FROM jobs j WHERE next_attempt_at <= $2 AND lease_until <= $2 \
+          AND connection_id NOT IN (SELECT value FROM json_each($4)) AND ",
+        user_is_free!(),
+        " ORDER BY next_attempt_at, id LIMIT $3) \
+         RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
+         lease_until, mpid"
+    ),
+    concat!(
+        "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
+         (SELECT id FROM jobs j WHERE next_attempt_at <= $2 AND lease_until <= $2 \
+          AND connection_id NOT IN (SELECT jsonb_array_elements_text($4::jsonb)) AND ",
+        user_is_free!(),
+        " ORDER BY next_attempt_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) \
+         RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
+         lease_until, mpid"
+    ),
 );
 /// `$1` lease end, `$2` now, `$3` the connection, `$4` this node: the connection's oldest job
 /// nobody holds, due or not (a circuit breaker's probe: the endpoint may be back before the
 /// job's backoff is over).
 const CLAIM_PROBE: Sql = Sql::each(
-    "UPDATE jobs SET lease_until = $1, leased_by = $4 WHERE id = \
-     (SELECT id FROM jobs WHERE connection_id = $3 AND lease_until <= $2 ORDER BY id LIMIT 1) \
-     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-     lease_until",
-    "UPDATE jobs SET lease_until = $1, leased_by = $4 WHERE id = \
-     (SELECT id FROM jobs WHERE connection_id = $3 AND lease_until <= $2 ORDER BY id LIMIT 1 \
-      FOR UPDATE SKIP LOCKED) \
-     RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-     lease_until",
+    concat!(
+        "UPDATE jobs SET lease_until = $1, leased_by = $4 WHERE id = \
+         (SELECT id FROM jobs j WHERE connection_id = $3 AND lease_until <= $2 AND ",
+        user_is_free!(),
+        " ORDER BY id LIMIT 1) \
+         RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
+         lease_until, mpid"
+    ),
+    concat!(
+        "UPDATE jobs SET lease_until = $1, leased_by = $4 WHERE id = \
+         (SELECT id FROM jobs j WHERE connection_id = $3 AND lease_until <= $2 AND ",
+        user_is_free!(),
+        " ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+         RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
+         lease_until, mpid"
+    ),
 );
 /// `$1` fresh batch ids, in increasing order. SQLite: the next ids after the largest ever used
 /// (AUTOINCREMENT keeps it in `sqlite_sequence`, also for explicit ids; the writer's
@@ -230,19 +254,30 @@ const UPSERT_PROFILES_RETURNING_CONSENT: Sql = Sql::each(
     concat!(upsert_profiles_sqlite!(), " RETURNING mpid, consent"),
     concat!(upsert_profiles_postgres!(), " RETURNING mpid, consent"),
 );
+/// A job with a user whose earlier job of the same connection is still in the table is not
+/// leased (`lease_until` 0): it waits for a claim, which takes it only once the earlier one is
+/// gone. Jobs of one user inserted by the same statement do not see each other here; the lane
+/// they are handed to sends them one at a time.
 const INSERT_JOBS: Sql = Sql::each(
-    "INSERT INTO jobs \
-     (batch_id, connection_id, revision_id, created_at, next_attempt_at, lease_until, leased_by) \
-     SELECT value ->> 'batch_id', value ->> 'connection_id', value ->> 'revision_id', \
-     value ->> 'created_at', value ->> 'created_at', value ->> 'lease_until', \
-     value ->> 'leased_by' FROM json_each($1) \
-     RETURNING id, batch_id, connection_id",
-    "INSERT INTO jobs \
-     (batch_id, connection_id, revision_id, created_at, next_attempt_at, lease_until, leased_by) \
-     SELECT batch_id, connection_id, revision_id, created_at, created_at, lease_until, \
-     leased_by FROM jsonb_to_recordset($1::jsonb) AS x(batch_id bigint, connection_id text, \
-     revision_id bigint, created_at bigint, lease_until bigint, leased_by text) \
-     RETURNING id, batch_id, connection_id",
+    "INSERT INTO jobs (batch_id, connection_id, revision_id, created_at, next_attempt_at, \
+     lease_until, leased_by, mpid) \
+     SELECT x.batch_id, x.connection_id, x.revision_id, x.created_at, x.created_at, \
+     CASE WHEN x.mpid IS NOT NULL AND EXISTS (SELECT 1 FROM jobs e \
+     WHERE e.connection_id = x.connection_id AND e.mpid = x.mpid) THEN 0 ELSE x.lease_until END, \
+     x.leased_by, x.mpid FROM (SELECT value ->> 'batch_id' AS batch_id, \
+     value ->> 'connection_id' AS connection_id, value ->> 'revision_id' AS revision_id, \
+     value ->> 'created_at' AS created_at, value ->> 'lease_until' AS lease_until, \
+     value ->> 'leased_by' AS leased_by, value ->> 'mpid' AS mpid FROM json_each($1)) AS x \
+     RETURNING id, batch_id, connection_id, lease_until",
+    "INSERT INTO jobs (batch_id, connection_id, revision_id, created_at, next_attempt_at, \
+     lease_until, leased_by, mpid) \
+     SELECT x.batch_id, x.connection_id, x.revision_id, x.created_at, x.created_at, \
+     CASE WHEN x.mpid IS NOT NULL AND EXISTS (SELECT 1 FROM jobs e \
+     WHERE e.connection_id = x.connection_id AND e.mpid = x.mpid) THEN 0 ELSE x.lease_until END, \
+     x.leased_by, x.mpid FROM jsonb_to_recordset($1::jsonb) AS x(batch_id bigint, \
+     connection_id text, revision_id bigint, created_at bigint, lease_until bigint, \
+     leased_by text, mpid bigint) \
+     RETURNING id, batch_id, connection_id, lease_until",
 );
 
 /// Serialises rows for a JSON-array parameter (plain data: this cannot fail).
@@ -514,11 +549,12 @@ pub(super) async fn upsert_profiles_returning_consent(
         .collect())
 }
 
-/// Inserts jobs; returns `(job id, batch id, connection id)` of each.
+/// Inserts jobs; returns `(job id, batch id, connection id, lease end)` of each (a lease end of
+/// 0: left in the table, to be claimed).
 pub(super) async fn insert_jobs(
     tx: &mut Tx,
     jobs: &[JobRow<'_>],
-) -> Result<Vec<(i64, BatchId, ConnectionId)>, sqlx::Error> {
+) -> Result<Vec<(i64, BatchId, ConnectionId, i64)>, sqlx::Error> {
     if jobs.is_empty() {
         return Ok(Vec::new());
     }

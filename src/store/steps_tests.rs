@@ -1,6 +1,7 @@
 //! Each group-commit step on its own, against a real database: SQLite by default, PostgreSQL
 //! when `TEST_DATABASE_URL` is set (CI runs both).
 
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use super::*;
@@ -50,6 +51,15 @@ fn job_row(batch_id: i64, connection_id: &ConnectionId, lease_until: i64) -> Job
         created_at: 1_000,
         lease_until,
         leased_by: (lease_until > 0).then_some(NODE),
+        mpid: None,
+    }
+}
+
+/// A job of user `mpid` on a connection that keeps each user's batches in order.
+fn user_job(batch_id: i64, mpid: i64, lease_until: i64) -> JobRow<'static> {
+    JobRow {
+        mpid: Some(Mpid::new(mpid)),
+        ..job_row(batch_id, &CONN_A, lease_until)
     }
 }
 
@@ -64,7 +74,7 @@ async fn store_with_jobs(count: usize, lease_until: i64) -> (TestStore, Vec<i64>
         .collect();
     let inserted = insert_jobs(&mut tx, &rows).await.expect("insert jobs");
     tx.commit().await.expect("commit");
-    let mut ids: Vec<i64> = inserted.into_iter().map(|(id, _, _)| id).collect();
+    let mut ids: Vec<i64> = inserted.into_iter().map(|(id, ..)| id).collect();
     ids.sort_unstable();
     (db, ids)
 }
@@ -173,6 +183,82 @@ async fn inserted_jobs_are_leased_or_left_for_the_poller() {
     assert_eq!((state[1].1, state[1].2.clone()), (0, None));
     // `next_attempt_at` starts at creation: due at once.
     assert!(state.iter().all(|job| job.5 == 1_000));
+}
+
+#[tokio::test]
+async fn a_users_job_behind_a_pending_one_is_not_leased_at_insert() {
+    let db = TestStore::open().await;
+    let store = &db.store;
+    let mut tx = store.begin().await.expect("begin");
+    let first = insert_jobs(&mut tx, &[user_job(1, 5, 5_000)])
+        .await
+        .expect("insert");
+    let later = insert_jobs(&mut tx, &[user_job(2, 5, 5_000), user_job(3, 6, 5_000)])
+        .await
+        .expect("insert");
+    tx.commit().await.expect("commit");
+    assert_eq!(first[0].3, 5_000);
+    let leases: HashMap<i64, i64> = later.iter().map(|j| (j.1.get(), j.3)).collect();
+    assert_eq!(leases[&2], 0, "user 5 still has job 1 pending");
+    assert_eq!(leases[&3], 5_000, "user 6 has nothing pending");
+}
+
+#[tokio::test]
+async fn claims_take_only_each_users_earliest_pending_job() {
+    let db = TestStore::open().await;
+    let store = &db.store;
+    let mut tx = store.begin().await.expect("begin");
+    let rows = [
+        user_job(1, 5, 0),
+        user_job(2, 5, 0),
+        user_job(3, 6, 0),
+        job_row(4, &CONN_A, 0),
+        job_row(5, &CONN_A, 0),
+    ];
+    let mut ids: Vec<i64> = insert_jobs(&mut tx, &rows)
+        .await
+        .expect("insert")
+        .into_iter()
+        .map(|(id, ..)| id)
+        .collect();
+    ids.sort_unstable();
+    let batches = |claimed: &[ClaimedJob]| -> Vec<i64> {
+        let mut b: Vec<i64> = claimed.iter().map(|c| c.batch_id().get()).collect();
+        b.sort_unstable();
+        b
+    };
+    let claimed = claim_jobs(&mut tx, 10, "[]", 2_000, 9_000, NODE)
+        .await
+        .expect("claim");
+    assert_eq!(batches(&claimed), [1, 3, 4, 5], "user 5's second job waits");
+    // Leased or waiting out a backoff, the first job still holds the second back.
+    let retry = RetryRow {
+        job_id: ids[0],
+        progress: 0,
+        attempts: 1,
+        next_attempt_at: 50_000,
+        error: None,
+    };
+    retry_jobs(&mut tx, &[retry], NODE).await.expect("retry");
+    let none = claim_jobs(&mut tx, 10, "[]", 3_000, 9_000, NODE)
+        .await
+        .expect("claim");
+    assert!(none.is_empty(), "{none:?}");
+    let probe = claim_probe(&mut tx, &CONN_A, 3_000, 9_000, NODE)
+        .await
+        .expect("probe");
+    assert_eq!(
+        batches(&probe),
+        [1],
+        "a probe takes the head, not the job behind it"
+    );
+    // Once the first is finished (delivered or dead-lettered), the second may go.
+    delete_jobs(&mut tx, &[ids[0]], NODE).await.expect("delete");
+    let next = claim_jobs(&mut tx, 10, "[]", 3_000, 9_000, NODE)
+        .await
+        .expect("claim");
+    tx.commit().await.expect("commit");
+    assert_eq!(batches(&next), [2]);
 }
 
 #[tokio::test]

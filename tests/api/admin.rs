@@ -527,6 +527,7 @@ fn mparticle_defaults() -> Vec<(&'static str, &'static str, Value)> {
         // Boson's own delivery controls follow mParticle's settings; null keeps today's behaviour.
         ("rate_limit_per_second", "optional_count", Value::Null),
         ("auto_pause_after_hours", "optional_hours", Value::Null),
+        ("ordering", "ordering", json!("none")),
         (
             "data_filter",
             "data_filter",

@@ -499,13 +499,19 @@ struct ReceiverState {
     script: Script,
     /// Milliseconds each answer waits (drawn from the range), so requests stay in flight.
     latency_ms: Option<std::ops::RangeInclusive<u64>>,
+    /// MPIDs whose requests are answered 500 (a body whose `mpid` is one of them).
+    failing: Failing,
 }
+
+/// MPIDs the receiver fails, shared with the test.
+type Failing = Arc<Mutex<std::collections::HashSet<i64>>>;
 
 /// A real webhook receiver on loopback.
 pub struct Receiver {
     pub address: SocketAddr,
     received: mpsc::UnboundedReceiver<Received>,
     script: Script,
+    failing: Failing,
     _task: tokio::task::JoinHandle<()>,
 }
 
@@ -538,10 +544,12 @@ impl Receiver {
         let address = listener.local_addr().expect("address");
         let (sent, received) = mpsc::unbounded_channel();
         let script = Arc::new(Mutex::new(VecDeque::new()));
+        let failing = Failing::default();
         let state = ReceiverState {
             sent,
             script: Arc::clone(&script),
             latency_ms,
+            failing: Arc::clone(&failing),
         };
         let app = axum::Router::new().fallback(receive).with_state(state);
         let task = tokio::spawn(async move {
@@ -555,6 +563,7 @@ impl Receiver {
             address,
             received,
             script,
+            failing,
             _task: task,
         }
     }
@@ -566,6 +575,16 @@ impl Receiver {
     /// The next answers to give: status and optional `Retry-After`.
     pub fn script(&self, answers: &[(u16, Option<&'static str>)]) {
         self.script.lock().unwrap().extend(answers.iter().copied());
+    }
+
+    /// From now on answers 500 to every request whose body's `mpid` is `mpid` (`false`: stops).
+    pub fn fail_user(&self, mpid: i64, failing: bool) {
+        let mut set = self.failing.lock().unwrap();
+        if failing {
+            set.insert(mpid);
+        } else {
+            set.remove(&mpid);
+        }
     }
 
     /// Drops the scripted answers not given yet: from now on, 200.
@@ -615,7 +634,14 @@ async fn receive(
 ) -> impl IntoResponse {
     let raw = body;
     let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
-    let answer = state.script.lock().unwrap().pop_front();
+    let user_fails = body["mpid"]
+        .as_i64()
+        .is_some_and(|mpid| state.failing.lock().unwrap().contains(&mpid));
+    let answer = if user_fails {
+        Some((500, None))
+    } else {
+        state.script.lock().unwrap().pop_front()
+    };
     let (status, retry_after) = answer.unwrap_or((200, None));
     let _ = state.sent.send(Received {
         path: uri.path().to_owned(),

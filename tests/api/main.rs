@@ -29,6 +29,7 @@ mod live;
 mod metrics;
 mod mobile;
 mod multinode;
+mod ordering;
 mod process;
 mod propagation;
 mod python_sdk;

@@ -400,6 +400,7 @@ pub(super) fn batch(
                 revision_id,
                 leased: true,
                 reads_consent: false,
+                mpid: None,
             })
             .collect(),
         profile: None,
