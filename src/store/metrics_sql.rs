@@ -127,14 +127,18 @@ impl Store {
                     .map(move |(b, n)| serde_json::json!([subject.as_str(), minute, b, n]))
             })
             .collect();
+        // One transaction: a flush that fails part way writes nothing, so putting its figures
+        // back for the next flush (`server::minutes::flush`) never counts any twice.
+        let mut tx = self.begin().await?;
         for chunk in rows.chunks(CHUNK) {
             let json = serde_json::Value::from(chunk.to_vec()).to_string();
-            self.execute(MERGE_MINUTES, args![&json]).await?;
+            tx.execute(MERGE_MINUTES, args![&json]).await?;
         }
         for chunk in buckets.chunks(CHUNK) {
             let json = serde_json::Value::from(chunk.to_vec()).to_string();
-            self.execute(MERGE_LATENCY, args![&json]).await?;
+            tx.execute(MERGE_LATENCY, args![&json]).await?;
         }
+        tx.commit().await?;
         Ok(())
     }
 

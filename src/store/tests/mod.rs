@@ -12,6 +12,7 @@ mod files;
 mod forwarding;
 pub(super) mod harness;
 mod health;
+mod metrics;
 mod model;
 mod queue;
 mod sessions;
