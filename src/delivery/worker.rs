@@ -141,9 +141,6 @@ pub(super) async fn work(
         let result = ctx.client.post(&output, &delivery_id, body.clone()).await;
         let latency = i64::try_from(sent.elapsed().as_millis()).unwrap_or(i64::MAX);
         live.report(events, &result, latency);
-        if !delivered(&result) {
-            ctx.metrics.request_failed(&job.connection_id);
-        }
         let (error, after) = match result {
             Ok(answer) => {
                 attempt.last_status = Some(i64::from(answer.status));
@@ -155,6 +152,7 @@ pub(super) async fn work(
                         continue;
                     }
                     Classification::DeadLetter => {
+                        ctx.metrics.request_failed(&job.connection_id);
                         let error = format!("receiver answered {}", answer.status);
                         attempt.dead_letter(*index, body.to_vec(), attempt.last_status, error);
                         continue;
@@ -165,6 +163,7 @@ pub(super) async fn work(
                 }
             }
             Err(SendError::Refused(error)) => {
+                ctx.metrics.request_failed(&job.connection_id);
                 attempt.dead_letter(*index, body.to_vec(), None, error);
                 continue;
             }
@@ -174,6 +173,8 @@ pub(super) async fn work(
                 (error, None)
             }
         };
+        // A request to retry is a failure in the charts, as a dead-lettered one is above.
+        ctx.metrics.request_failed(&job.connection_id);
         let remaining = bodies[position..]
             .iter()
             .map(|(i, _, b, _)| (*i, b.to_vec()))
@@ -189,12 +190,6 @@ pub(super) async fn work(
         AttemptOutcome::DeadLetter
     };
     attempt.finish(outcome, None)
-}
-
-/// Whether a request's result counts as delivered (the success side of the charts' failures).
-fn delivered(result: &Result<super::webhook::Answer, SendError>) -> bool {
-    matches!(result, Ok(answer)
-        if matches!(classify(answer.status, answer.retry_after), Classification::Delivered))
 }
 
 /// The user's consent the rules decide on: carried from the commit by a job handed over there
