@@ -121,7 +121,11 @@ async function rotate(state, notice, error, redraw) {
 
 async function remove(state, error, onDeleted) {
   const { name, id } = state.input;
-  if (!confirm(`Delete the input "${name}"? Its key and secret stop working at once. An input that still has connections cannot be deleted: delete its connections first.`)) return;
+  // Count the input's connections so the confirm can say what the API will answer.
+  const used = await api('GET', '/api/v1/connections').then((all) => all.filter((c) => c.input_id === id).length, () => null);
+  const warning = used ? `It still has ${used} connection${used === 1 ? '' : 's'}: Boson refuses to delete it until ${used === 1 ? 'that connection is' : 'they are'} deleted on the Connections page.`
+    : 'Its key and secret stop working at once. (An input with connections cannot be deleted: delete its connections first.)';
+  if (!confirm(`Delete the input "${name}"? ${warning}`)) return;
   try {
     await api('DELETE', `/api/v1/inputs/${id}`);
     onDeleted(name);

@@ -130,7 +130,7 @@ async function rotateSteps() {
 async function deleteSteps() {
   await card(feed).getByRole('button', { name: 'Delete' }).click();
   await card(feed).locator('[role=alert]', { hasText: 'used by a connection' }).waitFor();
-  expect(dialogs.some((d) => d.includes('Backend (renamed)') && d.includes('connection')), `delete confirm: ${dialogs}`);
+  expect(dialogs.some((d) => d.includes('"Backend (renamed)"') && d.includes('1 connection')), `delete confirm: ${dialogs}`);
   await card(web).getByRole('button', { name: 'Delete' }).click();
   await card(web).waitFor({ state: 'detached' });
   await openInputs();
@@ -153,6 +153,8 @@ try {
   await renameSteps();
   await webSettingsSteps();
   const { curl, answer } = await snippetSteps();
+  await card(web).locator('details.input-setup > summary').click();
+  await shot('33-inputs-snippets-1440');
   await page.setViewportSize({ width: 420, height: 900 });
   await openInputs();
   for (const input of [web, feed]) await card(input).locator('details.input-setup > summary').click();
