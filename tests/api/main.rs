@@ -13,6 +13,7 @@ mod consent;
 mod custom_headers;
 mod dashboard;
 mod dashboard_controls;
+mod dashboard_inputs;
 mod dashboard_live;
 mod data_catalog;
 mod delivery;

@@ -241,6 +241,8 @@ try {
     await page.locator('code.api-key').first().waitFor();
     await shot('03-inputs');
     const apiKey = await page.locator('code.api-key').first().textContent();
+    // The secret is masked until revealed.
+    await page.getByRole('button', { name: 'Reveal API secret' }).first().click();
     const apiSecret = await page.locator('code.api-secret').first().textContent();
 
     await page.getByRole('link', { name: 'Outputs' }).click();
