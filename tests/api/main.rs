@@ -14,6 +14,7 @@ mod custom_headers;
 mod dashboard;
 mod dashboard_controls;
 mod dashboard_live;
+mod dashboard_look;
 mod data_catalog;
 mod delivery;
 mod events_per_batch;
