@@ -53,5 +53,7 @@ function markTab(section) {
     const active = a.dataset.page === tab;
     a.classList.toggle('active', active);
     if (active) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
+    // At phone width the tabs scroll sideways: keep the current one in view.
+    if (active) a.scrollIntoView({ block: 'nearest', inline: 'nearest' });
   });
 }

@@ -21,7 +21,8 @@ const problems = [];
 page.on('pageerror', (error) => problems.push(`page error: ${error}`));
 // A native alert/confirm is not a product's dialog: every one is a failure (and dismissed).
 page.on('dialog', (dialog) => { problems.push(`native ${dialog.type()} dialog: ${dialog.message()}`); dialog.dismiss(); });
-const shot = (name) => page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
+// A dialog is fixed to the viewport: its shots show the viewport, not the whole page.
+const shot = (name, fullPage = true) => page.screenshot({ path: `${shots}/${name}.png`, fullPage });
 const fail = (message) => { throw new Error(message); };
 
 async function atWidth(width) {
@@ -126,7 +127,7 @@ async function confirmationsInPage() {
   await page.keyboard.press('Enter');
   const dialog = page.getByRole('alertdialog');
   await dialog.waitFor({ timeout: 3000 });
-  await shot('look-confirm-delete-1440');
+  await shot('look-confirm-delete-1440', false);
   await page.keyboard.press('Escape');
   await dialog.waitFor({ state: 'hidden' });
   const focused = await page.evaluate(() => document.activeElement?.textContent);
