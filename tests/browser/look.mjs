@@ -134,6 +134,24 @@ async function confirmationsInPage() {
   if (focused !== 'Delete connection') fail(`after Esc the focus is on "${focused}", not back on Delete connection`);
 }
 
+/** Rotating a signing secret asks in the page first, then shows the new secret once. */
+async function rotateAsks() {
+  await open('#/outputs', '#webhooks-tile');
+  const hook = page.locator('tr[data-output]', { hasText: 'Spare webhook' });
+  await hook.getByRole('button', { name: 'Signing secret' }).click();
+  await page.getByRole('button', { name: 'Generate secret' }).click();
+  await page.locator('#signing-secret').waitFor();
+  await page.getByRole('button', { name: 'Close' }).click();
+  await hook.getByRole('button', { name: 'Signing secret' }).click();
+  await page.getByRole('button', { name: 'Rotate secret' }).click();
+  const question = page.getByRole('alertdialog');
+  await question.waitFor({ timeout: 3000 });
+  await shot('look-confirm-rotate-1440', false);
+  await question.getByRole('button', { name: 'Rotate secret' }).click();
+  await page.locator('#signing-secret').waitFor({ timeout: 3000 });
+  await page.getByRole('button', { name: 'Close' }).click();
+}
+
 /** Tabbing through a page, every focused control shows a focus ring. */
 async function focusRings() {
   await open('#/outputs', '#webhooks-tile');
@@ -213,7 +231,7 @@ const done = [];
 try {
   await signedOut();
   await signIn();
-  for (const step of [everyPage, settingsHaveHelp, saveConfirms, confirmationsInPage, focusRings, connectConfirms, retryingRow]) {
+  for (const step of [everyPage, settingsHaveHelp, saveConfirms, confirmationsInPage, rotateAsks, focusRings, connectConfirms, retryingRow]) {
     try {
       await step();
       done.push(step.name);
