@@ -31,8 +31,9 @@ export async function connectionsPage() {
       h('span', { class: 'flow-node' }, nameOf(inputs, c.input_id)), h('span', { class: 'flow-edge', 'aria-hidden': 'true' }, '→'),
       h('span', { class: 'flow-node' }, nameOf(outputs, c.output_id)),
       h('span', { class: 'flow-meta' }, h('span', { class: `badge ${state(c)}` }, state(c)), ` ${plural(byConnection[c.id]?.events_forwarded ?? 0, 'event')} forwarded`)))));
-  page('Connections', h('div', { class: 'row spread' }, h('span', { class: 'muted' }, 'Inputs on the left, outputs on the right.'), connect),
-    diagram(inputs, outputs, connections, byConnection, state), flows, h('div', { class: 'card' }, table));
+  // At phone width the cards say what the table would: it is left out there.
+  page('Connections', h('div', { class: 'row spread' }, h('span', { class: 'muted' }, 'Each line joins an input to an output; open one for its settings.'), connect),
+    diagram(inputs, outputs, connections, byConnection, state), flows, h('div', { class: 'card wide-only' }, table));
 }
 
 // Inputs in a column on the left, outputs on the right, one line per connection.
