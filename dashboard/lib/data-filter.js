@@ -56,8 +56,8 @@ export function dataFilterControl(d, value, context) {
   const render = (filter) => {
     const rules = filter?.rules ?? [];
     const byKey = new Map(rules.map((r) => [keyOf(r), r.send]));
-    const sendNew = h('input', { type: 'checkbox', id: 'df-send-new', checked: filter?.send_new_data_points !== false });
-    const search = h('input', { type: 'search', id: 'df-search', placeholder: 'Search data points', 'aria-label': 'Search data points' });
+    const sendNew = h('input', { type: 'checkbox', id: 'df-send-new', 'aria-describedby': 'help-df-send-new', checked: filter?.send_new_data_points !== false });
+    const search = h('input', { type: 'search', id: 'df-search', placeholder: 'Search data points', 'aria-label': 'Search data points', 'aria-describedby': 'help-data_filter' });
     const rows = rowsOf(context.catalog, rules);
     const body = h('tbody');
     const boxes = new Map();
@@ -106,7 +106,7 @@ export function dataFilterControl(d, value, context) {
       h('div', { class: 'df-tools' },
         h('label', { class: 'check' }, sendNew, 'Send new data points by default'),
         search, copy),
-      h('small', { class: 'help' }, 'Off: only data points switched on below leave through this connection; a data point first seen later stays back until you switch it on.'),
+      h('small', { class: 'help', id: 'help-df-send-new' }, 'Off: only data points switched on below leave through this connection; a data point first seen later stays back until you switch it on.'),
       rows.length ? h('div', { class: 'df-scroll' }, h('table', { class: 'df-grid', id: 'data-filter-grid' }, body))
         : h('p', { class: 'muted' }, 'No data points seen on this input yet. Send events to it and they appear here within seconds.'));
   };
@@ -128,8 +128,9 @@ export function dataFilterControl(d, value, context) {
 /** "Copy filter from another connection": a select of the others and a button. */
 function copyFrom(others, apply) {
   if (!others?.length) return h('span');
-  const select = h('select', { id: 'df-copy-from', 'aria-label': 'Copy filter from' },
+  const select = h('select', { id: 'df-copy-from', 'aria-label': 'Copy filter from', 'aria-describedby': 'help-df-copy' },
     ...others.map((o, i) => h('option', { value: String(i) }, o.label)));
   return h('div', { class: 'row df-copy' }, h('span', { class: 'muted' }, 'Copy from'), select,
+    h('small', { class: 'help', id: 'help-df-copy', hidden: true }, 'Replaces this form\'s Data Filter with the chosen connection\'s; nothing is saved until you save.'),
     h('button', { type: 'button', class: 'secondary', id: 'df-copy', onclick: () => apply(others[Number(select.value)].settings.data_filter) }, 'Copy filter'));
 }

@@ -3,7 +3,7 @@
 // the module graph has no cycles.
 
 import { api, setCsrf, signedIn } from './api.js';
-import { errorLine, page } from './dom.js';
+import { errorLine, h, page } from './dom.js';
 
 let pages = {};
 let signInPage = () => {};
@@ -43,7 +43,10 @@ export async function route() {
   markTab(signedIn() ? section : null);
   if (!signedIn()) return signInPage();
   const show = (id && pages[`${section}/:id`]) || pages[section] || Object.values(pages)[0];
-  try { await show(id); } catch (err) { page('Something went wrong', errorLine(err.message)); }
+  try { await show(id); } catch (err) {
+    page('This page could not be loaded', errorLine(err.message), h('p', { class: 'row' },
+      h('button', { type: 'button', onclick: route }, 'Try again'), h('a', { class: 'button secondary', href: '#/connections' }, 'Connections')));
+  }
 }
 
 /** Underlines the tab of `section` (a connection's page and Connect belong to Connections), only it. */
@@ -53,5 +56,7 @@ function markTab(section) {
     const active = a.dataset.page === tab;
     a.classList.toggle('active', active);
     if (active) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
+    // At phone width the tabs scroll sideways: keep the current one in view.
+    if (active) a.scrollIntoView({ block: 'nearest', inline: 'nearest' });
   });
 }

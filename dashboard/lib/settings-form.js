@@ -16,7 +16,7 @@ const CONTROLS = {
     // A paused connection (paused by Boson after failing) stays paused until the box is ticked
     // and saved; the box starts unticked so that saving other settings does not resume it.
     const paused = value === 'paused';
-    const box = h('input', { type: 'checkbox', id: `setting-${d.name}`, checked: value === 'active', 'aria-describedby': `help-${d.name}` });
+    const box = h('input', { type: 'checkbox', class: 'toggle', id: `setting-${d.name}`, checked: value === 'active', 'aria-describedby': `help-${d.name}` });
     const label = paused ? `${d.label}: Active (paused after failing; tick to resume)` : `${d.label}: Active`;
     return { block: field(d, h('label', { class: 'check' }, box, label)), read: () => (box.checked ? 'active' : (paused ? 'paused' : 'inactive')) };
   },
@@ -72,7 +72,8 @@ function help(d) { return h('small', { class: 'help', id: `help-${d.name}` }, d.
  * at the API's default. `onSubmit` gets the complete settings object. `context` carries what
  * the richer controls need: `metadataFields`, and for the Data Filter the input's `catalog` and
  * the `others` connections a filter can be copied from. `extraButtons` go beside the submit
- * button and get `read()`, which returns the settings as the form holds them.
+ * button and get `read()`, which returns the settings as the form holds them. `context.saved`,
+ * when set, is the confirmation of the last save, shown beside the submit button.
  */
 export function settingsForm(context, values, submitLabel, onSubmit, extraButtons = () => []) {
   const { descriptors } = context;
@@ -91,6 +92,8 @@ export function settingsForm(context, values, submitLabel, onSubmit, extraButton
     else blocks.push(control.kind === 'boolean' ? h('div', { class: 'grid2' }, control.block) : control.block);
   }
   const error = h('div');
+  // Beside the button it concerns: the last save's confirmation, or what went wrong.
+  const status = h('span', { id: 'settings-status', role: 'status', class: context.saved ? 'success' : '' }, context.saved ?? '');
   const read = () => {
     const out = {};
     for (const control of controls) if (control.read) out[control.name] = control.read();
@@ -99,8 +102,9 @@ export function settingsForm(context, values, submitLabel, onSubmit, extraButton
   return h('form', { class: 'card', onsubmit: async (e) => {
     e.preventDefault();
     error.replaceChildren();
+    status.replaceChildren();
     try { await onSubmit(read()); } catch (err) { error.replaceChildren(errorLine(err.message)); }
   } },
   h('h2', {}, 'Connection settings'), ...blocks,
-  error, h('p', { class: 'row' }, h('button', { type: 'submit', id: 'submit-settings' }, submitLabel), ...extraButtons(read, error)));
+  error, h('p', { class: 'row' }, h('button', { type: 'submit', id: 'submit-settings' }, submitLabel), ...extraButtons(read, error), status));
 }

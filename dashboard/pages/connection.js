@@ -6,7 +6,8 @@
 
 import { api } from '../lib/api.js';
 import { connectionCharts } from '../lib/connection-charts.js';
-import { errorLine, h, page } from '../lib/dom.js';
+import { confirmAction, errorLine, h, page, plural, stackTable } from '../lib/dom.js';
+import { explainError } from '../lib/errors.js';
 import { previewCard } from '../lib/preview.js';
 import { replayCard } from '../lib/replay-form.js';
 import { route } from '../lib/router.js';
@@ -29,26 +30,29 @@ export async function connectionPage(id) {
     .map((c) => ({ label: `${nameOf(inputs, c.input_id)} → ${nameOf(outputs, c.output_id)}`, settings: c.settings }));
   const mine = stats.items.find((s) => s.connection_id === id);
   const state = stateOf(connection, mine, settings.descriptors);
+  const title = `${nameOf(inputs, connection.input_id)} → ${nameOf(outputs, connection.output_id)}`;
   const summary = h('div', { class: 'card' }, h('div', { class: 'row' }, h('span', { class: `badge ${state}`, id: 'connection-state' }, state),
-    h('span', {}, `${mine?.events_forwarded ?? 0} events forwarded`),
-    h('span', { class: 'muted' }, `${nameOf(inputs, connection.input_id)} → ${nameOf(outputs, connection.output_id)}`),
+    h('span', {}, `${plural(mine?.events_forwarded ?? 0, 'event')} forwarded`),
     h('a', { href: `#/catalog/${connection.input_id}`, id: 'catalog-link' }, 'Data catalog of the input')),
-  mine?.last_error ? h('p', { class: 'error' }, `Last error: ${mine.last_error}`) : h('p', { class: 'muted' }, 'No errors.'),
+  mine?.last_error ? lastError(mine.last_error) : h('p', { class: 'muted' }, 'No errors.'),
   retrying(connection.retrying));
   const attemptRows = attempts.items.length
-    ? h('table', {}, h('tr', {}, h('th', {}, 'When'), h('th', {}, 'Outcome'), h('th', {}, 'Status'), h('th', {}, 'Requests'), h('th', {}, 'Error')),
-        ...attempts.items.map((a) => h('tr', {}, h('td', {}, when(a.attempted_at)), h('td', {}, a.outcome), h('td', {}, a.status ?? '–'), h('td', {}, a.requests), h('td', {}, a.error ?? ''))))
+    ? stackTable(['When', 'Outcome', 'Status', 'Requests', 'Error'], attempts.items.map((a) => [when(a.attempted_at),
+        h('span', { class: `outcome-${a.outcome}` }, a.outcome), String(a.status ?? '–'), String(a.requests), a.error ? explainError(a.error) : '']))
     : h('p', { class: 'empty' }, 'No delivery attempts yet. Send an event to the input.');
   const letterRows = letters.items.length
-    ? h('table', {}, h('tr', {}, h('th', {}, 'Batch'), h('th', {}, 'Status'), h('th', {}, 'Error'), h('th', {}, '')),
-        ...letters.items.map((d) => { const error = h('div'); return h('tr', {}, h('td', {}, d.batch_id), h('td', {}, d.status ?? '–'), h('td', {}, d.error, error),
-          h('td', {}, h('button', { class: 'secondary', onclick: async () => {
-            try { await api('POST', `/api/v1/connections/${id}/dead-letters/${d.id}/replay`); route(); } catch (err) { error.replaceChildren(errorLine(err.message)); }
-          } }, 'Replay'))); }))
+    ? stackTable(['Batch', 'Status', 'Error', ''], letters.items.map((d) => {
+      const error = h('div');
+      return [h('code', {}, d.batch_id), String(d.status ?? '–'), h('div', {}, explainError(d.error), error),
+        h('button', { class: 'secondary', onclick: async () => {
+          try { await api('POST', `/api/v1/connections/${id}/dead-letters/${d.id}/replay`); route(); } catch (err) { error.replaceChildren(errorLine(err.message)); }
+        } }, 'Replay')];
+    }))
     : h('p', { class: 'empty' }, 'No dead letters.');
+  const removeError = h('div');
   const remove = h('button', { class: 'danger', onclick: async () => {
-    if (!confirm('Delete this connection? Pending deliveries are dropped.')) return;
-    await api('DELETE', `/api/v1/connections/${id}`); location.hash = '#/connections';
+    if (!await confirmAction(`Delete ${title}?`, 'Delete connection', 'Its pending deliveries are dropped; the input and the output stay.')) return;
+    try { await api('DELETE', `/api/v1/connections/${id}`); location.hash = '#/connections'; } catch (err) { removeError.replaceChildren(errorLine(err.message)); }
   } }, 'Delete connection');
   const preview = h('div');
   const dryRun = (values) => api('POST', `/api/v1/connections/${id}/dry-run`, { settings: values });
@@ -68,13 +72,20 @@ export async function connectionPage(id) {
   } }, 'Preview changes');
   const saved = lastSave.get(id);
   lastSave.delete(id);
-  page('Connection', summary, connectionCharts(id),
+  page({ title, back: ['#/connections', 'Connections'] }, summary, connectionCharts(id),
     saved ? previewCard(saved, 'Saved') : '',
-    settingsForm({ ...settings, catalog, others }, connection.settings, 'Save', save, (read, error) => [previewButton(read, error)]),
+    settingsForm({ ...settings, catalog, others, saved: saved ? `Saved at ${new Date().toLocaleTimeString()}.` : null },
+      connection.settings, 'Save', save, (read, error) => [previewButton(read, error)]),
     preview,
     replayCard(id),
     h('div', { class: 'card' }, h('h2', {}, 'Recent delivery attempts'), h('div', { class: 'table-scroll' }, attemptRows)),
-    h('div', { class: 'card' }, h('h2', {}, 'Dead letters'), h('div', { class: 'table-scroll' }, letterRows)), remove);
+    h('div', { class: 'card' }, h('h2', {}, 'Dead letters'), h('div', { class: 'table-scroll' }, letterRows)),
+    h('div', { class: 'card danger-zone' }, h('h2', {}, 'Delete'), h('p', { class: 'muted' }, 'Stops forwarding from the input to the output.'), remove, removeError));
+}
+
+/** The last error in words a reader can act on, the raw text kept beside it. */
+function lastError(text) {
+  return h('div', { class: 'error-box', role: 'alert' }, h('strong', {}, 'Last error: '), explainError(text));
 }
 
 /** While deliveries fail: how many, when the next attempt goes, when the oldest is given up. */

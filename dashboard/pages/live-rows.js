@@ -16,6 +16,19 @@ export function outcomeText(item) {
   return `${item.outcome}${why}${next}${item.note ? ` · ${item.note}` : ''}`;
 }
 
+/**
+ * The Outcome cell. A delivery that failed says why and, while retrying, when it goes next, in
+ * the row itself: a reader scanning the list should not have to open each failure.
+ */
+function outcomeCell(item) {
+  const failing = ['retrying', 'failed', 'dead_letter'].includes(item.outcome);
+  if (!failing || !(item.error || item.next_attempt_at)) return h('td', { class: item.outcome ? `outcome-${item.outcome}` : '' }, outcomeText(item));
+  return h('td', { class: 'live-outcome' },
+    h('span', { class: `outcome-${item.outcome}` }, `${item.outcome}${item.status ? ` · HTTP ${item.status}` : ''}`),
+    item.error ? h('small', { class: 'live-why' }, item.error) : '',
+    item.outcome === 'retrying' && item.next_attempt_at ? h('small', { class: 'live-why' }, `next attempt ${time(item.next_attempt_at)}`) : '');
+}
+
 /** The full reason of an outbound report, for the detail pane. */
 function outcomeDetail(item) {
   if (item.setting) return `by ${item.reason ?? item.setting}`;
@@ -34,13 +47,13 @@ export function itemRow(item, names) {
   const label = item.name
     ? [h('span', { class: 'live-name' }, item.name), ' ', h('span', { class: 'live-type' }, item.event_type)]
     : [h('span', { class: 'live-name' }, item.event_type)];
-  const outcome = outcomeText(item);
+  const outcome = outcomeCell(item);
   return h('tr', { class: `live-row ${item.direction}`, tabindex: '-1', 'data-key': eventKey(item), title: item.error ?? '' },
     h('td', { class: 'live-time' }, time(item.at)),
     h('td', { class: 'live-dir', 'aria-label': item.direction }, item.direction === 'inbound' ? '→ in' : 'out →'),
     h('td', { class: 'live-event' }, ...label),
     h('td', {}, where),
-    h('td', { class: item.outcome ? `outcome-${item.outcome}` : '' }, outcome),
+    outcome,
     h('td', { class: 'live-mpid' }, item.mpid ?? ''));
 }
 

@@ -70,14 +70,14 @@ export async function livePage() {
     if (selected && eventKey(selected) === key && item.direction === 'outbound') showDetail(selected, rows.querySelector('tr.selected'));
   };
 
-  // Keyboard: ↓ from the list enters it, ↑ ↓ move between rows, Enter opens the focused one.
+  // Keyboard: ↓ from the list enters it, ↑ ↓ move between rows, Enter or Space opens the focused one.
   const list = h('div', { class: 'card stream live-list', tabindex: '0', 'aria-label': 'Live Stream events; arrow keys move, Enter opens' });
   list.addEventListener('keydown', (e) => {
     const current = document.activeElement?.closest?.('tr.live-row');
     let next = null;
     if (e.key === 'ArrowDown') next = current ? current.nextElementSibling : rows.querySelector('tr.live-row');
     else if (e.key === 'ArrowUp') next = current?.previousElementSibling;
-    else if (e.key === 'Enter' && current) { current.click(); e.preventDefault(); return; }
+    else if ((e.key === 'Enter' || e.key === ' ') && current) { current.click(); e.preventDefault(); return; }
     else return;
     e.preventDefault();
     next?.focus();

@@ -3,41 +3,42 @@
 // shown once to copy.
 
 import { api } from '../lib/api.js';
-import { closeModal, copyButton, errorLine, h, openModal, page } from '../lib/dom.js';
+import { closeModal, confirmAction, copyButton, errorLine, h, noticeNextPage, openModal, page, stackTable } from '../lib/dom.js';
 import { route } from '../lib/router.js';
 
 export async function outputsPage() {
   const outputs = await api('GET', '/api/v1/outputs');
   const list = outputs.length
-    ? h('div', { class: 'card' }, h('h2', {}, 'Webhook configurations'), h('table', {},
-        h('tr', {}, h('th', {}, 'Name'), h('th', {}, 'POST URL'), h('th', {}, 'Signing'), h('th', {}, '')),
-        ...outputs.map((o) => outputRow(o))))
+    ? h('div', { class: 'card' }, h('h2', {}, 'Webhook configurations'),
+        stackTable(['Name', 'POST URL', 'Signing', ''], outputs.map((o) => outputRow(o)), { id: 'outputs-table' }))
     : h('div', { class: 'card empty' }, 'No outputs yet. Choose "webhooks" to add a configuration.');
   const directory = h('div', { class: 'card' }, h('h2', {}, 'Directory'),
+    h('p', { class: 'muted' }, 'Where Boson sends events. A webhook receives each batch as JSON in a POST request.'),
     h('div', { class: 'tiles' }, h('button', { class: 'tile', id: 'webhooks-tile', onclick: () => openModal(outputForm()) }, 'webhooks')));
   page('Outputs', directory, list);
 }
 
+/** One output's row: its cells (the last holds the actions and any error they meet). */
 function outputRow(output) {
-  const error = h('td');
-  return h('tr', { 'data-output': output.id },
-    h('td', {}, output.name), h('td', {}, h('code', {}, output.settings.url)),
-    h('td', {}, output.signing?.enabled ? h('span', { class: 'badge active' }, 'signed') : h('span', { class: 'badge inactive' }, 'unsigned')),
-    h('td', {}, h('div', { class: 'row' },
+  const error = h('div');
+  return { attrs: { 'data-output': output.id }, cells: [
+    output.name, h('code', {}, output.settings.url),
+    output.signing?.enabled ? h('span', { class: 'badge active' }, 'signed') : h('span', { class: 'badge inactive' }, 'unsigned'),
+    h('div', {}, h('div', { class: 'row' },
       h('button', { class: 'secondary', onclick: () => openModal(signingDialog(output)) }, 'Signing secret'),
       h('button', { class: 'secondary', onclick: () => openModal(outputForm(output)) }, 'Edit'),
       h('button', { class: 'danger', onclick: async () => {
-        if (!confirm(`Delete ${output.name}?`)) return;
-        try { await api('DELETE', `/api/v1/outputs/${output.id}`); route(); } catch (err) { error.replaceChildren(errorLine(err.message)); }
-      } }, 'Delete')), error));
+        if (!await confirmAction(`Delete ${output.name}?`, 'Delete output', 'Its connections must be deleted first.')) return;
+        try { await api('DELETE', `/api/v1/outputs/${output.id}`); noticeNextPage(`${output.name} deleted.`); route(); } catch (err) { error.replaceChildren(errorLine(err.message)); }
+      } }, 'Delete')), error)] };
 }
 
 function outputForm(existing) {
   const s = existing?.settings || {};
   const name = h('input', { type: 'text', id: 'output-name', value: existing?.name || '' });
-  const url = h('input', { type: 'url', id: 'output-url', value: s.url || '', placeholder: 'https://example.com/hook' });
-  const auth = h('input', { type: 'text', id: 'output-auth', value: s.authorization_header || '', placeholder: 'Bearer …' });
-  const deviceId = h('input', { type: 'checkbox', id: 'output-deviceid', checked: Boolean(s.include_mp_deviceid) });
+  const url = h('input', { type: 'url', id: 'output-url', value: s.url || '', placeholder: 'https://example.com/hook', 'aria-describedby': 'output-url-help' });
+  const auth = h('input', { type: 'text', id: 'output-auth', value: s.authorization_header || '', placeholder: 'Bearer …', 'aria-describedby': 'output-auth-help' });
+  const deviceId = h('input', { type: 'checkbox', id: 'output-deviceid', checked: Boolean(s.include_mp_deviceid), 'aria-describedby': 'output-deviceid-help' });
   const headers = headerRows(s.custom_headers ?? {});
   const errors = { name: h('div'), url: h('div'), form: h('div') };
   return h('form', { onsubmit: async (e) => {
@@ -48,6 +49,7 @@ function outputForm(existing) {
     try {
       if (existing) await api('PATCH', `/api/v1/outputs/${existing.id}`, { name: name.value, settings });
       else await api('POST', '/api/v1/outputs', { name: name.value, kind: 'webhook', settings });
+      noticeNextPage(existing ? `${name.value} saved.` : `${name.value} added. Connect it to an input on the Connections page.`);
       closeModal(); route();
     } catch (err) {
       const target = err.code === 'invalid_name' ? errors.name : err.code === 'invalid_url' ? errors.url : errors.form;
@@ -55,9 +57,11 @@ function outputForm(existing) {
     }
   } }, h('h2', {}, existing ? 'Edit webhook configuration' : 'New webhook configuration'),
   h('label', { for: 'output-name' }, 'Configuration name'), name, errors.name,
-  h('label', { for: 'output-url' }, 'POST URL'), url, errors.url,
+  h('label', { for: 'output-url' }, 'POST URL'), url, h('small', { class: 'help', id: 'output-url-help' }, 'Where Boson POSTs each batch as JSON (http or https).'), errors.url,
   h('label', { for: 'output-auth' }, 'Authorization Header'), auth,
+  h('small', { class: 'help', id: 'output-auth-help' }, 'Sent as the Authorization header of every request, e.g. Bearer and a token your endpoint checks. Optional.'),
   h('label', { class: 'check' }, deviceId, 'Include MP DeviceId'),
+  h('small', { class: 'help', id: 'output-deviceid-help' }, 'Keep the batch\'s mp_deviceid (the device id the SDK sent); off removes it from every request.'),
   headers.block, errors.form,
   h('div', { class: 'row' }, h('button', { type: 'submit' }, 'Save'), h('button', { type: 'button', class: 'secondary', onclick: closeModal }, 'Cancel')));
 }
@@ -83,8 +87,15 @@ function headerRows(current) {
   };
 }
 
-/** The output's signing secret: its state, and generate/rotate, the new secret shown once. */
-function signingDialog(output) {
+/** Asks before rotating, then brings the signing dialog back (the question used the modal) and rotates on yes. */
+async function confirmRotate(output) {
+  const yes = await confirmAction(`Rotate the signing secret of ${output.name}?`, 'Rotate secret', 'The current secret keeps signing during the rotation overlap only.');
+  openModal(signingDialog(output, yes));
+  if (yes) document.getElementById('issue-secret')?.click();
+}
+
+/** The output's signing secret: its state, and generate/rotate (`confirmed`: asked already), the new secret shown once. */
+function signingDialog(output, confirmed = false) {
   const signing = output.signing ?? {};
   const shown = h('div', { id: 'signing-result' });
   const state = signing.enabled
@@ -93,7 +104,7 @@ function signingDialog(output) {
         ? h('p', { class: 'muted' }, `The previous secret also signs until ${new Date(signing.previous_secret_until).toLocaleString()}.`) : '']
     : [h('p', {}, 'Requests are not signed yet. Generate a secret and give it to your endpoint: every request then carries webhook-id, webhook-timestamp and webhook-signature headers it can verify.')];
   const issue = h('button', { type: 'button', id: 'issue-secret', onclick: async () => {
-    if (signing.enabled && !confirm('Rotate the signing secret? The current one keeps signing during the rotation overlap only.')) return;
+    if (signing.enabled && !confirmed) { await confirmRotate(output); return; }
     try {
       const { secret } = await api('POST', `/api/v1/outputs/${output.id}/signing-secret`);
       issue.remove();

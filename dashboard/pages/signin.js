@@ -6,7 +6,7 @@ import { errorLine, h, page } from '../lib/dom.js';
 export function signInPage() {
   const token = h('input', { type: 'password', id: 'token', autocomplete: 'current-password', required: true });
   const error = h('div');
-  const form = h('form', { class: 'card', onsubmit: async (e) => {
+  const form = h('form', { class: 'card signin', onsubmit: async (e) => {
     e.preventDefault();
     try {
       setCsrf((await api('POST', '/dashboard/login', { token: token.value })).csrf);

@@ -15,6 +15,7 @@ mod dashboard;
 mod dashboard_controls;
 mod dashboard_inputs;
 mod dashboard_live;
+mod dashboard_look;
 mod data_catalog;
 mod delivery;
 mod events_per_batch;
