@@ -4,7 +4,7 @@
 
 import { api } from './api.js';
 import { copyButtonOf } from './copy.js';
-import { errorLine, h } from './dom.js';
+import { confirmAction, errorLine, h } from './dom.js';
 import { webSettingsForm } from './input-web-settings.js';
 import { PLATFORMS } from './platforms.js';
 import { snippetsFor } from './snippets.js';
@@ -109,7 +109,8 @@ function setupBlock(state) {
 }
 
 async function rotate(state, notice, error, redraw) {
-  if (!confirm(`Rotate the secret of "${state.input.name}"? The current secret stops working at once: servers and apps using it need the new one.`)) return;
+  if (!await confirmAction(`Rotate the secret of "${state.input.name}"?`, 'Rotate secret',
+    'The current secret stops working at once: servers and apps using it need the new one.')) return;
   try {
     state.input = await api('POST', `/api/v1/inputs/${state.input.id}/rotate-secret`);
     state.revealed = true;
@@ -125,7 +126,7 @@ async function remove(state, error, onDeleted) {
   const used = await api('GET', '/api/v1/connections').then((all) => all.filter((c) => c.input_id === id).length, () => null);
   const warning = used ? `It still has ${used} connection${used === 1 ? '' : 's'}: Boson refuses to delete it until ${used === 1 ? 'that connection is' : 'they are'} deleted on the Connections page.`
     : 'Its key and secret stop working at once. (An input with connections cannot be deleted: delete its connections first.)';
-  if (!confirm(`Delete the input "${name}"? ${warning}`)) return;
+  if (!await confirmAction(`Delete the input "${name}"?`, 'Delete input', warning)) return;
   try {
     await api('DELETE', `/api/v1/inputs/${id}`);
     onDeleted(name);

@@ -23,8 +23,19 @@ const blocked = [];
 page.on('console', (message) => {
   if (message.type() === 'error' && message.text().includes('Content Security Policy')) blocked.push(message.text());
 });
-const dialogs = [];
-page.on('dialog', (dialog) => { dialogs.push(dialog.message()); dialog.accept(); });
+// The page asks in its own dialog; a native one is a failure (and is dismissed, so nothing happens).
+const nativeDialogs = [];
+page.on('dialog', (dialog) => { nativeDialogs.push(dialog.message()); dialog.dismiss(); });
+/** The in-page question's text, answered with its `action` button. */
+async function answerQuestion(action) {
+  const question = page.getByRole('alertdialog');
+  await question.waitFor({ timeout: 3000 });
+  const text = await question.textContent();
+  await question.getByRole('button', { name: action }).click();
+  await question.waitFor({ state: 'hidden' });
+  expect(nativeDialogs.length === 0, `a native dialog appeared: ${nativeDialogs}`);
+  return text;
+}
 const shot = (name) => page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
 const card = (input) => page.locator(`[data-input="${input.id}"]`);
 const clipboard = () => page.evaluate(() => navigator.clipboard.readText());
@@ -120,8 +131,9 @@ async function snippetSteps() {
 /** Rotation keeps its confirm and shows the new secret, revealed. */
 async function rotateSteps() {
   await card(web).getByRole('button', { name: 'Rotate secret' }).click();
+  const asked = await answerQuestion('Rotate secret');
+  expect(asked.includes('stops working'), `rotation question: ${asked}`);
   await card(web).locator('.input-notice', { hasText: 'new secret' }).waitFor();
-  expect(dialogs.some((d) => d.includes('Rotate')), 'no confirmation before rotating');
   const shown = await card(web).locator('code.api-secret').textContent();
   expect(/^[0-9a-f]{64}$/.test(shown) && shown !== web.api_secret, `after rotation: ${shown}`);
 }
@@ -129,9 +141,11 @@ async function rotateSteps() {
 /** Deleting a connected input shows the API's refusal next to it; an unconnected one goes. */
 async function deleteSteps() {
   await card(feed).getByRole('button', { name: 'Delete' }).click();
+  const asked = await answerQuestion('Delete input');
+  expect(asked.includes('"Backend (renamed)"') && asked.includes('1 connection'), `delete question: ${asked}`);
   await card(feed).locator('[role=alert]', { hasText: 'used by a connection' }).waitFor();
-  expect(dialogs.some((d) => d.includes('"Backend (renamed)"') && d.includes('1 connection')), `delete confirm: ${dialogs}`);
   await card(web).getByRole('button', { name: 'Delete' }).click();
+  await answerQuestion('Delete input');
   await card(web).waitFor({ state: 'detached' });
   await openInputs();
   expect((await card(web).count()) === 0, 'the deleted input is back after a reload');
