@@ -2,7 +2,9 @@
 //! brought forward and claimed at the pace [`super::drain`] sets, oldest first, while its new
 //! jobs wait in the table behind them (the connection is *draining*, see [`super::Crowded`]).
 //! The drain ends when a claim finds fewer due jobs than it asked for; from then on new jobs
-//! are handed over at once again.
+//! are handed over at once again. A job accepted just before that moment but committed just
+//! after it waits for the poller, so it can arrive after a later one: the backlog always goes
+//! before the new jobs, the new ones among themselves only almost always in order.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -68,13 +70,15 @@ impl Lanes {
                     i64::try_from(asked).unwrap_or(i64::MAX),
                 )
                 .await;
-            let jobs = match super::with_bodies(self, claimed).await {
+            let mut jobs = match super::with_bodies(self, claimed).await {
                 Ok(jobs) => jobs,
                 Err(error) => {
                     tracing::warn!(connection = %connection_id, %error, "Claiming a recovering connection's jobs failed.");
                     continue;
                 }
             };
+            // Into the lane in the order of acceptance (`RETURNING` keeps no order).
+            jobs.sort_unstable_by_key(|job| job.id);
             let got = jobs.len();
             for job in jobs {
                 self.offer(job).await;

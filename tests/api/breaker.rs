@@ -152,7 +152,7 @@ async fn after_a_recovery_new_events_go_behind_the_backlog() {
     }
 
     // The endpoint comes back: the next probe succeeds, and the user's events accepted right
-    // after it must still arrive after the ten waiting ones.
+    // after it must arrive after the ten waiting ones, which keep their order.
     receiver.clear_script();
     let probe = loop {
         let request = receiver.next().await;
@@ -171,10 +171,13 @@ async fn after_a_recovery_new_events_go_behind_the_backlog() {
             order.push(tag);
         }
     }
+    assert_eq!(order.len(), 20, "every event arrives: {order:?}");
+    // The backlog first, in order; the events accepted during the drain behind it (among
+    // themselves, one accepted as the drain ends can wait for the poller: see `recovery`).
     assert_eq!(
-        order,
-        (0..20).collect::<Vec<i64>>(),
-        "the user's events arrived out of order of acceptance"
+        order[..10],
+        (0..10).collect::<Vec<i64>>(),
+        "the backlog did not arrive first and in order: {order:?}"
     );
     app.stop().await.unwrap();
 }
