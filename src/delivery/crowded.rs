@@ -4,6 +4,10 @@
 //! competing with ingest for the writer); left in the table, the poller claims them once there
 //! is room or the endpoint is back. Lanes keep the sets current; the pipeline asks, through
 //! [`Handoff`], whether delivery takes a new job at once.
+//!
+//! A connection whose endpoint just came back is *draining* until its backlog is claimed (see
+//! `super::drain`): its new jobs wait in the table too, behind the backlog, so each user's
+//! events still go in the order they were accepted.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,6 +23,8 @@ pub(crate) struct Crowded {
     lanes: ConnectionSet,
     /// Lanes whose circuit breaker is open.
     failing: ConnectionSet,
+    /// Lanes whose backlog is being claimed after a recovery.
+    draining: ConnectionSet,
 }
 
 impl Crowded {
@@ -46,11 +52,28 @@ impl Crowded {
     pub(crate) fn failing(&self) -> HashSet<ConnectionId> {
         self.failing.snapshot()
     }
+
+    /// Whether a connection's breaker is open.
+    pub(crate) fn is_failing(&self, connection_id: &ConnectionId) -> bool {
+        self.failing.contains(connection_id)
+    }
+
+    /// Marks or unmarks a connection as draining its backlog.
+    pub(crate) fn set_draining(&self, connection_id: &ConnectionId, draining: bool) {
+        self.draining.set(connection_id, draining);
+    }
+
+    /// The connections draining their backlog.
+    pub(crate) fn draining(&self) -> HashSet<ConnectionId> {
+        self.draining.snapshot()
+    }
 }
 
 impl Handoff for Crowded {
     fn takes_now(&self, connection_id: &ConnectionId) -> bool {
-        !self.lanes.contains(connection_id) && !self.failing.contains(connection_id)
+        !self.lanes.contains(connection_id)
+            && !self.failing.contains(connection_id)
+            && !self.draining.contains(connection_id)
     }
 }
 

@@ -11,7 +11,8 @@
 //! A failing endpoint costs almost nothing: after a few consecutive failures its connection's
 //! circuit breaker opens ([`breaker`], kept per lane in [`lane`]), its jobs wait in the table and
 //! only a probe request goes out now and then; when one succeeds, the waiting jobs are brought
-//! forward and sent with a concurrency that ramps up. A connection set to inactive is paused the
+//! forward and claimed at a pace ([`drain`], [`recovery`]), oldest first with the new jobs
+//! behind them, and sent with a concurrency that ramps up. A connection set to inactive is paused the
 //! same way: its jobs wait in the table, unworked, until it is active again.
 //!
 //! On shutdown, lanes stop taking work, queued jobs are released back to the table, and requests
@@ -20,9 +21,11 @@
 pub(crate) mod alerts;
 mod breaker;
 mod crowded;
+mod drain;
 pub(crate) mod health;
 mod lane;
 mod order;
+mod recovery;
 pub(crate) mod retry;
 pub(crate) mod webhook;
 mod worker;
@@ -129,6 +132,8 @@ struct Lanes {
     crowded: Arc<Crowded>,
     /// Jobs this node holds, queued or in flight, with the end of each one's lease (Unix ms).
     held: Mutex<HashMap<i64, i64>>,
+    /// Each connection's latest drain after a recovery (see `recovery`).
+    drains: Mutex<HashMap<ConnectionId, u64>>,
     /// A request may take this long: a job whose lease ends sooner is renewed before its next
     /// request (see [`HeldJob::confirm`]).
     request_timeout_ms: i64,
@@ -163,6 +168,7 @@ pub(crate) async fn run(
         capacity: config.lane_capacity,
         crowded,
         held: Mutex::new(HashMap::new()),
+        drains: Mutex::new(HashMap::new()),
         request_timeout_ms: i64::try_from(config.request_timeout_secs.saturating_mul(1000))
             .unwrap_or(i64::MAX),
         tracker: TaskTracker::new(),
@@ -364,11 +370,12 @@ impl Lanes {
         free >= self.capacity / 2
     }
 
-    /// Connections whose jobs the poller leaves in the table: those crowded here, and the paused
-    /// (inactive) ones.
+    /// Connections whose jobs the poller leaves in the table: those crowded here, the failing
+    /// and paused (inactive) ones, and those draining a backlog (their drain claims them).
     fn not_to_claim(&self) -> Vec<ConnectionId> {
         let mut skip: Vec<ConnectionId> = self.crowded.snapshot().into_iter().collect();
         skip.extend(self.crowded.failing());
+        skip.extend(self.crowded.draining());
         skip.extend(self.ctx.catalog.paused_connections());
         skip
     }
@@ -412,7 +419,7 @@ impl Lanes {
     }
 
     /// Acts on what a job's outcome did to its connection's breaker.
-    fn breaker_moved(&self, connection_id: &ConnectionId, transition: Transition) {
+    fn breaker_moved(self: &Arc<Self>, connection_id: &ConnectionId, transition: Transition) {
         match transition {
             Transition::None => {}
             Transition::Opened => {
@@ -421,13 +428,7 @@ impl Lanes {
             }
             Transition::Recovered => {
                 tracing::info!(connection = %connection_id, "Endpoint back: its waiting deliveries are resumed.");
-                self.crowded.set_failing(connection_id, false);
-                let (store, id) = (self.ctx.store.clone(), connection_id.clone());
-                self.tracker.spawn(async move {
-                    if let Err(error) = store.bring_forward(&id, now_ms()).await {
-                        tracing::warn!(connection = %id, %error, "Could not bring waiting deliveries forward; they keep their backoff.");
-                    }
-                });
+                self.recovered(connection_id);
             }
         }
     }

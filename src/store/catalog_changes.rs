@@ -7,9 +7,18 @@
 //! Notifications are not stored: those sent while the listening connection was down are lost.
 //! So every time the task (re)starts listening it first says [`CatalogChange::Everything`], and
 //! the pipeline reloads the whole catalog once.
+//!
+//! A listening connection can also die without either end noticing (half open: a firewall or
+//! NAT forgot it, the server's host vanished): it then hears nothing, and nothing says so. So
+//! the task sends itself a heartbeat through the store's pool every [`HEARTBEAT`], on a channel
+//! of its own that its listener also listens to; when a heartbeat sent has not come back within
+//! [`HEARD_WITHIN`] (see [`Watchdog`]), the listener is taken for dead: it is dropped, a new one
+//! connects, and the catalog is reloaded whole. A dead listener is thus noticed within about
+//! 2 s, not at the pipeline's next 5 s reload.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::mpsc;
 
@@ -21,6 +30,12 @@ const CHANNEL: &str = "boson_catalog";
 /// The first wait before listening again after a failure; it doubles up to `RETRY_MAX`.
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
+/// How often the listener's heartbeat is sent.
+const HEARTBEAT: Duration = Duration::from_millis(500);
+/// How soon a heartbeat sent must be heard, or the listener is taken for dead.
+const HEARD_WITHIN: Duration = Duration::from_millis(1500);
+/// The longest a heartbeat's send may take (a stuck pool must not hold the relay).
+const SEND_WITHIN: Duration = Duration::from_secs(1);
 
 /// What changed in the catalog tables.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -59,21 +74,72 @@ impl Store {
             return None;
         };
         let options = (*pool.connect_options()).clone();
-        let (changes, received) = mpsc::unbounded_channel();
-        tokio::spawn(listen(options, changes));
-        Some(received)
+        Some(listen_with(pool.clone(), options))
+    }
+
+    /// The same, with the listener connecting through `port` on the database's host (a test's
+    /// proxy), while heartbeats go through the store's pool as usual.
+    #[cfg(test)]
+    pub(crate) fn catalog_changes_through(
+        &self,
+        port: u16,
+    ) -> Option<mpsc::UnboundedReceiver<CatalogChange>> {
+        let Store::Postgres(pool) = self else {
+            return None;
+        };
+        let options = (*pool.connect_options()).clone().port(port);
+        Some(listen_with(pool.clone(), options))
+    }
+}
+
+fn listen_with(pool: PgPool, options: PgConnectOptions) -> mpsc::UnboundedReceiver<CatalogChange> {
+    let (changes, received) = mpsc::unbounded_channel();
+    tokio::spawn(listen(pool, options, changes));
+    received
+}
+
+/// Whether the listening connection still hears: a heartbeat sent and not heard within
+/// [`HEARD_WITHIN`] says it does not. Pure, with the time passed in. A heartbeat that could not
+/// be sent (the database is unreachable) proves nothing either way, so it is not counted.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Watchdog {
+    /// When the oldest heartbeat sent since the last one heard went out.
+    unheard_since: Option<Instant>,
+}
+
+impl Watchdog {
+    /// A heartbeat was sent at `at`.
+    pub(super) fn sent(&mut self, at: Instant) {
+        self.unheard_since.get_or_insert(at);
+    }
+
+    /// A heartbeat came back: the connection hears (every earlier one counts as heard).
+    pub(super) fn heard(&mut self) {
+        self.unheard_since = None;
+    }
+
+    /// Whether the listener is to be taken for dead at `now`.
+    pub(super) fn is_dead(&self, now: Instant) -> bool {
+        self.unheard_since
+            .is_some_and(|sent| now.saturating_duration_since(sent) >= HEARD_WITHIN)
     }
 }
 
 /// Listens until `changes` is closed, starting over (after a growing pause) whenever the
-/// connection fails.
-async fn listen(options: PgConnectOptions, changes: mpsc::UnboundedSender<CatalogChange>) {
+/// connection fails or stops hearing.
+async fn listen(
+    pool: PgPool,
+    options: PgConnectOptions,
+    changes: mpsc::UnboundedSender<CatalogChange>,
+) {
+    // This listener's own heartbeat channel (an identifier: lowercase letters and digits).
+    let heartbeat = format!("boson_heartbeat_{}", uuid::Uuid::new_v4().simple());
     let mut pause = RETRY_MIN;
     loop {
-        match listening(options.clone()).await {
+        match listening(options.clone(), &heartbeat).await {
             Ok(listener) => {
                 pause = RETRY_MIN;
-                match relay(listener, &changes).await {
+                match relay(listener, &pool, &heartbeat, &changes).await {
                     Ok(()) => return,
                     Err(error) => {
                         tracing::warn!(%error, "Listening for catalog changes failed; starting over.");
@@ -94,46 +160,93 @@ async fn listen(options: PgConnectOptions, changes: mpsc::UnboundedSender<Catalo
 
 /// A listener on `CHANNEL`, on a pool of one connection that is never recycled: the pool only
 /// serves to reconnect.
-async fn listening(options: PgConnectOptions) -> Result<PgListener, sqlx::Error> {
+async fn listening(options: PgConnectOptions, heartbeat: &str) -> Result<PgListener, sqlx::Error> {
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .max_lifetime(None)
         .idle_timeout(None)
         .connect_lazy_with(options);
     let mut listener = PgListener::connect_with(&pool).await?;
-    listener.listen(CHANNEL).await?;
+    listener.listen_all([CHANNEL, heartbeat]).await?;
     Ok(listener)
 }
 
-/// Passes notifications on until `changes` is closed (`Ok`) or the listener fails. Starts with
-/// `Everything`, and says it again whenever the listener had to reconnect: whatever was
-/// committed before it listened (again) was not announced to it.
+/// Passes notifications on until `changes` is closed (`Ok`) or the listener fails or stops
+/// hearing its heartbeat. Starts with `Everything`, and says it again whenever the listener had
+/// to reconnect: whatever was committed before it listened (again) was not announced to it.
 async fn relay(
     mut listener: PgListener,
+    pool: &PgPool,
+    heartbeat: &str,
     changes: &mpsc::UnboundedSender<CatalogChange>,
 ) -> Result<(), sqlx::Error> {
-    let mut next = CatalogChange::Everything;
+    let mut next = Some(CatalogChange::Everything);
+    let mut watchdog = Watchdog::default();
+    let mut beat = tokio::time::interval(HEARTBEAT);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        if changes.send(next).is_err() {
+        if let Some(change) = next.take()
+            && changes.send(change).is_err()
+        {
             return Ok(());
         }
         let received = tokio::select! {
             () = changes.closed() => return Ok(()),
+            _ = beat.tick() => {
+                if watchdog.is_dead(Instant::now()) {
+                    return Err(sqlx::Error::Protocol(
+                        "the catalog listener stopped hearing its heartbeat".to_owned(),
+                    ));
+                }
+                if send_heartbeat(pool, heartbeat).await {
+                    watchdog.sent(Instant::now());
+                }
+                continue;
+            }
             received = listener.try_recv() => received?,
         };
         next = match received {
-            Some(notification) => CatalogChange::parse(notification.payload()),
+            Some(notification) if notification.channel() == heartbeat => {
+                watchdog.heard();
+                None
+            }
+            Some(notification) => Some(CatalogChange::parse(notification.payload())),
             None => {
                 tracing::warn!("The catalog listener reconnected; reloading the whole catalog.");
-                CatalogChange::Everything
+                watchdog.heard();
+                Some(CatalogChange::Everything)
             }
         };
     }
 }
 
+/// Notifies the listener's own heartbeat channel through the pool; whether it was sent.
+async fn send_heartbeat(pool: &PgPool, channel: &str) -> bool {
+    let sent = sqlx::query("SELECT pg_notify($1, '')")
+        .bind(channel)
+        .execute(pool);
+    matches!(tokio::time::timeout(SEND_WITHIN, sent).await, Ok(Ok(_)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_heartbeat_not_heard_in_time_means_the_listener_is_dead() {
+        let start = Instant::now();
+        let mut dog = Watchdog::default();
+        assert!(!dog.is_dead(start + HEARD_WITHIN * 10), "nothing sent yet");
+        dog.sent(start);
+        assert!(!dog.is_dead(start + HEARD_WITHIN / 2));
+        dog.heard();
+        assert!(!dog.is_dead(start + HEARD_WITHIN * 10), "it came back");
+        // Sent twice, heard neither: the first one's deadline counts.
+        dog.sent(start + HEARTBEAT);
+        dog.sent(start + HEARTBEAT * 2);
+        assert!(!dog.is_dead(start + HEARTBEAT + HEARD_WITHIN / 2));
+        assert!(dog.is_dead(start + HEARTBEAT + HEARD_WITHIN));
+    }
 
     #[test]
     fn payloads_name_the_changed_row_and_anything_unknown_reloads_everything() {

@@ -50,12 +50,20 @@ pub(super) enum Command {
     },
     Claim {
         limit: i64,
-        /// JSON array of connection ids to skip.
-        skip: String,
-        /// Instead: the oldest job of this connection nobody holds, due or not.
-        probe: Option<ConnectionId>,
+        of: ClaimOf,
         reply: oneshot::Sender<StoreResult<Vec<ClaimedJob>>>,
     },
+}
+
+/// Which jobs a claim takes.
+#[derive(Debug)]
+pub(super) enum ClaimOf {
+    /// Due jobs of any connection but these (a JSON array of connection ids).
+    Due { skip: String },
+    /// The oldest job of this connection nobody holds, due or not (a probe).
+    Probe(ConnectionId),
+    /// Due jobs of this connection, oldest first (a recovering connection's drain).
+    Drain(ConnectionId),
 }
 
 pub(super) enum Done {
@@ -120,15 +128,17 @@ async fn run_steps(
     apply_updates(tx, commands, now, node).await?;
     let mut claims = Vec::new();
     for command in commands {
-        if let Command::Claim {
-            limit, skip, probe, ..
-        } = command
-        {
-            claims.push(match probe {
-                Some(connection_id) => {
+        if let Command::Claim { limit, of, .. } = command {
+            claims.push(match of {
+                ClaimOf::Probe(connection_id) => {
                     steps::claim_probe(tx, connection_id, now, lease_until, node).await?
                 }
-                None => steps::claim_jobs(tx, *limit, skip, now, lease_until, node).await?,
+                ClaimOf::Due { skip } => {
+                    steps::claim_jobs(tx, *limit, skip, now, lease_until, node).await?
+                }
+                ClaimOf::Drain(connection_id) => {
+                    steps::claim_drain(tx, connection_id, *limit, now, lease_until, node).await?
+                }
             });
         }
     }

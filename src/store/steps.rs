@@ -190,6 +190,29 @@ const CLAIM_PROBE: Sql = Sql::each(
          lease_until, mpid"
     ),
 );
+/// `$1` lease end, `$2` now, `$3` limit, `$4` the connection, `$5` this node: a recovering
+/// connection's due jobs in the order they were accepted (id order: its backlog, brought
+/// forward, then the jobs accepted since, which wait behind it).
+const CLAIM_DRAIN: Sql = Sql::each(
+    concat!(
+        "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
+         (SELECT id FROM jobs j WHERE connection_id = $4 AND next_attempt_at <= $2 \
+          AND lease_until <= $2 AND ",
+        user_is_free!(),
+        " ORDER BY id LIMIT $3) \
+         RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
+         lease_until, mpid"
+    ),
+    concat!(
+        "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
+         (SELECT id FROM jobs j WHERE connection_id = $4 AND next_attempt_at <= $2 \
+          AND lease_until <= $2 AND ",
+        user_is_free!(),
+        " ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
+         RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
+         lease_until, mpid"
+    ),
+);
 /// `$1` fresh batch ids, in increasing order. SQLite: the next ids after the largest ever used
 /// (AUTOINCREMENT keeps it in `sqlite_sequence`, also for explicit ids; the writer's
 /// `BEGIN IMMEDIATE` means no other connection commits between this read and the insert).
@@ -402,6 +425,23 @@ pub(super) async fn claim_probe(
 ) -> Result<Vec<ClaimedJob>, sqlx::Error> {
     tx.fetch_all(CLAIM_PROBE, args![lease_until, now, connection_id, node])
         .await
+}
+
+/// Leases up to `limit` of `connection_id`'s due, unleased jobs to `node`, oldest first (a
+/// recovering connection's drain).
+pub(super) async fn claim_drain(
+    tx: &mut Tx,
+    connection_id: &ConnectionId,
+    limit: i64,
+    now: i64,
+    lease_until: i64,
+    node: &str,
+) -> Result<Vec<ClaimedJob>, sqlx::Error> {
+    tx.fetch_all(
+        CLAIM_DRAIN,
+        args![lease_until, now, limit, connection_id, node],
+    )
+    .await
 }
 
 /// `count` fresh batch ids, increasing.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::group::{Command, Done, Failure, commit};
+use super::group::{ClaimOf, Command, Done, Failure, commit};
 use super::queue::{ClaimedJob, IngestOutcome, Job, JobUpdate, NewBatch, Renewed};
 use super::{Store, StoreError, StoreResult};
 use crate::model::ids::ConnectionId;
@@ -91,8 +91,7 @@ impl Writer {
         let skip = serde_json::to_string(&skip).unwrap_or_else(|_| "[]".to_owned());
         self.send(Command::Claim {
             limit,
-            skip,
-            probe: None,
+            of: ClaimOf::Due { skip },
             reply,
         })
         .await?;
@@ -108,8 +107,24 @@ impl Writer {
         let (reply, answer) = oneshot::channel();
         self.send(Command::Claim {
             limit: 1,
-            skip: "[]".to_owned(),
-            probe: Some(connection_id),
+            of: ClaimOf::Probe(connection_id),
+            reply,
+        })
+        .await?;
+        answer.await.map_err(|_| closed())?
+    }
+
+    /// Leases up to `limit` of `connection_id`'s due jobs nobody holds to this node, in the
+    /// order they were accepted: a recovering connection's backlog, then what queued behind it.
+    pub(crate) async fn claim_drain(
+        &self,
+        connection_id: ConnectionId,
+        limit: i64,
+    ) -> StoreResult<Vec<ClaimedJob>> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Claim {
+            limit,
+            of: ClaimOf::Drain(connection_id),
             reply,
         })
         .await?;

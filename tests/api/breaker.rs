@@ -100,3 +100,84 @@ async fn when_a_probe_succeeds_deliveries_waiting_out_their_backoff_go_at_once()
     assert!(copies.values().all(|&n| n == 1), "{copies:?}");
     app.stop().await.unwrap();
 }
+
+/// The order in which tagged events first arrived with a 200, until `n` distinct ones did.
+async fn arrival_order(receiver: &mut Receiver, n: usize, within: Duration) -> Vec<i64> {
+    let deadline = Instant::now() + within;
+    let mut order: Vec<i64> = Vec::new();
+    while order.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(request) = receiver.next_within(left).await else {
+            break;
+        };
+        if request.answered != 200 {
+            continue;
+        }
+        for event in request.events() {
+            let tag = event["data"]["custom_attributes"]["n"].as_i64().unwrap();
+            if !order.contains(&tag) {
+                order.push(tag);
+            }
+        }
+    }
+    order
+}
+
+/// Posts batches tagged `from..to` (one user, as every `batch_of`).
+async fn post_tagged_range(app: &TestApp, input: &Value, tags: std::ops::Range<i64>) {
+    for i in tags {
+        let mut batch = batch_of(&["custom_event"]);
+        batch["events"][0]["data"]["custom_attributes"] = json!({ "n": i });
+        assert_eq!(app.post_events(input, batch).await.status(), 202);
+    }
+}
+
+#[tokio::test]
+async fn after_a_recovery_new_events_go_behind_the_backlog() {
+    let app = spawn_app_with(|config| {
+        with_breaker(config);
+        // One request at a time, so arrival order is the order of sending; the default poll
+        // interval, so a backlog waiting for the poller is visible.
+        config.delivery.max_in_flight_per_connection = 1;
+        config.delivery.poll_interval_ms = 500;
+    })
+    .await;
+    let mut receiver = Receiver::start().await;
+    receiver.script(&[(500, None); 1000]);
+    let (input, _) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    post_tagged_range(&app, &input, 0..10).await;
+    // The breaker opens after 3 failures; then only probes go out.
+    for _ in 0..3 {
+        receiver.next().await;
+    }
+
+    // The endpoint comes back: the next probe succeeds, and the user's events accepted right
+    // after it must arrive after the ten waiting ones, which keep their order.
+    receiver.clear_script();
+    let probe = loop {
+        let request = receiver.next().await;
+        if request.answered == 200 {
+            break request;
+        }
+    };
+    post_tagged_range(&app, &input, 10..20).await;
+    let mut order: Vec<i64> = probe
+        .events()
+        .iter()
+        .map(|event| event["data"]["custom_attributes"]["n"].as_i64().unwrap())
+        .collect();
+    for tag in arrival_order(&mut receiver, 20 - order.len(), Duration::from_secs(15)).await {
+        if !order.contains(&tag) {
+            order.push(tag);
+        }
+    }
+    assert_eq!(order.len(), 20, "every event arrives: {order:?}");
+    // The backlog first, in order; the events accepted during the drain behind it (among
+    // themselves, one accepted as the drain ends can wait for the poller: see `recovery`).
+    assert_eq!(
+        order[..10],
+        (0..10).collect::<Vec<i64>>(),
+        "the backlog did not arrive first and in order: {order:?}"
+    );
+    app.stop().await.unwrap();
+}

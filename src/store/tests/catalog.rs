@@ -2,6 +2,8 @@
 //! connection is announced with its id, a lost listening connection is followed by "reload
 //! everything", and nothing is announced for a rolled-back change; SQLite announces nothing.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -168,6 +170,97 @@ async fn a_lost_listening_connection_is_followed_by_a_whole_reload() {
     assert_eq!(terminated, 1, "one listening connection");
     // Whatever was committed while it was down was not announced: the next word is "reload
     // everything", and changes are announced again after it.
+    assert_eq!(next(&mut changes).await, CatalogChange::Everything);
+    let input = input_row();
+    db.store.insert_input(&input).await.unwrap();
+    assert_eq!(next(&mut changes).await, CatalogChange::Input(input.id));
+}
+
+/// A TCP proxy to the database that can black-hole the connections it carries: from then on
+/// their bytes are swallowed both ways, while neither end sees the connection close (what a
+/// firewall that forgot a connection does). Connections made after that pass as before.
+struct Proxy {
+    port: u16,
+    /// Connections numbered below this are black-holed.
+    cut: Arc<AtomicU64>,
+    accepted: Arc<AtomicU64>,
+}
+
+impl Proxy {
+    async fn start(target: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (cut, accepted) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (cut_in, accepted_in) = (Arc::clone(&cut), Arc::clone(&accepted));
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&target).await else {
+                    continue;
+                };
+                let index = accepted_in.fetch_add(1, Ordering::SeqCst);
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(pump(client_read, server_write, index, Arc::clone(&cut_in)));
+                tokio::spawn(pump(server_read, client_write, index, Arc::clone(&cut_in)));
+            }
+        });
+        Self {
+            port,
+            cut,
+            accepted,
+        }
+    }
+
+    /// Black-holes every connection carried so far.
+    fn black_hole(&self) {
+        self.cut
+            .store(self.accepted.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    index: u64,
+    cut: Arc<AtomicU64>,
+) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        let Ok(read) = from.read(&mut buffer).await else {
+            return;
+        };
+        if read == 0 {
+            return;
+        }
+        if index < cut.load(Ordering::SeqCst) {
+            continue;
+        }
+        if to.write_all(&buffer[..read]).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_listener_that_stops_hearing_is_replaced_and_the_catalog_reloaded() {
+    let db = TestStore::open().await;
+    let crate::store::Store::Postgres(pool) = &db.store else {
+        return;
+    };
+    let options = pool.connect_options();
+    let proxy = Proxy::start(format!("{}:{}", options.get_host(), options.get_port())).await;
+    let mut changes = db.store.catalog_changes_through(proxy.port).unwrap();
+    assert_eq!(next(&mut changes).await, CatalogChange::Everything);
+    let input = input_row();
+    db.store.insert_input(&input).await.unwrap();
+    assert_eq!(next(&mut changes).await, CatalogChange::Input(input.id));
+
+    // The listening connection goes half open: nothing it was sent arrives, and it is not
+    // closed. A change made now is not heard; the listener must notice and reload everything.
+    proxy.black_hole();
+    let missed = input_row();
+    db.store.insert_input(&missed).await.unwrap();
     assert_eq!(next(&mut changes).await, CatalogChange::Everything);
     let input = input_row();
     db.store.insert_input(&input).await.unwrap();

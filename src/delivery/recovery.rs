@@ -1,0 +1,111 @@
+//! A connection's recovery on this node: when its endpoint is back, its waiting jobs are
+//! brought forward and claimed at the pace [`super::drain`] sets, oldest first, while its new
+//! jobs wait in the table behind them (the connection is *draining*, see [`super::Crowded`]).
+//! The drain ends when a claim finds fewer due jobs than it asked for; from then on new jobs
+//! are handed over at once again. A job accepted just before that moment but committed just
+//! after it waits for the poller, so it can arrive after a later one: the backlog always goes
+//! before the new jobs, the new ones among themselves only almost always in order.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Lanes;
+use super::drain::{Drain, TICK};
+use crate::model::ids::ConnectionId;
+use crate::model::now_ms;
+
+impl Lanes {
+    /// The endpoint of `connection_id` is back: starts its drain. It is marked draining before
+    /// it stops being failing, so no new job is handed over in between, ahead of the backlog.
+    pub(super) fn recovered(self: &Arc<Self>, connection_id: &ConnectionId) {
+        let generation = self.next_drain(connection_id);
+        self.crowded.set_draining(connection_id, true);
+        self.crowded.set_failing(connection_id, false);
+        let (lanes, id) = (Arc::clone(self), connection_id.clone());
+        self.tracker.spawn(async move {
+            let backlog = match lanes.ctx.store.bring_forward(&id, now_ms()).await {
+                Ok(count) => count,
+                Err(error) => {
+                    tracing::warn!(connection = %id, %error, "Could not bring waiting deliveries forward; they keep their backoff.");
+                    0
+                }
+            };
+            lanes.drain(&id, backlog, generation).await;
+            if lanes.current_drain(&id) == Some(generation) {
+                lanes.crowded.set_draining(&id, false);
+            }
+        });
+    }
+
+    /// Claims a connection's due jobs tick by tick, as many as the pace and the lane's room
+    /// allow, until a claim finds fewer than it asked for. Stops early if the endpoint fails
+    /// again (the breaker holds the jobs back then), the connection is paused, a newer recovery
+    /// took over, or delivery stops.
+    async fn drain(self: &Arc<Self>, connection_id: &ConnectionId, backlog: u64, generation: u64) {
+        let mut drain = Drain::new(backlog, Instant::now());
+        loop {
+            tokio::select! {
+                () = self.cancel.cancelled() => return,
+                () = tokio::time::sleep(TICK) => {}
+            }
+            if self.current_drain(connection_id) != Some(generation)
+                || self.crowded.is_failing(connection_id)
+                || self.ctx.catalog.is_paused(connection_id)
+            {
+                return;
+            }
+            let free = self.lane(connection_id).jobs.capacity();
+            let room = free
+                .saturating_sub(self.capacity / 4)
+                .min(self.claim_limit());
+            let asked = drain.allowance(Instant::now(), room);
+            if asked == 0 {
+                continue;
+            }
+            let claimed = self
+                .ctx
+                .writer
+                .claim_drain(
+                    connection_id.clone(),
+                    i64::try_from(asked).unwrap_or(i64::MAX),
+                )
+                .await;
+            let mut jobs = match super::with_bodies(self, claimed).await {
+                Ok(jobs) => jobs,
+                Err(error) => {
+                    tracing::warn!(connection = %connection_id, %error, "Claiming a recovering connection's jobs failed.");
+                    continue;
+                }
+            };
+            // Into the lane in the order of acceptance (`RETURNING` keeps no order).
+            jobs.sort_unstable_by_key(|job| job.id);
+            let got = jobs.len();
+            for job in jobs {
+                self.offer(job).await;
+            }
+            if drain.claimed(asked, got) {
+                tracing::info!(connection = %connection_id, "Recovered connection's backlog claimed; new deliveries go at once again.");
+                return;
+            }
+        }
+    }
+
+    /// Starts a new drain generation for a connection (a later recovery supersedes an earlier
+    /// drain still running).
+    fn next_drain(&self, connection_id: &ConnectionId) -> u64 {
+        let mut drains = self.drains();
+        let generation = drains.get(connection_id).map_or(1, |g| g + 1);
+        drains.insert(connection_id.clone(), generation);
+        generation
+    }
+
+    fn current_drain(&self, connection_id: &ConnectionId) -> Option<u64> {
+        self.drains().get(connection_id).copied()
+    }
+
+    fn drains(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<ConnectionId, u64>> {
+        self.drains
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
