@@ -50,7 +50,7 @@ pub(super) enum Command {
     },
     Claim {
         limit: i64,
-        /// JSON array of connection ids to skip.
+        /// JSON array of connection ids to skip; for a probe, of MPIDs to avoid.
         skip: String,
         /// Instead: the oldest job of this connection nobody holds, due or not.
         probe: Option<ConnectionId>,
@@ -126,7 +126,7 @@ async fn run_steps(
         {
             claims.push(match probe {
                 Some(connection_id) => {
-                    steps::claim_probe(tx, connection_id, now, lease_until, node).await?
+                    steps::claim_probe(tx, connection_id, skip, now, lease_until, node).await?
                 }
                 None => steps::claim_jobs(tx, *limit, skip, now, lease_until, node).await?,
             });
