@@ -331,17 +331,17 @@ async fn a_replay_running_at_shutdown_keeps_its_progress_and_resumes_after_a_res
     // Stopped cleanly: still running, its lease given back (so a restart resumes it at once,
     // not after the lease), and its cursor where its totals say it got.
     let row = |column: &str| format!("SELECT {column} FROM replays WHERE id = {replay_id}");
-    assert_eq!(
-        app.query_i64(&row("CASE WHEN status = 'running' THEN 1 ELSE 0 END"))
-            .await,
-        1
-    );
+    let running =
+        format!("SELECT COUNT(*) FROM replays WHERE id = {replay_id} AND status = 'running'");
+    assert_eq!(app.query_i64(&running).await, 1);
     assert_eq!(app.query_i64(&row("lease_until")).await, 0);
     let enqueued = app.query_i64(&row("batches")).await;
     assert!((1..6).contains(&enqueued), "{enqueued} of 6 batches");
     let cursor = app.query_i64(&row("cursor_id")).await;
     let behind = app
-        .query_i64(&format!("SELECT COUNT(*) FROM batches WHERE id <= {cursor}"))
+        .query_i64(&format!(
+            "SELECT COUNT(*) FROM batches WHERE id <= {cursor}"
+        ))
         .await;
     assert_eq!(behind, enqueued, "the cursor matches the totals");
 
@@ -350,7 +350,11 @@ async fn a_replay_running_at_shutdown_keeps_its_progress_and_resumes_after_a_res
     let done = progress(&app, &replay_id).await;
     assert_eq!(done["batches"], 6, "each batch once: {done}");
     let mut replayed = 1;
-    while receiver.next_within(Duration::from_millis(1500)).await.is_some() {
+    while receiver
+        .next_within(Duration::from_millis(1500))
+        .await
+        .is_some()
+    {
         replayed += 1;
     }
     assert_eq!(replayed, 6, "each batch delivered once by the replay");
