@@ -272,14 +272,19 @@ mod tests {
         for user in [1, 2, 3, 2] {
             lane.ended(&failed(), Some(Mpid::new(user)), now);
         }
-        assert_eq!(lane.failed_users(), [Mpid::new(1), Mpid::new(3), Mpid::new(2)]);
+        assert_eq!(
+            lane.failed_users(),
+            [Mpid::new(1), Mpid::new(3), Mpid::new(2)]
+        );
         let mut delivered = failed();
         if let JobUpdate::Retry { attempt, .. } = &mut delivered {
             attempt.outcome = AttemptOutcome::Delivered;
             attempt.status = Some(200);
         }
         let delivered = match delivered {
-            JobUpdate::Retry { job, attempt, dead, .. } => JobUpdate::Finished { job, attempt, dead },
+            JobUpdate::Retry {
+                job, attempt, dead, ..
+            } => JobUpdate::Finished { job, attempt, dead },
             other => other,
         };
         lane.ended(&delivered, Some(Mpid::new(3)), now);

@@ -269,16 +269,17 @@ async fn a_probe_prefers_a_user_that_has_not_failed_recently() {
     // Users 5 and 6 failed recently, and their jobs are the oldest.
     let failing = [user_job(1, 5, 0), user_job(2, 6, 0), user_job(3, 6, 0)];
     let inserted = insert_jobs(&mut tx, &failing).await.expect("insert");
-    let claimed = |c: Vec<ClaimedJob>| -> Vec<i64> {
-        c.iter().map(|c| c.batch_id().get()).collect()
-    };
+    let claimed =
+        |c: Vec<ClaimedJob>| -> Vec<i64> { c.iter().map(|c| c.batch_id().get()).collect() };
     // Only failing users have jobs: the oldest goes, as before.
     let first = claim_probe(&mut tx, &CONN_A, "[5,6]", 3_000, 9_000, NODE)
         .await
         .expect("probe");
     assert_eq!(claimed(first), [1]);
     let job_1 = inserted.iter().find(|j| j.1.get() == 1).expect("job 1").0;
-    release_jobs(&mut tx, &[job_1], NODE).await.expect("release");
+    release_jobs(&mut tx, &[job_1], NODE)
+        .await
+        .expect("release");
     // User 7 has not failed; a job without a user is newer still.
     insert_jobs(&mut tx, &[user_job(4, 7, 0), job_row(5, &CONN_A, 0)])
         .await

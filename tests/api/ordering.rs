@@ -364,7 +364,10 @@ async fn a_users_next_batch_is_claimed_when_the_one_before_finishes() {
     let mut receiver = Receiver::with_latency(300..=300).await;
     let input = per_user_pipeline(&app, &receiver).await;
     for seq in 0..3 {
-        let status = app.post_events(&input, numbered(USERS[0], seq)).await.status();
+        let status = app
+            .post_events(&input, numbered(USERS[0], seq))
+            .await
+            .status();
         assert_eq!(status, 202);
     }
     let got = until_answered(&mut receiver, &[(USERS[0], 2)]).await;

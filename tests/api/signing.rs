@@ -421,7 +421,10 @@ async fn disabling_signing_removes_the_secrets_and_later_requests_go_unsigned() 
         .await
         .unwrap();
     assert_eq!(shown["signing"]["enabled"], false, "{shown}");
-    assert!(shown["signing"]["previous_secret_until"].is_null(), "{shown}");
+    assert!(
+        shown["signing"]["previous_secret_until"].is_null(),
+        "{shown}"
+    );
 
     app.post_events(&input, batch_of(&["screen_view"])).await;
     let after = receiver.take(1).await;
