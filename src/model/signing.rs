@@ -180,6 +180,38 @@ mod tests {
         }
     }
 
+    /// The signature alone (HMAC clone, hashing, base64, the header string), in this thread's
+    /// CPU time, run by hand in a release build:
+    /// `cargo test --release --lib signature_cost -- --ignored --nocapture`. No time is asserted.
+    #[test]
+    #[ignore = "a timing loop to run by hand"]
+    fn signature_cost_per_request() {
+        let cpu = || {
+            let stat = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
+            let ns: u64 = stat
+                .split(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .expect("ns");
+            std::time::Duration::from_nanos(ns)
+        };
+        let signer = Signer::new(key(SECRET), None);
+        let rounds = 200_000u32;
+        for size in [600, 2500, 16 * 1024] {
+            let body = vec![b'x'; size];
+            let started = cpu();
+            for _ in 0..rounds {
+                let signature = signer.signature("1234567-0", "1700000000", &body, 0);
+                assert_eq!(signature.len(), SIGNATURE_CHARS);
+                std::hint::black_box(signature);
+            }
+            println!(
+                "{size:>5} byte body: {:?} per signature",
+                (cpu() - started) / rounds
+            );
+        }
+    }
+
     #[test]
     fn malformed_secrets_are_refused() {
         let refused = |secret: &str| SigningKey::from_secret(secret).err();
