@@ -4,7 +4,8 @@
 //! Shutdown has a deadline (`shutdown_deadline_secs`), counted from the signal: requests and
 //! webhook deliveries in flight get until then to finish. At the deadline the HTTP connections
 //! still open are cut ([`connections`]), so a slow or stalled client cannot hold the process, and the
-//! deliveries still waiting for an answer are released to the table (see `delivery::run`). The
+//! deliveries still waiting for an answer are released to the table (see `delivery::run`).
+//! Operator alerts still queued once delivery has stopped are sent within the same deadline. The
 //! writer then commits what it was sent, within [`WRITER_DRAIN`]. So the process exits within
 //! about the deadline plus the writer's drain.
 
@@ -29,6 +30,7 @@ use axum_server::tls_rustls::RustlsConfig;
 use rand::RngCore;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
@@ -117,6 +119,13 @@ pub async fn run(
                 "Pending deliveries of the previous run are resumed."
             );
         }
+        let replays = store
+            .release_all_replays()
+            .await
+            .context("failed to release stale replay leases")?;
+        if replays > 0 {
+            tracing::info!(replays, "Replays of the previous run are resumed.");
+        }
     }
     let admin_token_hash = admin_token_hash(&config, &store).await?;
     let catalog = Arc::new(
@@ -148,10 +157,15 @@ pub async fn run(
         config.ingest.max_events_per_batch,
     );
     let cancel = CancellationToken::new();
+    // Cancelled when the shutdown deadline has passed.
+    let overdue = CancellationToken::new();
+    // Cancelled once delivery has stopped: the alerts still queued are sent, then the task ends.
+    let alerts_closing = CancellationToken::new();
+    let (alerts, alerts_task) = operator_alerts(&config, &store, &alerts_closing, &overdue)?;
     let health = Arc::new(Health::new(
         store.clone(),
         Arc::clone(&catalog),
-        operator_alerts(&config, &store, &cancel)?,
+        alerts,
         config.alerts.clone(),
     ));
     // Before the first request: the catalog's caps count what earlier runs stored.
@@ -171,8 +185,6 @@ pub async fn run(
         health,
     ));
     let stopping = CancellationToken::new();
-    // Cancelled when the shutdown deadline has passed.
-    let overdue = CancellationToken::new();
     let shutdown_deadline = Duration::from_secs(config.shutdown_deadline_secs);
     let deadline = tokio::spawn(count_down(
         stopping.clone(),
@@ -190,7 +202,7 @@ pub async fn run(
     // Other nodes' catalog changes (PostgreSQL); nothing to follow on SQLite.
     tokio::spawn(Arc::clone(&catalog).follow_changes(cancel.clone()));
     // Replays by time range: this node drives those no other node drives.
-    tokio::spawn(crate::replay::run(
+    let replays = tokio::spawn(crate::replay::run(
         store.clone(),
         webhooks.clone(),
         cancel.clone(),
@@ -255,6 +267,16 @@ pub async fn run(
     tracing::info!("Shutting down: delivering or releasing in-flight work.");
     cancel.cancel();
     delivery.await.context("delivery task failed")?;
+    // Before the deadline's countdown stops: it bounds the last alerts and the replay step in
+    // hand. A replay abandoned at the deadline keeps its lease, and is resumed when it ends.
+    alerts_closing.cancel();
+    if let Some(alerts_task) = alerts_task {
+        let _ = alerts_task.await;
+    }
+    tokio::select! {
+        _ = replays => {}
+        () = overdue.cancelled() => tracing::warn!("The shutdown deadline has passed; a replay step in flight is abandoned."),
+    }
     deadline.abort();
     drain_writer(&flusher, writer_task).await;
     // After the last request recorded its data points; a periodic flush still writing is
@@ -409,10 +431,11 @@ async fn drain_writer(writer: &Writer, task: tokio::task::JoinHandle<()>) {
 fn operator_alerts(
     config: &Config,
     store: &Store,
-    cancel: &CancellationToken,
-) -> anyhow::Result<OperatorAlerts> {
+    closing: &CancellationToken,
+    overdue: &CancellationToken,
+) -> anyhow::Result<(OperatorAlerts, Option<JoinHandle<()>>)> {
     let Some(url) = &config.operator_webhook_url else {
-        return Ok(OperatorAlerts::disabled());
+        return Ok((OperatorAlerts::disabled(), None));
     };
     let secret = config
         .operator_webhook_secret
@@ -426,8 +449,10 @@ fn operator_alerts(
         secret,
         timeout: Duration::from_secs(config.delivery.request_timeout_secs),
     };
-    OperatorAlerts::start(&webhook, store.clone(), cancel.clone())
-        .context("failed to start the operator webhook")
+    let (alerts, task) =
+        OperatorAlerts::start(&webhook, store.clone(), closing.clone(), overdue.clone())
+            .context("failed to start the operator webhook")?;
+    Ok((alerts, Some(task)))
 }
 
 /// Deletes what is older than the retention, every `interval_secs`: the batch log, attempts

@@ -1,6 +1,6 @@
 // Outputs: the "webhooks" directory tile, the webhook configurations, and their create/edit form
 // (with custom headers), and each output's Standard Webhooks signing secret: generate or rotate it,
-// shown once to copy.
+// shown once to copy, or disable signing.
 
 import { api } from '../lib/api.js';
 import { closeModal, confirmAction, copyButton, errorLine, h, noticeNextPage, openModal, page, stackTable } from '../lib/dom.js';
@@ -112,7 +112,15 @@ function signingDialog(output, confirmed = false) {
         h('div', { class: 'row' }, h('code', { id: 'signing-secret' }, secret), copyButton(secret, 'signing secret')));
     } catch (err) { shown.replaceChildren(errorLine(err.message)); }
   } }, signing.enabled ? 'Rotate secret' : 'Generate secret');
+  // Deletes both secrets at once: no overlap, the next request goes unsigned.
+  const disable = signing.enabled ? h('button', { type: 'button', class: 'danger', id: 'disable-signing', onclick: async () => {
+    if (!confirm('Disable signing? Both secrets are deleted and requests go unsigned from now on; your endpoint must stop requiring signatures first.')) return;
+    try {
+      await api('DELETE', `/api/v1/outputs/${output.id}/signing-secret`);
+      closeModal(); route();
+    } catch (err) { shown.replaceChildren(errorLine(err.message)); }
+  } }, 'Disable signing') : '';
   return [h('h2', {}, `Signing secret · ${output.name}`), ...state,
     h('small', { class: 'help' }, `While rotating, requests carry both signatures for ${Math.round((output.settings.signing_rotation_overlap_secs ?? 86400) / 3600)} h (the output's rotation overlap), so the endpoint can switch secrets without losing requests.`),
-    shown, h('div', { class: 'row' }, issue, h('button', { type: 'button', class: 'secondary', onclick: () => { closeModal(); route(); } }, 'Close'))];
+    shown, h('div', { class: 'row' }, issue, disable, h('button', { type: 'button', class: 'secondary', onclick: () => { closeModal(); route(); } }, 'Close'))];
 }

@@ -53,7 +53,7 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
         )
         .route(
             "/api/v1/outputs/{id}/signing-secret",
-            post(outputs::signing_secret),
+            post(outputs::signing_secret).delete(outputs::disable_signing),
         )
         .route(
             "/api/v1/connections",

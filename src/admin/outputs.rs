@@ -236,3 +236,19 @@ pub(crate) async fn signing_secret(
     reload(&state).await?;
     Ok((StatusCode::CREATED, Json(SecretOut { secret })))
 }
+
+/// Stops signing the output's requests (`204`): its current and previous secrets are deleted,
+/// so no overlap keeps a replaced secret signing. Disabling an unsigned output is not an error.
+pub(crate) async fn disable_signing(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = output_id(&id)?;
+    state
+        .store
+        .clear_signing_secrets(&id, now_ms())
+        .await
+        .map_err(not_found)?;
+    reload(&state).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -4,6 +4,10 @@
 //!
 //! Nothing here can slow delivery: queueing never waits (a full queue drops the alert, logged),
 //! the task has a client of its own, and a failing operator endpoint only delays other alerts.
+//!
+//! At shutdown the alerts still queued are sent, not dropped: once delivery has stopped (so no
+//! more can be queued) the task posts what is left and ends, or gives up at the shutdown
+//! deadline, logging how many it could not send.
 //! The client allows private addresses: the URL comes from the operator's configuration, not
 //! from the admin API, and an alerting endpoint on the internal network is the common case.
 
@@ -11,6 +15,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::webhook::WebhookClient;
@@ -51,13 +56,16 @@ impl OperatorAlerts {
         Self { queue: None }
     }
 
-    /// Starts the task that posts alerts to `webhook` until `cancel`; `store` gives the names
-    /// of the connections alerts are about.
+    /// Starts the task that posts alerts to `webhook`; `store` gives the names of the
+    /// connections alerts are about. Once `closing` is cancelled the task sends what is queued
+    /// and ends; `overdue` (the shutdown deadline) ends it even with alerts left. Await the
+    /// handle to let it finish.
     pub(crate) fn start(
         webhook: &OperatorWebhook<'_>,
         store: Store,
-        cancel: CancellationToken,
-    ) -> anyhow::Result<Self> {
+        closing: CancellationToken,
+        overdue: CancellationToken,
+    ) -> anyhow::Result<(Self, JoinHandle<()>)> {
         let settings = WebhookSettings::parse(serde_json::json!({ "url": webhook.url }))
             .map_err(|e| anyhow::anyhow!("operator_webhook_url: {e}"))?;
         let signer = match webhook.secret {
@@ -71,8 +79,8 @@ impl OperatorAlerts {
         let output = Output::new(settings, signer).map_err(|e| anyhow::anyhow!(e))?;
         let client = WebhookClient::new(true, webhook.timeout)?;
         let (queue, alerts) = mpsc::channel(QUEUE);
-        tokio::spawn(post_alerts(client, output, store, alerts, cancel));
-        Ok(Self { queue: Some(queue) })
+        let task = tokio::spawn(post_alerts(client, output, store, alerts, closing, overdue));
+        Ok((Self { queue: Some(queue) }, task))
     }
 
     /// Whether alerts go anywhere (work that only feeds alerts can be skipped otherwise).
@@ -96,18 +104,23 @@ impl OperatorAlerts {
     }
 }
 
-/// Posts each queued alert in turn, retrying it until it is accepted or its tries run out.
+/// Posts each queued alert in turn, retrying it until it is accepted or its tries run out;
+/// after `closing`, until the queue is empty (or `overdue`).
 async fn post_alerts(
     client: WebhookClient,
     output: Output,
     store: Store,
     mut alerts: mpsc::Receiver<Queued>,
-    cancel: CancellationToken,
+    closing: CancellationToken,
+    overdue: CancellationToken,
 ) {
     loop {
         let next = tokio::select! {
-            () = cancel.cancelled() => return,
+            biased;
+            () = overdue.cancelled() => return given_up(&alerts, 0),
             next = alerts.recv() => next,
+            // Delivery has stopped and nothing is queued: nothing more can come.
+            () = closing.cancelled() => alerts.try_recv().ok(),
         };
         let Some((kind, connection_id, details)) = next else {
             return;
@@ -124,9 +137,20 @@ async fn post_alerts(
             details,
         };
         tokio::select! {
-            () = cancel.cancelled() => return,
+            () = overdue.cancelled() => return given_up(&alerts, 1),
             () = post_one(&client, &output, &alert) => {}
         }
+    }
+}
+
+/// Logs the alerts left unsent at the shutdown deadline: those queued and `in_hand`.
+fn given_up(alerts: &mpsc::Receiver<Queued>, in_hand: usize) {
+    let left = alerts.len() + in_hand;
+    if left > 0 {
+        tracing::warn!(
+            alerts = left,
+            "The shutdown deadline has passed; operator alerts not yet sent are dropped."
+        );
     }
 }
 

@@ -196,13 +196,15 @@ impl Health {
         }
     }
 
-    /// Runs the periodic checks until `cancel`.
+    /// Runs the periodic checks until `cancel`; then announces the dead letters counted and
+    /// not yet announced, so a shutdown does not swallow them (queued, they are sent before
+    /// the process exits).
     pub(crate) async fn run(self: Arc<Self>, cancel: CancellationToken) {
         let backlog_every = Duration::from_secs(self.config.backlog_check_secs);
         let mut next_backlog = tokio::time::Instant::now() + backlog_every;
         loop {
             tokio::select! {
-                () = cancel.cancelled() => return,
+                () = cancel.cancelled() => break,
                 () = tokio::time::sleep(TICK) => {}
             }
             if let Err(error) = self.pause_long_failing().await {
@@ -218,6 +220,9 @@ impl Health {
                     tracing::warn!(%error, "Could not count backlogs.");
                 }
             }
+        }
+        if self.alerts.enabled() {
+            self.announce_dead_letters().await;
         }
     }
 

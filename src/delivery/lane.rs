@@ -3,6 +3,7 @@
 //! request may go out under the connection's rate limit (the pacer). See [`super::breaker`] for
 //! the rules; this is their shared, thread-safe home.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -19,6 +20,9 @@ use crate::store::queue::{Job, JobUpdate};
 
 /// Requests in flight a connection starts with after its endpoint came back.
 const RECOVERY_START_IN_FLIGHT: usize = 4;
+/// Users a lane remembers as failing (the most recent), for the breaker's probe to avoid: a
+/// bound, so a receiver refusing many users costs a little memory and a short list, not more.
+const FAILED_USERS: usize = 64;
 
 /// How much wider than `1 / rate` the pacer spaces requests: the receiver sees arrival times,
 /// which network jitter moves by a little, and no one-second window there may hold more than
@@ -41,6 +45,8 @@ pub(super) struct LaneControl {
     turns: Mutex<UserTurns<Job>>,
     /// On a connection ordered per user, the user of the last failure the breaker counted.
     last_failed_user: Mutex<Option<Mpid>>,
+    /// On a connection ordered per user, the users whose last request failed, oldest first.
+    failed_users: Mutex<VecDeque<Mpid>>,
 }
 
 /// The breaker's settings.
@@ -66,6 +72,24 @@ impl LaneControl {
             spell: Mutex::new(Spell::default()),
             turns: Mutex::new(UserTurns::default()),
             last_failed_user: Mutex::new(None),
+            failed_users: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The users whose last request here failed (at most [`FAILED_USERS`], the most recent).
+    pub(super) fn failed_users(&self) -> Vec<Mpid> {
+        lock(&self.failed_users).iter().copied().collect()
+    }
+
+    /// Remembers whether `user`'s last request failed.
+    fn note_user(&self, user: Mpid, failed: bool) {
+        let mut users = lock(&self.failed_users);
+        users.retain(|u| *u != user);
+        if failed {
+            if users.len() == FAILED_USERS {
+                users.pop_front();
+            }
+            users.push_back(user);
         }
     }
 
@@ -136,7 +160,11 @@ impl LaneControl {
     /// requests holds back only that user (whose later batches wait anyway), while an endpoint
     /// that fails every user still opens the breaker.
     pub(super) fn ended(&self, update: &JobUpdate, user: Option<Mpid>, now: Instant) -> Transition {
-        match endpoint_answered(update) {
+        let answered = endpoint_answered(update);
+        if let (Some(user), Some(worked)) = (user, answered) {
+            self.note_user(user, !worked);
+        }
+        match answered {
             Some(false) if user.is_some() => {
                 let mut last = lock(&self.last_failed_user);
                 if *last == user {
@@ -235,6 +263,40 @@ mod tests {
             assert_eq!(moved, Transition::None);
         }
         assert_eq!(lane.permit(now), Permit::Send);
+    }
+
+    #[test]
+    fn the_users_whose_last_request_failed_are_remembered_for_the_probe() {
+        let lane = lane();
+        let now = Instant::now();
+        for user in [1, 2, 3, 2] {
+            lane.ended(&failed(), Some(Mpid::new(user)), now);
+        }
+        assert_eq!(
+            lane.failed_users(),
+            [Mpid::new(1), Mpid::new(3), Mpid::new(2)]
+        );
+        let mut delivered = failed();
+        if let JobUpdate::Retry { attempt, .. } = &mut delivered {
+            attempt.outcome = AttemptOutcome::Delivered;
+            attempt.status = Some(200);
+        }
+        let delivered = match delivered {
+            JobUpdate::Retry {
+                job, attempt, dead, ..
+            } => JobUpdate::Finished { job, attempt, dead },
+            other => other,
+        };
+        lane.ended(&delivered, Some(Mpid::new(3)), now);
+        assert_eq!(lane.failed_users(), [Mpid::new(1), Mpid::new(2)]);
+        // Unordered jobs name no user; a bounded list keeps the most recent.
+        lane.ended(&failed(), None, now);
+        for user in 100..100 + i64::try_from(FAILED_USERS).unwrap() {
+            lane.ended(&failed(), Some(Mpid::new(user)), now);
+        }
+        let users = lane.failed_users();
+        assert_eq!(users.len(), FAILED_USERS);
+        assert_eq!(users[0], Mpid::new(100));
     }
 
     #[test]

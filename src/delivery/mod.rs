@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt as _;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -139,6 +139,9 @@ struct Lanes {
     request_timeout_ms: i64,
     tracker: TaskTracker,
     cancel: CancellationToken,
+    /// Wakes the poller before its interval is up: a user's job finished, so the user's next
+    /// job (left in the table, not leased, when it was accepted behind it) may go now.
+    poll_now: Notify,
 }
 
 /// Runs delivery until `cancel` fires, then drains as described in the module docs, but only
@@ -173,6 +176,7 @@ pub(crate) async fn run(
             .unwrap_or(i64::MAX),
         tracker: TaskTracker::new(),
         cancel: cancel.clone(),
+        poll_now: Notify::new(),
     });
     let poller = tokio::spawn(poll(
         Arc::clone(&lanes),
@@ -406,15 +410,16 @@ impl Lanes {
         lane
     }
 
-    /// The connections whose breaker is open and whose probe may go out now.
-    fn due_probes(&self) -> Vec<ConnectionId> {
+    /// The connections whose breaker is open and whose probe may go out now, each with the
+    /// users whose requests failed recently there (the probe avoids them).
+    fn due_probes(&self) -> Vec<(ConnectionId, Vec<Mpid>)> {
         let now = Instant::now();
         self.lanes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .iter()
             .filter(|(_, lane)| lane.control.probe_due(now))
-            .map(|(id, _)| id.clone())
+            .map(|(id, lane)| (id.clone(), lane.control.failed_users()))
             .collect()
     }
 
@@ -535,7 +540,14 @@ impl Lanes {
         let mut ended = (id, finished);
         loop {
             match control.turn_ended(mpid, ended.0, ended.1) {
-                Next::Nothing => return,
+                Next::Nothing => {
+                    // Its next job, if any, is in the table: claim it now, not at the next
+                    // poll. Wake-ups coalesce: at most one extra claim per poll round.
+                    if ended.1 {
+                        self.poll_now.notify_one();
+                    }
+                    return;
+                }
                 Next::Release(waiting) => {
                     for job in waiting {
                         self.release(job.id).await;
@@ -661,6 +673,7 @@ async fn poll(lanes: Arc<Lanes>, interval: Duration) {
         tokio::select! {
             () = lanes.cancel.cancelled() => return,
             () = tokio::time::sleep(pause) => {}
+            () = lanes.poll_now.notified() => {}
         }
     }
 }
@@ -689,13 +702,15 @@ async fn renew_leases(lanes: Arc<Lanes>, every: Duration, stop: CancellationToke
 }
 
 /// Sends each failing connection whose breaker allows it one job as a probe: its oldest, even
-/// if it waits out a backoff, since the endpoint may well be back before that.
+/// if it waits out a backoff, since the endpoint may well be back before that; one of a user
+/// that has not failed recently if there is one, so a user the receiver keeps refusing cannot
+/// keep the breaker open for everyone else.
 async fn probe(lanes: &Arc<Lanes>) {
-    for connection_id in lanes.due_probes() {
+    for (connection_id, avoid) in lanes.due_probes() {
         if lanes.ctx.catalog.is_paused(&connection_id) {
             continue;
         }
-        let claimed = lanes.ctx.writer.claim_probe(connection_id).await;
+        let claimed = lanes.ctx.writer.claim_probe(connection_id, &avoid).await;
         match with_bodies(lanes, claimed).await {
             Ok(jobs) => {
                 for job in jobs {

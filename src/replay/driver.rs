@@ -23,7 +23,9 @@ const RENEW_EVERY: Duration = Duration::from_secs(1);
 /// How often an idle node looks for a replay to drive.
 const IDLE: Duration = Duration::from_millis(200);
 
-/// Drives replays until `cancel`; then gives up this node's leases so another node resumes.
+/// Drives replays until `cancel`; then gives up this node's leases so another node (or this
+/// one restarted) resumes at the cursor. Shutdown awaits this task: the step in hand (a batch
+/// enqueued, a dead letter sent) is recorded with its cursor before the leases go.
 pub(crate) async fn run(store: Store, webhooks: WebhookClient, cancel: CancellationToken) {
     let node = format!("replay-{}", uuid::Uuid::now_v7());
     let driver = Driver {
@@ -225,7 +227,11 @@ impl Driver {
             if now >= due {
                 return Ok(());
             }
-            tokio::time::sleep((due - now).min(RENEW_EVERY)).await;
+            // Woken by shutdown too, so the node gives its lease back before it exits.
+            tokio::select! {
+                () = self.cancel.cancelled() => return Err(Stop::Released),
+                () = tokio::time::sleep((due - now).min(RENEW_EVERY)) => {}
+            }
         }
     }
 }

@@ -99,6 +99,10 @@ const ROTATE_SIGNING_SECRET: Sql = Sql::shared(
     "UPDATE outputs SET previous_signing_secret = signing_secret, signing_secret = $2, \
      signing_rotated_at = $3, updated_at = $3 WHERE id = $1",
 );
+const CLEAR_SIGNING_SECRETS: Sql = Sql::shared(
+    "UPDATE outputs SET signing_secret = NULL, previous_signing_secret = NULL, \
+     signing_rotated_at = NULL, updated_at = $2 WHERE id = $1",
+);
 const DELETE_OUTPUT: Sql = Sql::shared("DELETE FROM outputs WHERE id = $1");
 const COUNT_CONNECTIONS_OF_OUTPUT: Sql =
     Sql::shared("SELECT COUNT(*) FROM connections WHERE output_id = $1");
@@ -237,6 +241,11 @@ impl Store {
     ) -> StoreResult<()> {
         let args = args![id, secret, now];
         changed_one(self.execute(ROTATE_SIGNING_SECRET, args).await?)
+    }
+
+    /// Removes the output's signing secrets, current and previous: its requests go unsigned.
+    pub(crate) async fn clear_signing_secrets(&self, id: &OutputId, now: i64) -> StoreResult<()> {
+        changed_one(self.execute(CLEAR_SIGNING_SECRETS, args![id, now]).await?)
     }
 
     /// Deletes an output that no connection uses.

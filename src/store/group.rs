@@ -60,8 +60,12 @@ pub(super) enum Command {
 pub(super) enum ClaimOf {
     /// Due jobs of any connection but these (a JSON array of connection ids).
     Due { skip: String },
-    /// The oldest job of this connection nobody holds, due or not (a probe).
-    Probe(ConnectionId),
+    /// The oldest job of this connection nobody holds, due or not (a probe), preferring users
+    /// other than these (a JSON array of MPIDs whose last request failed).
+    Probe {
+        connection_id: ConnectionId,
+        avoid: String,
+    },
     /// Due jobs of this connection, oldest first (a recovering connection's drain).
     Drain(ConnectionId),
 }
@@ -130,9 +134,10 @@ async fn run_steps(
     for command in commands {
         if let Command::Claim { limit, of, .. } = command {
             claims.push(match of {
-                ClaimOf::Probe(connection_id) => {
-                    steps::claim_probe(tx, connection_id, now, lease_until, node).await?
-                }
+                ClaimOf::Probe {
+                    connection_id,
+                    avoid,
+                } => steps::claim_probe(tx, connection_id, avoid, now, lease_until, node).await?,
                 ClaimOf::Due { skip } => {
                     steps::claim_jobs(tx, *limit, skip, now, lease_until, node).await?
                 }

@@ -113,6 +113,9 @@ const FINISH_REPLAY: Sql = Sql::shared(
 );
 const RELEASE_REPLAYS: Sql =
     Sql::shared("UPDATE replays SET lease_until = 0 WHERE leased_by = $1 AND status = 'running'");
+/// Every replay lease, at the start of the one process of an embedded database.
+const RELEASE_ALL_REPLAYS: Sql =
+    Sql::shared("UPDATE replays SET lease_until = 0 WHERE status = 'running' AND lease_until > 0");
 /// A replayed batch's job: due now, held by no one, so the ordinary pollers deliver it.
 const INSERT_JOB: Sql = Sql::shared(
     "INSERT INTO jobs (batch_id, connection_id, revision_id, created_at, next_attempt_at) \
@@ -268,6 +271,12 @@ impl Store {
     /// Gives up this node's replay leases (at shutdown), so another node resumes them at once.
     pub(crate) async fn release_replays(&self, node: &str) -> StoreResult<u64> {
         Ok(self.execute(RELEASE_REPLAYS, args![node]).await?)
+    }
+
+    /// Gives up the replay leases of a previous run (one process owns an embedded database,
+    /// so they are stale): its replays resume at once, at their cursors.
+    pub(crate) async fn release_all_replays(&self) -> StoreResult<u64> {
+        Ok(self.execute(RELEASE_ALL_REPLAYS, &[]).await?)
     }
 
     /// A page of an input's batch log received within the range: `(id, body)` in id order.

@@ -169,15 +169,18 @@ const CLAIM_JOBS: Sql = Sql::each(
          lease_until, mpid"
     ),
 );
-/// `$1` lease end, `$2` now, `$3` the connection, `$4` this node: the connection's oldest job
-/// nobody holds, due or not (a circuit breaker's probe: the endpoint may be back before the
-/// job's backoff is over).
+/// `$1` lease end, `$2` now, `$3` the connection, `$4` this node, `$5` a JSON array of MPIDs
+/// that failed recently: the connection's oldest job nobody holds, due or not (a circuit
+/// breaker's probe: the endpoint may be back before the job's backoff is over), preferring a
+/// job whose user is not in `$5`. On a connection ordered per user the oldest job is often a
+/// user's the receiver keeps refusing; probing with it would keep every other user waiting.
 const CLAIM_PROBE: Sql = Sql::each(
     concat!(
         "UPDATE jobs SET lease_until = $1, leased_by = $4 WHERE id = \
          (SELECT id FROM jobs j WHERE connection_id = $3 AND lease_until <= $2 AND ",
         user_is_free!(),
-        " ORDER BY id LIMIT 1) \
+        " ORDER BY CASE WHEN j.mpid IN (SELECT value FROM json_each($5)) THEN 1 ELSE 0 END, id \
+         LIMIT 1) \
          RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
          lease_until, mpid"
     ),
@@ -185,7 +188,8 @@ const CLAIM_PROBE: Sql = Sql::each(
         "UPDATE jobs SET lease_until = $1, leased_by = $4 WHERE id = \
          (SELECT id FROM jobs j WHERE connection_id = $3 AND lease_until <= $2 AND ",
         user_is_free!(),
-        " ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+        " ORDER BY CASE WHEN j.mpid IN (SELECT jsonb_array_elements_text($5::jsonb)::bigint) \
+         THEN 1 ELSE 0 END, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
          RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
          lease_until, mpid"
     ),
@@ -415,16 +419,21 @@ pub(super) async fn claim_jobs(
         .await
 }
 
-/// Leases `connection_id`'s oldest job nobody holds to `node`, due or not (a probe).
+/// Leases `connection_id`'s oldest job nobody holds to `node`, due or not (a probe), one of a
+/// user not in `avoid` (a JSON array of MPIDs) if there is one.
 pub(super) async fn claim_probe(
     tx: &mut Tx,
     connection_id: &ConnectionId,
+    avoid: &str,
     now: i64,
     lease_until: i64,
     node: &str,
 ) -> Result<Vec<ClaimedJob>, sqlx::Error> {
-    tx.fetch_all(CLAIM_PROBE, args![lease_until, now, connection_id, node])
-        .await
+    tx.fetch_all(
+        CLAIM_PROBE,
+        args![lease_until, now, connection_id, node, avoid],
+    )
+    .await
 }
 
 /// Leases up to `limit` of `connection_id`'s due, unleased jobs to `node`, oldest first (a

@@ -244,7 +244,7 @@ async fn claims_take_only_each_users_earliest_pending_job() {
         .await
         .expect("claim");
     assert!(none.is_empty(), "{none:?}");
-    let probe = claim_probe(&mut tx, &CONN_A, 3_000, 9_000, NODE)
+    let probe = claim_probe(&mut tx, &CONN_A, "[]", 3_000, 9_000, NODE)
         .await
         .expect("probe");
     assert_eq!(
@@ -259,6 +259,44 @@ async fn claims_take_only_each_users_earliest_pending_job() {
         .expect("claim");
     tx.commit().await.expect("commit");
     assert_eq!(batches(&next), [2]);
+}
+
+#[tokio::test]
+async fn a_probe_prefers_a_user_that_has_not_failed_recently() {
+    let db = TestStore::open().await;
+    let store = &db.store;
+    let mut tx = store.begin().await.expect("begin");
+    // Users 5 and 6 failed recently, and their jobs are the oldest.
+    let failing = [user_job(1, 5, 0), user_job(2, 6, 0), user_job(3, 6, 0)];
+    let inserted = insert_jobs(&mut tx, &failing).await.expect("insert");
+    let claimed =
+        |c: Vec<ClaimedJob>| -> Vec<i64> { c.iter().map(|c| c.batch_id().get()).collect() };
+    // Only failing users have jobs: the oldest goes, as before.
+    let first = claim_probe(&mut tx, &CONN_A, "[5,6]", 3_000, 9_000, NODE)
+        .await
+        .expect("probe");
+    assert_eq!(claimed(first), [1]);
+    let job_1 = inserted.iter().find(|j| j.1.get() == 1).expect("job 1").0;
+    release_jobs(&mut tx, &[job_1], NODE)
+        .await
+        .expect("release");
+    // User 7 has not failed; a job without a user is newer still.
+    insert_jobs(&mut tx, &[user_job(4, 7, 0), job_row(5, &CONN_A, 0)])
+        .await
+        .expect("insert");
+    let healthy = claim_probe(&mut tx, &CONN_A, "[5,6]", 3_000, 9_000, NODE)
+        .await
+        .expect("probe");
+    assert_eq!(
+        claimed(healthy),
+        [4],
+        "the oldest job of a user that has not failed"
+    );
+    let unordered = claim_probe(&mut tx, &CONN_A, "[5,6]", 3_000, 9_000, NODE)
+        .await
+        .expect("probe");
+    assert_eq!(claimed(unordered), [5], "then one without a user");
+    tx.commit().await.expect("commit");
 }
 
 #[tokio::test]
@@ -595,10 +633,10 @@ async fn a_probe_claims_the_connections_oldest_free_job_even_in_backoff() {
         .await
         .expect("set up");
     }
-    let other = claim_probe(&mut tx, &CONN_B, 2_000, 60_000, NODE)
+    let other = claim_probe(&mut tx, &CONN_B, "[]", 2_000, 60_000, NODE)
         .await
         .expect("probe");
-    let probe = claim_probe(&mut tx, &CONN_A, 2_000, 60_000, NODE)
+    let probe = claim_probe(&mut tx, &CONN_A, "[]", 2_000, 60_000, NODE)
         .await
         .expect("probe");
     tx.commit().await.expect("commit");

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::group::{ClaimOf, Command, Done, Failure, commit};
 use super::queue::{ClaimedJob, IngestOutcome, Job, JobUpdate, NewBatch, Renewed};
 use super::{Store, StoreError, StoreResult};
-use crate::model::ids::ConnectionId;
+use crate::model::ids::{ConnectionId, Mpid};
 
 /// Most commands committed in one transaction; bounds the latency one group adds to the next.
 const MAX_GROUP: usize = 256;
@@ -99,15 +99,21 @@ impl Writer {
     }
 
     /// Leases the oldest job of `connection_id` nobody holds to this node, due or not: the
-    /// request that probes whether a failing endpoint is back.
+    /// request that probes whether a failing endpoint is back. A job of a user in `avoid`
+    /// (failed recently) goes only if no other user's job is there.
     pub(crate) async fn claim_probe(
         &self,
         connection_id: ConnectionId,
+        avoid: &[Mpid],
     ) -> StoreResult<Vec<ClaimedJob>> {
         let (reply, answer) = oneshot::channel();
+        let avoid: Vec<i64> = avoid.iter().map(|mpid| mpid.get()).collect();
         self.send(Command::Claim {
             limit: 1,
-            of: ClaimOf::Probe(connection_id),
+            of: ClaimOf::Probe {
+                connection_id,
+                avoid: serde_json::to_string(&avoid).unwrap_or_else(|_| "[]".to_owned()),
+            },
             reply,
         })
         .await?;

@@ -361,3 +361,60 @@ async fn two_nodes_on_one_database_send_each_transition_once() {
     second.stop().await.unwrap();
     first.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn alerts_still_queued_at_shutdown_are_sent_before_the_server_stops() {
+    let mut operator = Receiver::start().await;
+    // The first alert's first try fails: the task pauses before its retry, the second waits.
+    operator.script(&[(503, None)]);
+    let secret = operator_secret();
+    let app = app_alerting(&operator, &secret, |_| {}).await;
+    let hook = Receiver::start().await;
+    hook.script(&[(400, None); 2]);
+    let mut connections = Vec::new();
+    for _ in 0..2 {
+        let (input, connection) = app.pipeline(&hook.url("/hook"), json!({})).await;
+        assert_eq!(
+            app.post_events(&input, batch_of(&["custom_event"]))
+                .await
+                .status(),
+            202
+        );
+        connections.push(connection["id"].clone());
+    }
+    // A dead letter is counted for its alert before it is stored, so once both are listed
+    // both are counted, whether or not a tick has announced them yet.
+    for connection in &connections {
+        let path = format!(
+            "/api/v1/connections/{}/dead-letters",
+            connection.as_str().unwrap()
+        );
+        wait_for(|| async {
+            let letters = app.read(&path).await;
+            letters["items"].as_array().is_some_and(|l| !l.is_empty())
+        })
+        .await;
+    }
+    let refused = operator.next().await;
+    assert_eq!(refused.answered, 503);
+    app.stop().await.unwrap();
+
+    // Everything the operator heard, the refused try included; the server is gone, so no
+    // more can come.
+    let mut seen = vec![refused];
+    while let Some(request) = operator.next_within(Duration::from_millis(200)).await {
+        seen.push(request);
+    }
+    let announced: Vec<&Value> = seen
+        .iter()
+        .filter(|r| r.answered == 200 && r.body["type"] == "dead_letter.created")
+        .map(|r| &r.body["data"]["connection_id"])
+        .collect();
+    for connection in &connections {
+        assert!(
+            announced.contains(&connection),
+            "no accepted alert for {connection}: {announced:?}"
+        );
+    }
+    assert_signed(&seen, &secret).await;
+}

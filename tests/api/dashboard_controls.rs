@@ -113,6 +113,22 @@ async fn the_connection_controls_work_in_the_dashboard() {
         "{replay}"
     );
 
+    // Disabled from the same dialog: the badge turns unsigned and so do the requests.
+    let unsigning = walk("unsigning", &app.base, "-").await;
+    assert_eq!(unsigning["badge"], "unsigned", "{unsigning}");
+    assert_eq!(
+        app.post_events(&input, batch_of(&["screen_view"]))
+            .await
+            .status(),
+        202
+    );
+    let unsigned = receiver.next().await;
+    assert!(
+        unsigned.headers.get("webhook-signature").is_none(),
+        "{:?}",
+        unsigned.headers
+    );
+
     // A failing endpoint: the page says when the next attempt goes and when it gives up.
     receiver.script(&[(503, None); 50]);
     assert_eq!(

@@ -306,6 +306,21 @@ impl TestApp {
         result
     }
 
+    /// Stops the server gracefully but keeps its database, to read it (`query_i64`) and to
+    /// `restart` on it.
+    pub async fn shut_down(&mut self) -> anyhow::Result<()> {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        let task = self.task.take().expect("running");
+        task.await.expect("server task panicked")
+    }
+
+    /// A new server on the database of one `shut_down`: the same node restarted.
+    pub async fn restart(self, adjust: impl FnOnce(&mut boson::Config)) -> TestApp {
+        start(self.database_url, self._dir, self.owns_database, adjust).await
+    }
+
     pub fn admin(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.client
             .request(method, format!("{}{path}", self.base))

@@ -290,3 +290,87 @@ async fn wait_until_dead_lettered(app: &TestApp, at_least: i64) {
     }
     panic!("no dead letter");
 }
+
+/// Receives until `wanted` (user, seq) pairs were all answered 2xx; every request seen. Fails
+/// after 15 s (failed probes keep coming, so a plain wait for silence would never end).
+async fn until_answered(receiver: &mut Receiver, wanted: &[(i64, i64)]) -> Vec<Received> {
+    let give_up = std::time::Instant::now() + Duration::from_secs(15);
+    let mut got: Vec<Received> = Vec::new();
+    loop {
+        let done = wanted.iter().all(|pair| {
+            got.iter()
+                .any(|r| r.answered < 300 && (mpid_of(r), seq_of(r)) == *pair)
+        });
+        if done {
+            return got;
+        }
+        let left = give_up.saturating_duration_since(std::time::Instant::now());
+        let Some(request) = receiver.next_within(left).await else {
+            panic!("not all answered: {:?}", delivered_by_user(&got));
+        };
+        got.push(request);
+    }
+}
+
+#[tokio::test]
+async fn a_user_refused_for_good_cannot_keep_the_breaker_open_for_the_others() {
+    let app = crate::helpers::spawn_app_with(|config| {
+        config.delivery.circuit_breaker_failures = 2;
+        config.delivery.circuit_breaker_max_open_secs = 1;
+    })
+    .await;
+    let mut receiver = Receiver::start().await;
+    let (healthy, flaky) = (USERS[0], USERS[1]);
+    receiver.fail_user(FAILING, true);
+    receiver.fail_user(flaky, true);
+    let input = per_user_pipeline(&app, &receiver).await;
+    // Two users failing open the breaker; the first one's job is then the oldest there is.
+    for mpid in [FAILING, flaky] {
+        let status = app.post_events(&input, numbered(mpid, 0)).await.status();
+        assert_eq!(status, 202);
+    }
+    until_failed(&mut receiver, &[FAILING, flaky]).await;
+    receiver.fail_user(flaky, false);
+    for (mpid, seq) in [(healthy, 0), (flaky, 1)] {
+        let status = app.post_events(&input, numbered(mpid, seq)).await.status();
+        assert_eq!(status, 202);
+    }
+    // The probes skip the user the receiver keeps refusing, so the others get through.
+    let got = until_answered(&mut receiver, &[(healthy, 0), (flaky, 0), (flaky, 1)]).await;
+    assert_eq!(delivered_by_user(&got)[&flaky], [0, 1]);
+    assert!(!delivered_by_user(&got).contains_key(&FAILING));
+    app.stop().await.unwrap();
+}
+
+/// Receives until each of `users` had a request refused.
+async fn until_failed(receiver: &mut Receiver, users: &[i64]) {
+    let mut failed = Vec::new();
+    while !users.iter().all(|u| failed.contains(u)) {
+        let request = receiver.next().await;
+        if request.answered >= 300 {
+            failed.push(mpid_of(&request));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_users_next_batch_is_claimed_when_the_one_before_finishes() {
+    // Polls an hour apart: only the finish of a user's batch can hand over the next one,
+    // accepted while it was in flight (so left in the table, not leased, at insert).
+    let app = crate::helpers::spawn_app_with(|config| {
+        config.delivery.poll_interval_ms = 3_600_000;
+    })
+    .await;
+    let mut receiver = Receiver::with_latency(300..=300).await;
+    let input = per_user_pipeline(&app, &receiver).await;
+    for seq in 0..3 {
+        let status = app
+            .post_events(&input, numbered(USERS[0], seq))
+            .await
+            .status();
+        assert_eq!(status, 202);
+    }
+    let got = until_answered(&mut receiver, &[(USERS[0], 2)]).await;
+    assert_eq!(delivered_by_user(&got)[&USERS[0]], [0, 1, 2]);
+    app.stop().await.unwrap();
+}

@@ -309,3 +309,54 @@ async fn bad_replay_requests_are_refused_naming_the_field() {
     assert_eq!(app.count("replays").await, 0);
     app.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_replay_running_at_shutdown_keeps_its_progress_and_resumes_after_a_restart() {
+    let mut app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let (input, connection) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    logged_batches(&app, &input, &mut receiver, (6, 6), &["custom_event"]).await;
+    let response = replay(
+        &app,
+        &connection,
+        json!({"from_ms": 0, "to_ms": 10_000, "source": "batches",
+               "rate_per_second": 1, "dry_run": false}),
+    )
+    .await;
+    assert_eq!(response.status(), 202);
+    let replay_id = response.json::<Value>().await.unwrap()["replay_id"].clone();
+    receiver.next().await;
+    app.shut_down().await.unwrap();
+
+    // Stopped cleanly: still running, its lease given back (so a restart resumes it at once,
+    // not after the lease), and its cursor where its totals say it got.
+    let row = |column: &str| format!("SELECT {column} FROM replays WHERE id = {replay_id}");
+    let running =
+        format!("SELECT COUNT(*) FROM replays WHERE id = {replay_id} AND status = 'running'");
+    assert_eq!(app.query_i64(&running).await, 1);
+    assert_eq!(app.query_i64(&row("lease_until")).await, 0);
+    let enqueued = app.query_i64(&row("batches")).await;
+    assert!((1..6).contains(&enqueued), "{enqueued} of 6 batches");
+    let cursor = app.query_i64(&row("cursor_id")).await;
+    let behind = app
+        .query_i64(&format!(
+            "SELECT COUNT(*) FROM batches WHERE id <= {cursor}"
+        ))
+        .await;
+    assert_eq!(behind, enqueued, "the cursor matches the totals");
+
+    let app = app.restart(|_| {}).await;
+    wait_for(|| async { progress(&app, &replay_id).await["status"] == "done" }).await;
+    let done = progress(&app, &replay_id).await;
+    assert_eq!(done["batches"], 6, "each batch once: {done}");
+    let mut replayed = 1;
+    while receiver
+        .next_within(Duration::from_millis(1500))
+        .await
+        .is_some()
+    {
+        replayed += 1;
+    }
+    assert_eq!(replayed, 6, "each batch delivered once by the replay");
+    app.stop().await.unwrap();
+}

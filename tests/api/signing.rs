@@ -396,3 +396,54 @@ async fn a_replayed_dead_letter_is_signed_too() {
     .await;
     app.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn disabling_signing_removes_the_secrets_and_later_requests_go_unsigned() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let (input, output) = pipeline(&app, &receiver.url("/hook"), json!({})).await;
+    let path = format!("/api/v1/outputs/{}/signing-secret", id_of(&output));
+    // Rotated once, so both the current and the previous secret must go.
+    issue_secret(&app, id_of(&output)).await;
+    issue_secret(&app, id_of(&output)).await;
+    app.post_events(&input, batch_of(&["custom_event"])).await;
+    let before = receiver.take(1).await;
+    assert!(header(&before[0], "webhook-signature").is_some());
+
+    let removed = app.admin(Method::DELETE, &path).send().await.unwrap();
+    assert_eq!(removed.status(), 204);
+    let shown: Value = app
+        .admin(Method::GET, &format!("/api/v1/outputs/{}", id_of(&output)))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["signing"]["enabled"], false, "{shown}");
+    assert!(
+        shown["signing"]["previous_secret_until"].is_null(),
+        "{shown}"
+    );
+
+    app.post_events(&input, batch_of(&["screen_view"])).await;
+    let after = receiver.take(1).await;
+    let webhook_headers: Vec<&str> = after[0]
+        .headers
+        .keys()
+        .map(|name| name.as_str())
+        .filter(|name| name.starts_with("webhook-"))
+        .collect();
+    assert!(webhook_headers.is_empty(), "{webhook_headers:?}");
+
+    // Disabling again is not an error; an unknown output is.
+    let again = app.admin(Method::DELETE, &path).send().await.unwrap();
+    assert_eq!(again.status(), 204);
+    let missing = app
+        .admin(Method::DELETE, "/api/v1/outputs/out_nope/signing-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    app.stop().await.unwrap();
+}

@@ -20,6 +20,9 @@
 //        node dashboard.mjs signing <boson_url> <admin_token> - <screenshot_dir>
 //          generates the first output's signing secret, seen once, and adds the custom header
 //          X-Team: growth; prints {"secret", "later"}
+//        node dashboard.mjs unsigning <boson_url> <admin_token> - <screenshot_dir>
+//          disables the first output's signing (confirmed) and waits for its badge to turn
+//          unsigned; prints {"badge"}
 //        node dashboard.mjs replay <boson_url> <admin_token> <connection_id> <screenshot_dir>
 //          previews a replay of the last hour of the connection; prints {"summary"}
 //        node dashboard.mjs retrying <boson_url> <admin_token> <connection_id> <screenshot_dir>
@@ -151,6 +154,18 @@ const controlPhases = {
     await page.getByRole('button', { name: 'Save' }).click();
     await page.locator('#modal').waitFor({ state: 'hidden' });
     console.log(JSON.stringify({ ok: true, secret, later }));
+  },
+  async unsigning() {
+    await signIn();
+    await page.getByRole('link', { name: 'Outputs' }).click();
+    await page.getByRole('button', { name: 'Signing secret' }).first().click();
+    // The confirm dialog is accepted by the page-wide handler.
+    await page.getByRole('button', { name: 'Disable signing' }).click();
+    await page.locator('#modal').waitFor({ state: 'hidden' });
+    const badge = page.locator('tr[data-output] .badge').first();
+    await badge.filter({ hasText: 'unsigned' }).waitFor();
+    await shot('18-signing-disabled');
+    console.log(JSON.stringify({ ok: true, badge: await badge.textContent() }));
   },
   async retrying() {
     await signIn();
