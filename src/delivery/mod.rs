@@ -19,6 +19,7 @@
 
 pub(crate) mod alerts;
 mod breaker;
+mod claimed_consent;
 mod crowded;
 pub(crate) mod health;
 mod lane;
@@ -748,5 +749,6 @@ async fn with_bodies(
             }
         }
     }
+    claimed_consent::attach(lanes, &mut jobs).await;
     Ok(jobs)
 }
