@@ -20,6 +20,7 @@
 
 pub(crate) mod alerts;
 mod breaker;
+mod claimed_consent;
 mod crowded;
 mod drain;
 pub(crate) mod health;
@@ -764,5 +765,6 @@ async fn with_bodies(
             }
         }
     }
+    claimed_consent::attach(lanes, &mut jobs).await;
     Ok(jobs)
 }

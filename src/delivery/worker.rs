@@ -192,11 +192,11 @@ pub(super) async fn work(
     attempt.finish(outcome, None)
 }
 
-/// The user's consent the rules decide on: carried from the commit by a job handed over there
-/// (the profile as that commit left it, this batch included), else read from the profile now
-/// (a job claimed by the poller: a retry, one left for a crowded lane or a paused connection,
-/// or another node's), so a statement stored since counts too. `None` when the rules do not
-/// read consent or the batch has no user.
+/// The user's consent the rules decide on: carried by the job, from the commit for a job handed
+/// over there (the profile as that commit left it, this batch included), or read for its whole
+/// claim by the poller (a retry, one left for a crowded lane or a paused connection, or another
+/// node's), so a statement stored since counts too; else read from the profile now. `None` when
+/// the rules do not read consent or the batch has no user.
 async fn profile_consent(
     ctx: &DeliveryContext,
     job: &Job,

@@ -3,6 +3,8 @@
 //! was read), and writes, all in one transaction, so two requests for the same identities cannot
 //! split a user in two. The store itself decides nothing.
 
+use std::collections::HashMap;
+
 use rand::Rng;
 use serde_json::Value;
 use sqlx::FromRow;
@@ -72,6 +74,11 @@ const OWNER: Sql =
     Sql::shared("SELECT mpid FROM user_identities WHERE identity_type = $1 AND identity = $2");
 const DEVICE_USER: Sql = Sql::shared("SELECT mpid FROM device_users WHERE device = $1");
 const CONSENT_OF: Sql = Sql::shared("SELECT consent FROM users WHERE mpid = $1");
+const CONSENTS_OF: Sql = Sql::each(
+    "SELECT mpid, consent FROM users WHERE mpid IN (SELECT value FROM json_each($1))",
+    "SELECT mpid, consent FROM users WHERE mpid IN \
+     (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
+);
 const USER_EXISTS: Sql = Sql::shared("SELECT mpid FROM users WHERE mpid = $1");
 /// Bound with the login type's name, so the name is spelled only by [`IdentityType::as_str`].
 const HAS_LOGIN: Sql =
@@ -296,6 +303,20 @@ impl Store {
     pub(crate) async fn user_consent(&self, mpid: Mpid) -> StoreResult<Option<Value>> {
         let stored: Option<(String,)> = self.fetch_optional(CONSENT_OF, args![mpid]).await?;
         Ok(stored.map(|(consent,)| consent::state(&consent)))
+    }
+
+    /// The consent of several users at once, as [`Self::user_consent`] reads each, in one
+    /// query: delivery reads a whole claim of jobs' with it. Users without a profile are absent.
+    pub(crate) async fn users_consent(&self, mpids: &[Mpid]) -> StoreResult<HashMap<Mpid, Value>> {
+        if mpids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let list = serde_json::to_string(mpids).unwrap_or_else(|_| "[]".to_owned());
+        let rows: Vec<(Mpid, String)> = self.fetch_all(CONSENTS_OF, args![&list]).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(mpid, consent)| (mpid, consent::state(&consent)))
+            .collect())
     }
 
     /// The consent a connection's `rules` decide a stored batch on: its user's profile consent

@@ -151,3 +151,36 @@ async fn a_handed_over_job_that_reads_consent_carries_its_users_merged_consent()
         ]
     );
 }
+
+/// Jobs the poller claims read their users' consent together, in one query per claim: each
+/// user with a profile answers their stored consent, a stranger nothing.
+#[tokio::test]
+async fn the_consent_of_many_users_is_read_at_once() {
+    let db = TestStore::open().await;
+    let other = Mpid::new(43);
+    upsert_each(&db, vec![json!({"gdpr": {"marketing": purpose(true, 1)}})]).await;
+    let row = ProfileRow {
+        mpid: other,
+        patch: Map::new(),
+        consent: object(json!({"ccpa": {"data_sale_opt_out": purpose(true, 2)}})),
+    };
+    let mut tx = db.store.begin().await.expect("begin");
+    upsert_profiles(&mut tx, &[row], 5_000)
+        .await
+        .expect("upsert");
+    tx.commit().await.expect("commit");
+
+    let stranger = Mpid::new(7);
+    let read = db
+        .store
+        .users_consent(&[USER, stranger, other, USER])
+        .await
+        .expect("read");
+    assert_eq!(read.len(), 2, "one entry per user with a profile: {read:?}");
+    for mpid in [USER, other] {
+        let one = db.store.user_consent(mpid).await.expect("read one");
+        assert_eq!(read.get(&mpid), one.as_ref(), "user {mpid:?}");
+    }
+    assert!(!read.contains_key(&stranger));
+    assert!(db.store.users_consent(&[]).await.expect("none").is_empty());
+}
