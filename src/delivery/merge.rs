@@ -207,6 +207,7 @@ mod tests {
             let all: Vec<(usize, usize)> = merged.iter().flat_map(|m| m.events.clone()).collect();
             prop_assert_eq!(all, expected);
             let mut members_seen = 0;
+            let mut last_fields: Option<usize> = None;
             for request in &merged {
                 let body: Value = serde_json::from_slice(&request.body).unwrap();
                 let tags: Vec<(usize, usize)> = body["events"]
@@ -221,9 +222,14 @@ mod tests {
                 if members.len() > 1 {
                     prop_assert!(request.body.len() <= cap, "{} > {cap}", request.body.len());
                 }
+                // The fields are the newest part's: no older than its newest event's part (a
+                // newer part without events may follow it), and newer than the last request's.
+                let batch_id = fields(&request.body)["batch_id"].as_u64().unwrap() as usize;
                 if let Some(&newest) = members.last() {
-                    prop_assert_eq!(fields(&request.body)["batch_id"].as_u64(), Some(newest as u64));
+                    prop_assert!(batch_id >= newest);
                 }
+                prop_assert!(last_fields.is_none_or(|last| batch_id > last));
+                last_fields = Some(batch_id);
                 members_seen += members.len();
             }
             // Parts without events leave no trace in `events`; the others are all there.
