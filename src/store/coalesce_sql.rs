@@ -135,3 +135,100 @@ pub(super) async fn release_groups(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ids::{BatchId, ConnectionId, Mpid};
+    use crate::store::backend::Sql;
+    use crate::store::steps::{JobRow, claim_jobs, delete_jobs, insert_jobs};
+    use crate::store::tests::harness::TestStore;
+
+    const NODE: &str = "node-a";
+
+    /// A gathered job of user `mpid` on `conn_a`, accepted at `at` with a window of 2 s.
+    fn gathered(batch_id: i64, mpid: i64, at: i64, connection_id: &ConnectionId) -> JobRow<'_> {
+        JobRow {
+            batch_id: BatchId::new(batch_id),
+            connection_id,
+            revision_id: 1,
+            created_at: at,
+            lease_until: 0,
+            leased_by: None,
+            mpid: Some(Mpid::new(mpid)),
+            next_attempt_at: at + 2_000,
+            coalesce_head: Some(0),
+        }
+    }
+
+    const SELECT: Sql = Sql::shared("SELECT id, coalesce_head, lease_until FROM jobs ORDER BY id");
+
+    /// A due head takes its user's later jobs, due or not, and only its user's; the group is
+    /// kept, released with its head, and gone when the head's update names the mates.
+    #[tokio::test]
+    async fn a_claim_forms_the_group_of_its_head_and_the_group_moves_together() {
+        let db = TestStore::open().await;
+        let conn = ConnectionId::trusted("conn_a");
+        let mut tx = db.store.begin().await.expect("begin");
+        let rows = [
+            gathered(1, 5, 1_000, &conn),
+            gathered(2, 6, 1_100, &conn),
+            gathered(3, 5, 1_500, &conn),
+            gathered(4, 5, 2_900, &conn),
+        ];
+        insert_jobs(&mut tx, &rows).await.expect("insert");
+        // Before any window ends, nothing is claimed.
+        let early = claim_jobs(&mut tx, 10, "[]", 2_999, 60_000, NODE)
+            .await
+            .expect("claim");
+        assert!(early.is_empty());
+        let mut claimed = claim_jobs(&mut tx, 10, "[]", 3_000, 60_000, NODE)
+            .await
+            .expect("claim");
+        claim_groups(&mut tx, &mut claimed, 60_000, NODE)
+            .await
+            .expect("groups");
+        let mut ids: Vec<(i64, Option<i64>)> = claimed
+            .iter()
+            .map(|c| (c.id(), c.coalesce_head()))
+            .collect();
+        ids.sort_unstable();
+        let head = ids[0].0;
+        assert_eq!(
+            ids,
+            [
+                (head, Some(head)),
+                (head + 2, Some(head)),
+                (head + 3, Some(head))
+            ],
+            "user 5's three jobs; user 6's window is not over"
+        );
+        release_groups(&mut tx, &[head], NODE)
+            .await
+            .expect("release");
+        let rows: Vec<(i64, Option<i64>, i64)> = tx.fetch_all(SELECT, &[]).await.expect("read");
+        let leased: Vec<i64> = rows.iter().filter(|r| r.2 > 0).map(|r| r.0).collect();
+        assert_eq!(
+            leased,
+            [head],
+            "the mates went back with their head's release"
+        );
+        // The head's finish names its mates: all leave together.
+        let mut again = claim_jobs(&mut tx, 10, "[]", 60_001, 120_000, NODE)
+            .await
+            .expect("claim");
+        claim_groups(&mut tx, &mut again, 120_000, NODE)
+            .await
+            .expect("groups");
+        let mut taken: Vec<i64> = again.iter().map(ClaimedJob::id).collect();
+        taken.sort_unstable();
+        assert_eq!(taken, [head, head + 1, head + 2, head + 3]);
+        delete_jobs(&mut tx, &[head, head + 2, head + 3], NODE)
+            .await
+            .expect("delete");
+        let rows: Vec<(i64, Option<i64>, i64)> = tx.fetch_all(SELECT, &[]).await.expect("read");
+        tx.commit().await.expect("commit");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].0, head + 1, "only user 6's job is left");
+    }
+}
