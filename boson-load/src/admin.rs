@@ -36,6 +36,8 @@ pub(crate) struct Options {
     pub(crate) rules: bool,
     /// The connection keeps each user's batches in order.
     pub(crate) per_user: bool,
+    /// The connection's `batch_window_secs` (0: none).
+    pub(crate) batch_window_secs: u32,
 }
 
 /// Creates the input → webhook output → connection pipeline as `options` say and returns the
@@ -59,6 +61,9 @@ pub(crate) async fn setup_pipeline(
     }
     if options.per_user {
         settings["ordering"] = json!("per_user");
+    }
+    if options.batch_window_secs > 0 {
+        settings["batch_window_secs"] = json!(options.batch_window_secs);
     }
     admin
         .connect_with(&input_id, webhook_url, settings, "receiver")

@@ -54,6 +54,11 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) per_user: bool,
 
+    /// Throughput: the connection's `batch_window_secs` (with `--send-as-batch`): each user's
+    /// batches within the window go out as one request. Use with `--users`.
+    #[arg(long, default_value_t = 0, value_name = "SECS", value_parser = clap::value_parser!(u32).range(0..=3600))]
+    pub(crate) batch_window_secs: u32,
+
     /// Throughput: batch k comes from user k mod N (MPID k mod N + 1), so each user sends
     /// several batches. Default: every batch from a user of its own.
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..))]

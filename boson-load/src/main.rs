@@ -137,7 +137,10 @@ async fn main() -> Result<()> {
         signed: args.sign,
         rules: args.rules,
         per_user: args.per_user,
+        batch_window_secs: args.batch_window_secs,
         users: args.users,
+        requests_per_event: (summary.delivered > 0)
+            .then(|| summary.requests as f64 / summary.delivered as f64),
         failed_requests: args.failing_user.then_some(summary.failed_requests),
     }
     .rounded();
@@ -175,6 +178,7 @@ async fn measure(
             sign: args.sign,
             rules: args.rules,
             per_user: args.per_user,
+            batch_window_secs: args.batch_window_secs,
         },
     )
     .await

@@ -47,6 +47,8 @@ struct Stats {
     failing_mpid: Option<i64>,
     /// Requests answered 500 for it.
     failed_requests: u64,
+    /// Webhook requests received, whatever they carried.
+    requests: u64,
 }
 
 impl Stats {
@@ -62,6 +64,7 @@ impl Stats {
             seen: vec![false; total_events],
             failing_mpid: None,
             failed_requests: 0,
+            requests: 0,
         })
     }
 }
@@ -138,6 +141,7 @@ impl Receiver {
             unrecognized: s.unrecognized,
             malformed_bodies: s.malformed_bodies,
             failed_requests: s.failed_requests,
+            requests: s.requests,
             last_delivery: s.last_delivery,
             latency_ms,
         }
@@ -153,6 +157,8 @@ pub(crate) struct Summary {
     pub(crate) malformed_bodies: u64,
     /// Requests answered 500 because they were the failing user's.
     pub(crate) failed_requests: u64,
+    /// Webhook requests received.
+    pub(crate) requests: u64,
     pub(crate) last_delivery: Option<Instant>,
     /// `None` when nothing was delivered.
     pub(crate) latency_ms: Option<Latencies>,
@@ -199,6 +205,7 @@ async fn hook(State(stats): State<Shared>, body: Bytes) -> StatusCode {
     // Take the time before parsing so parse cost isn't charged to Boson.
     let now_us = unix_micros();
     let now = Instant::now();
+    lock(&stats).requests += 1;
 
     let Ok(batch) = serde_json::from_slice::<Batch>(&body) else {
         lock(&stats).malformed_bodies += 1;

@@ -32,11 +32,15 @@ pub(crate) struct Report {
     pub(crate) rules: bool,
     /// Whether the connection kept each user's batches in order (`--per-user`).
     pub(crate) per_user: bool,
+    /// `--batch-window-secs`: the connection's coalescing window (0: none).
+    pub(crate) batch_window_secs: u32,
     /// `--users`: how many users the batches came from (`null`: one per batch).
     pub(crate) users: Option<u64>,
     /// `--failing-user`: requests of the first user answered 500 (its events are not in
     /// `delivered` or the latency).
     pub(crate) failed_requests: Option<u64>,
+    /// Webhook requests the receiver got per event delivered.
+    pub(crate) requests_per_event: Option<f64>,
 }
 
 /// Always an object, with `null` values when nothing was delivered, so
@@ -66,6 +70,7 @@ impl Report {
         self.delivered_events_per_s = round(self.delivered_events_per_s, 1);
         self.peak_rss_mb = self.peak_rss_mb.map(|mb| round(mb, 1));
         self.cpu_us_per_event = self.cpu_us_per_event.map(|us| round(us, 2));
+        self.requests_per_event = self.requests_per_event.map(|r| round(r, 4));
         self
     }
 

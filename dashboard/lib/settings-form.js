@@ -42,6 +42,11 @@ const CONTROLS = {
     const input = h('input', { type: 'number', min: '1', step: '1', id: `setting-${d.name}`, value: value ?? '', 'aria-describedby': `help-${d.name}` });
     return { block: field(d, h('label', { for: `setting-${d.name}` }, d.label), input), read: () => (input.value === '' ? null : Number(input.value)) };
   },
+  count(d, value) {
+    // A whole number with a default (never empty): an empty box sends the default.
+    const input = h('input', { type: 'number', min: '0', step: '1', id: `setting-${d.name}`, value: value ?? d.default, 'aria-describedby': `help-${d.name}` });
+    return { block: field(d, h('label', { for: `setting-${d.name}` }, d.label), input), read: () => (input.value === '' ? d.default : Number(input.value)) };
+  },
   data_filter: dataFilterControl,
   forwarding_rules: forwardingRulesControl,
   optional_hours(d, value) {

@@ -236,6 +236,7 @@ mod tests {
                 id: 1,
                 batch_id: BatchId::new(1),
                 connection_id: ConnectionId::trusted("conn_a"),
+                mates: Vec::new(),
             },
             progress: 0,
             attempts: 1,

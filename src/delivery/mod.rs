@@ -21,10 +21,12 @@
 pub(crate) mod alerts;
 mod breaker;
 mod claimed_consent;
+mod coalesce;
 mod crowded;
 mod drain;
 pub(crate) mod health;
 mod lane;
+mod merge;
 mod order;
 mod recovery;
 pub(crate) mod retry;
@@ -737,7 +739,8 @@ async fn claim(lanes: &Lanes) -> Result<Vec<Job>, StoreError> {
 }
 
 /// Claimed jobs with their batches' bodies (read outside the writer: bodies never change). A job
-/// whose batch is gone (pruned) is finished: nothing is left to deliver.
+/// whose batch is gone (pruned) is finished: nothing is left to deliver. The jobs of a coalesced
+/// group go to its head (see [`coalesce`]), a pruned batch in it as an empty body.
 async fn with_bodies(
     lanes: &Lanes,
     claimed: Result<Vec<ClaimedJob>, StoreError>,
@@ -749,6 +752,9 @@ async fn with_bodies(
     for claim in claimed {
         match bodies.get(&claim.batch_id()) {
             Some(body) => jobs.push(claim.into_job(Arc::clone(body))),
+            None if claim.coalesce_head().is_some() => {
+                jobs.push(claim.into_job(Arc::from(Vec::new())));
+            }
             None => {
                 let key = claim.key();
                 let attempt = AttemptRecord::dropped("batch no longer stored");
@@ -766,5 +772,5 @@ async fn with_bodies(
         }
     }
     claimed_consent::attach(lanes, &mut jobs).await;
-    Ok(jobs)
+    Ok(coalesce::gather_groups(jobs))
 }

@@ -17,10 +17,11 @@ use super::webhook::SendError;
 use super::{DeliveryContext, HeldJob};
 use crate::live::{Direction, LiveItem, Outcome, event_type_of, name_of};
 use crate::model::attempt::AttemptOutcome;
-use crate::model::ids::{InputId, Mpid};
+use crate::model::ids::{BatchId, InputId, Mpid};
 use crate::model::now_ms;
 use crate::model::settings::ConnectionSettings;
 use crate::pipeline::filter;
+use crate::pipeline::output::Output;
 use crate::store::StoreError;
 use crate::store::queue::{AttemptRecord, DeadLetter, Job, JobKey, JobUpdate};
 
@@ -38,26 +39,13 @@ pub(super) async fn work(
         // already past this point finishes its pass, like a request in flight).
         return JobUpdate::Release { job_id: job.id };
     }
+    if job.is_coalesced() {
+        return super::coalesce::work(ctx, &job, lease, lane).await;
+    }
     let mut attempt = Attempt::new(ctx, &job);
     let Some((connection, output)) = ctx.catalog.connection(&job.connection_id) else {
-        // A miss may only mean this node has not yet applied another node's new connection: drop
-        // the job only when the store confirms the connection is gone.
         let whole_batch = vec![(job.progress, job.body.to_vec())];
-        return match ctx.catalog.connection_exists(&job.connection_id).await {
-            Ok(false) => attempt.finish(AttemptOutcome::Dropped, Some("connection deleted".into())),
-            Ok(true) => attempt.retry(
-                job.progress,
-                "connection not loaded yet".into(),
-                None,
-                whole_batch,
-            ),
-            Err(error) => attempt.retry(
-                job.progress,
-                format!("catalog unavailable: {error}"),
-                None,
-                whole_batch,
-            ),
-        };
+        return missing_connection(ctx, &job, attempt, whole_batch).await;
     };
     let settings = match ctx.catalog.revision(job.revision_id).await {
         Ok(settings) => settings,
@@ -96,7 +84,11 @@ pub(super) async fn work(
             );
         }
     };
-    let plan = filter::plan(
+    let filter::Plan {
+        payloads,
+        verdicts,
+        removed_attributes,
+    } = filter::plan(
         &settings,
         &output.settings,
         job.batch_id,
@@ -107,89 +99,157 @@ pub(super) async fn work(
         ctx,
         job: &job,
         input_id: &connection.input_id,
-        document: &document,
-        removed: &plan.removed_attributes,
+        members: vec![Member {
+            batch_id: job.batch_id,
+            document: &document,
+            removed: &removed_attributes,
+        }],
     };
     // Once per job: a retry's verdicts are the ones already reported.
     if job.attempts == 0 {
-        live.filtered(&plan.verdicts);
+        live.filtered(0, &verdicts);
     }
-    let bodies: Vec<(i64, usize, Bytes, Vec<usize>)> = plan
-        .payloads
+    let bodies: Vec<Outgoing> = payloads
         .into_iter()
         .enumerate()
         .skip(usize::try_from(job.progress).unwrap_or(0))
-        .map(|(i, p)| {
-            (
-                i64::try_from(i).unwrap_or(i64::MAX),
-                p.event_count,
-                Bytes::from(p.body),
-                p.event_indexes,
-            )
+        .map(|(i, p)| Outgoing {
+            index: i64::try_from(i).unwrap_or(i64::MAX),
+            event_count: p.event_count,
+            body: Bytes::from(p.body),
+            events: p.event_indexes.into_iter().map(|e| (0, e)).collect(),
         })
         .collect();
+    let sending = Sending {
+        ctx,
+        job: &job,
+        lease,
+        lane,
+        rate_limit: settings.rate_limit_per_second,
+        output: &output,
+        live: &live,
+    };
+    sending.send(attempt, &bodies).await
+}
 
-    for (position, (index, event_count, body, events)) in bodies.iter().enumerate() {
-        lane.pace(settings.rate_limit_per_second).await;
-        if !lease.confirm().await {
-            // Another node delivers it now. The release is fenced: it changes nothing there.
-            return JobUpdate::Release { job_id: job.id };
-        }
-        attempt.requests += 1;
-        let delivery_id = format!("{}-{index}", job.id);
-        let sent = Instant::now();
-        let result = ctx.client.post(&output, &delivery_id, body.clone()).await;
-        let latency = i64::try_from(sent.elapsed().as_millis()).unwrap_or(i64::MAX);
-        live.report(events, &result, latency);
-        let (error, after) = match result {
-            Ok(answer) => {
-                attempt.last_status = Some(i64::from(answer.status));
-                match classify(answer.status, answer.retry_after) {
-                    Classification::Delivered => {
-                        ctx.metrics
-                            .delivered(&job.connection_id, *event_count, job.created_at);
-                        attempt.events += i64::try_from(*event_count).unwrap_or(0);
-                        continue;
-                    }
-                    Classification::DeadLetter => {
-                        ctx.metrics.request_failed(&job.connection_id);
-                        let error = format!("receiver answered {}", answer.status);
-                        attempt.dead_letter(*index, body.to_vec(), attempt.last_status, error);
-                        continue;
-                    }
-                    Classification::Retry { after } => {
-                        (format!("receiver answered {}", answer.status), after)
+/// A job whose connection this node's catalog lacks. A miss may only mean this node has not yet
+/// applied another node's new connection: the job is dropped only when the store confirms the
+/// connection is gone, else retried (`whole`: what is dead-lettered if the retries run out).
+pub(super) async fn missing_connection(
+    ctx: &DeliveryContext,
+    job: &Job,
+    attempt: Attempt<'_>,
+    whole: Vec<(i64, Vec<u8>)>,
+) -> JobUpdate {
+    match ctx.catalog.connection_exists(&job.connection_id).await {
+        Ok(false) => attempt.finish(AttemptOutcome::Dropped, Some("connection deleted".into())),
+        Ok(true) => attempt.retry(
+            job.progress,
+            "connection not loaded yet".into(),
+            None,
+            whole,
+        ),
+        Err(error) => attempt.retry(
+            job.progress,
+            format!("catalog unavailable: {error}"),
+            None,
+            whole,
+        ),
+    }
+}
+
+/// One request to send: its place among the job's requests, and its events (by the batch they
+/// come from, its place among the job's batches, and their index in it).
+pub(super) struct Outgoing {
+    pub(super) index: i64,
+    pub(super) event_count: usize,
+    pub(super) body: Bytes,
+    pub(super) events: Vec<(usize, usize)>,
+}
+
+/// What sending a job's requests needs.
+pub(super) struct Sending<'a> {
+    pub(super) ctx: &'a DeliveryContext,
+    pub(super) job: &'a Job,
+    pub(super) lease: &'a HeldJob<'a>,
+    pub(super) lane: &'a LaneControl,
+    pub(super) rate_limit: Option<u32>,
+    pub(super) output: &'a Output,
+    pub(super) live: &'a Live<'a>,
+}
+
+impl Sending<'_> {
+    /// Posts `bodies` in order (each under the delivery id `<job id>-<index>`) and returns the
+    /// update to record: finished, or a retry from the first request that must be tried again.
+    pub(super) async fn send(&self, mut attempt: Attempt<'_>, bodies: &[Outgoing]) -> JobUpdate {
+        let (ctx, job, live) = (self.ctx, self.job, self.live);
+        for (position, out) in bodies.iter().enumerate() {
+            let (index, event_count, body, events) =
+                (&out.index, &out.event_count, &out.body, &out.events);
+            self.lane.pace(self.rate_limit).await;
+            if !self.lease.confirm().await {
+                // Another node delivers it now. The release is fenced: it changes nothing there.
+                return JobUpdate::Release { job_id: job.id };
+            }
+            attempt.requests += 1;
+            let delivery_id = format!("{}-{index}", job.id);
+            let sent = Instant::now();
+            let result = ctx
+                .client
+                .post(self.output, &delivery_id, body.clone())
+                .await;
+            let latency = i64::try_from(sent.elapsed().as_millis()).unwrap_or(i64::MAX);
+            live.report(events, &result, latency);
+            let (error, after) = match result {
+                Ok(answer) => {
+                    attempt.last_status = Some(i64::from(answer.status));
+                    match classify(answer.status, answer.retry_after) {
+                        Classification::Delivered => {
+                            ctx.metrics
+                                .delivered(&job.connection_id, *event_count, job.created_at);
+                            attempt.events += i64::try_from(*event_count).unwrap_or(0);
+                            continue;
+                        }
+                        Classification::DeadLetter => {
+                            ctx.metrics.request_failed(&job.connection_id);
+                            let error = format!("receiver answered {}", answer.status);
+                            attempt.dead_letter(*index, body.to_vec(), attempt.last_status, error);
+                            continue;
+                        }
+                        Classification::Retry { after } => {
+                            (format!("receiver answered {}", answer.status), after)
+                        }
                     }
                 }
-            }
-            Err(SendError::Refused(error)) => {
-                ctx.metrics.request_failed(&job.connection_id);
-                attempt.dead_letter(*index, body.to_vec(), None, error);
-                continue;
-            }
-            Err(SendError::Transport(error)) => {
-                // No answer this time: the status of an earlier request must not be reported.
-                attempt.last_status = None;
-                (error, None)
-            }
+                Err(SendError::Refused(error)) => {
+                    ctx.metrics.request_failed(&job.connection_id);
+                    attempt.dead_letter(*index, body.to_vec(), None, error);
+                    continue;
+                }
+                Err(SendError::Transport(error)) => {
+                    // No answer this time: the status of an earlier request must not be reported.
+                    attempt.last_status = None;
+                    (error, None)
+                }
+            };
+            // A request to retry is a failure in the charts, as a dead-lettered one is above.
+            ctx.metrics.request_failed(&job.connection_id);
+            let remaining = bodies[position..]
+                .iter()
+                .map(|o| (o.index, o.body.to_vec()))
+                .collect();
+            let status = attempt.last_status;
+            let update = attempt.retry(*index, error.clone(), after, remaining);
+            live.retried(events, status, &error, latency, &update);
+            return update;
+        }
+        let outcome = if attempt.dead.is_empty() {
+            AttemptOutcome::Delivered
+        } else {
+            AttemptOutcome::DeadLetter
         };
-        // A request to retry is a failure in the charts, as a dead-lettered one is above.
-        ctx.metrics.request_failed(&job.connection_id);
-        let remaining = bodies[position..]
-            .iter()
-            .map(|(i, _, b, _)| (*i, b.to_vec()))
-            .collect();
-        let status = attempt.last_status;
-        let update = attempt.retry(*index, error.clone(), after, remaining);
-        live.retried(events, status, &error, latency, &update);
-        return update;
+        attempt.finish(outcome, None)
     }
-    let outcome = if attempt.dead.is_empty() {
-        AttemptOutcome::Delivered
-    } else {
-        AttemptOutcome::DeadLetter
-    };
-    attempt.finish(outcome, None)
 }
 
 /// The user's consent the rules decide on: carried by the job, from the commit for a job handed
@@ -197,7 +257,7 @@ pub(super) async fn work(
 /// claim by the poller (a retry, one left for a crowded lane or a paused connection, or another
 /// node's), so a statement stored since counts too; else read from the profile now. `None` when
 /// the rules do not read consent or the batch has no user.
-async fn profile_consent(
+pub(super) async fn profile_consent(
     ctx: &DeliveryContext,
     job: &Job,
     settings: &ConnectionSettings,
@@ -216,28 +276,36 @@ async fn profile_consent(
 }
 
 /// Reports what a connection did with each event to the Live Stream (only while watched).
-struct Live<'a> {
-    ctx: &'a DeliveryContext,
-    job: &'a Job,
-    input_id: &'a InputId,
-    document: &'a serde_json::Value,
+pub(super) struct Live<'a> {
+    pub(super) ctx: &'a DeliveryContext,
+    pub(super) job: &'a Job,
+    pub(super) input_id: &'a InputId,
+    /// The job's batches: one, or a coalesced group's in id order.
+    pub(super) members: Vec<Member<'a>>,
+}
+
+/// One batch a job sends from.
+pub(super) struct Member<'a> {
+    pub(super) batch_id: BatchId,
+    pub(super) document: &'a serde_json::Value,
     /// Per event, the attributes the Data Filter removed.
-    removed: &'a [Vec<String>],
+    pub(super) removed: &'a [Vec<String>],
 }
 
 impl Live<'_> {
-    fn item(&self, index: usize, outcome: Outcome) -> LiveItem {
-        let event = &self.document["events"][index];
+    fn item(&self, (member, index): (usize, usize), outcome: Outcome) -> LiveItem {
+        let member = &self.members[member];
+        let event = &member.document["events"][index];
         LiveItem {
             direction: Direction::Outbound,
             at: now_ms(),
             input_id: self.input_id.clone(),
             connection_id: Some(self.job.connection_id.clone()),
-            batch_id: self.job.batch_id,
+            batch_id: member.batch_id,
             index,
             event_type: event_type_of(event),
             name: name_of(event),
-            mpid: self
+            mpid: member
                 .document
                 .get("mpid")
                 .and_then(serde_json::Value::as_i64)
@@ -255,16 +323,19 @@ impl Live<'_> {
     }
 
     /// `attribute removed (data_filter: a, b)` when the Data Filter removed attributes.
-    fn note(&self, index: usize) -> Option<String> {
-        let removed = self.removed.get(index).filter(|r| !r.is_empty())?;
+    fn note(&self, (member, index): (usize, usize)) -> Option<String> {
+        let removed = self.members[member]
+            .removed
+            .get(index)
+            .filter(|r| !r.is_empty())?;
         Some(format!(
             "attribute removed (data_filter: {})",
             removed.join(", ")
         ))
     }
 
-    /// Events the connection's settings dropped, naming the setting.
-    fn filtered(&self, verdicts: &[filter::Verdict]) {
+    /// Events of batch `member` the connection's settings dropped, naming the setting.
+    pub(super) fn filtered(&self, member: usize, verdicts: &[filter::Verdict]) {
         if !self.ctx.live.watched() {
             return;
         }
@@ -277,7 +348,7 @@ impl Live<'_> {
             self.ctx.live.publish(LiveItem {
                 setting: Some(setting),
                 reason,
-                ..self.item(index, Outcome::Filtered)
+                ..self.item((member, index), Outcome::Filtered)
             });
         }
     }
@@ -286,7 +357,7 @@ impl Live<'_> {
     /// reports that once the next attempt is scheduled.
     fn report(
         &self,
-        events: &[usize],
+        events: &[(usize, usize)],
         result: &Result<super::webhook::Answer, SendError>,
         latency: i64,
     ) {
@@ -313,7 +384,7 @@ impl Live<'_> {
     /// is over, that its events failed.
     fn retried(
         &self,
-        events: &[usize],
+        events: &[(usize, usize)],
         status: Option<i64>,
         error: &str,
         latency: i64,
@@ -343,7 +414,7 @@ impl Live<'_> {
 
     fn publish(
         &self,
-        events: &[usize],
+        events: &[(usize, usize)],
         outcome: Outcome,
         status: Option<u16>,
         error: Option<&str>,
@@ -364,7 +435,7 @@ impl Live<'_> {
 }
 
 /// What one pass over a job has done so far.
-struct Attempt<'a> {
+pub(super) struct Attempt<'a> {
     ctx: &'a DeliveryContext,
     job: &'a Job,
     started: Instant,
@@ -376,7 +447,7 @@ struct Attempt<'a> {
 }
 
 impl<'a> Attempt<'a> {
-    fn new(ctx: &'a DeliveryContext, job: &'a Job) -> Self {
+    pub(super) fn new(ctx: &'a DeliveryContext, job: &'a Job) -> Self {
         Self {
             ctx,
             job,
@@ -393,6 +464,7 @@ impl<'a> Attempt<'a> {
             id: self.job.id,
             batch_id: self.job.batch_id,
             connection_id: self.job.connection_id.clone(),
+            mates: self.job.mates.iter().map(|mate| mate.id).collect(),
         }
     }
 
@@ -408,7 +480,7 @@ impl<'a> Attempt<'a> {
         }
     }
 
-    fn dead_letter(
+    pub(super) fn dead_letter(
         &mut self,
         payload_index: i64,
         body: Vec<u8>,
@@ -426,7 +498,7 @@ impl<'a> Attempt<'a> {
         });
     }
 
-    fn finish(self, outcome: AttemptOutcome, error: Option<String>) -> JobUpdate {
+    pub(super) fn finish(self, outcome: AttemptOutcome, error: Option<String>) -> JobUpdate {
         let error = error.or_else(|| self.dead.last().map(|d| d.error.clone()));
         JobUpdate::Finished {
             job: self.key(),
@@ -437,7 +509,7 @@ impl<'a> Attempt<'a> {
 
     /// Schedules a retry from request `progress` on, or, once the retry window is over,
     /// dead-letters every remaining request.
-    fn retry(
+    pub(super) fn retry(
         mut self,
         progress: i64,
         error: String,

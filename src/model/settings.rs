@@ -108,6 +108,11 @@ pub(crate) struct ConnectionSettings {
     pub(crate) auto_pause_after_hours: Option<Hours>,
     /// `PerUser`: one user's batches are delivered one at a time, in acceptance order.
     pub(crate) ordering: Ordering,
+    /// With Send as Batch: seconds during which one user's (MPID's) batches are gathered into
+    /// one request (0: one request per inbound batch). Ignored without Send as Batch.
+    pub(crate) batch_window_secs: u32,
+    /// Largest body a coalesced request may have; more goes in further requests.
+    pub(crate) max_batch_bytes: u32,
     /// Which event types, names and attributes, user attributes and identity types go out.
     pub(crate) data_filter: DataFilter,
     /// Attribute-value, login-identity, consent and sampling rules.
@@ -140,6 +145,8 @@ impl Default for ConnectionSettings {
             rate_limit_per_second: None,
             auto_pause_after_hours: None,
             ordering: Ordering::None,
+            batch_window_secs: 0,
+            max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
             data_filter: DataFilter::default(),
             forwarding_rules: ForwardingRules::default(),
         }
@@ -172,6 +179,8 @@ pub(crate) enum SettingName {
     RateLimitPerSecond,
     AutoPauseAfterHours,
     Ordering,
+    BatchWindowSecs,
+    MaxBatchBytes,
     DataFilter,
     ForwardingRules,
 }
@@ -202,6 +211,8 @@ impl SettingName {
             Self::RateLimitPerSecond => "rate_limit_per_second",
             Self::AutoPauseAfterHours => "auto_pause_after_hours",
             Self::Ordering => "ordering",
+            Self::BatchWindowSecs => "batch_window_secs",
+            Self::MaxBatchBytes => "max_batch_bytes",
             Self::DataFilter => "data_filter",
             Self::ForwardingRules => "forwarding_rules",
         }
@@ -226,6 +237,8 @@ pub(crate) enum SettingKind {
     OptionalHours,
     /// [`Ordering`]: `none` or `per_user`.
     Ordering,
+    /// A whole number, 0 or more (the descriptor's help states its bounds).
+    Count,
     /// A [`DataFilter`] document: `send_new_data_points` and a list of rules.
     DataFilter,
     /// A [`ForwardingRules`] document.
@@ -262,7 +275,7 @@ const fn describe(
 pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
     use SettingKind::Ordering as Order;
     use SettingKind::{
-        Boolean, MetadataExclusions, OptionalCount, OptionalHours, OptionalText, Status,
+        Boolean, Count, MetadataExclusions, OptionalCount, OptionalHours, OptionalText, Status,
     };
     use SettingKind::{DataFilter as Filter, ForwardingRules as Rules};
     use SettingName as N;
@@ -400,6 +413,18 @@ pub(crate) const SETTING_DESCRIPTORS: &[SettingDescriptor] = {
             "Per user: each user's batches arrive one at a time, in the order they were accepted, and while one fails that user's later ones wait (other users' keep flowing). None: fastest, no order.",
         ),
         describe(
+            N::BatchWindowSecs,
+            "Batch Window (seconds)",
+            Count,
+            "Only with Send as Batch: one user's (MPID's) batches accepted within this many seconds of the first go out as one request, with the newest batch's user and device fields (0 to 3600; 0: one request per batch). Batches without an MPID go alone. Ignored without Send as Batch.",
+        ),
+        describe(
+            N::MaxBatchBytes,
+            "Max Batch Size (bytes)",
+            Count,
+            "Largest body of a coalesced request (1024 to 10485760); more batches go in further requests, and one batch larger than this goes alone.",
+        ),
+        describe(
             N::DataFilter,
             "Data Filter",
             Filter,
@@ -452,6 +477,21 @@ impl ConnectionSettings {
         {
             return Err(auto_pause_error());
         }
+        // The same for the two whole numbers of coalescing (serde's message would not name them).
+        for (name, error) in [
+            (
+                SettingName::BatchWindowSecs,
+                batch_window_error as fn() -> SettingsError,
+            ),
+            (SettingName::MaxBatchBytes, max_batch_bytes_error),
+        ] {
+            if value
+                .get(name.as_str())
+                .is_some_and(|v| v.as_u64().is_none_or(|n| u32::try_from(n).is_err()))
+            {
+                return Err(error());
+            }
+        }
         let settings: Self =
             serde_json::from_value(value).map_err(|e| SettingsError::Malformed(e.to_string()))?;
         settings.validate()?;
@@ -482,6 +522,12 @@ impl ConnectionSettings {
     }
 
     fn validate(&self) -> Result<(), SettingsError> {
+        if self.batch_window_secs > MAX_BATCH_WINDOW_SECS {
+            return Err(batch_window_error());
+        }
+        if !(MIN_MAX_BATCH_BYTES..=MAX_MAX_BATCH_BYTES).contains(&self.max_batch_bytes) {
+            return Err(max_batch_bytes_error());
+        }
         if self
             .auto_pause_after_hours
             .is_some_and(|Hours(hours)| !(hours.is_finite() && hours > 0.0))
@@ -501,6 +547,36 @@ impl ConnectionSettings {
             }
         }
         Ok(())
+    }
+}
+
+/// The default `max_batch_bytes`: 256 KiB.
+pub(crate) const DEFAULT_MAX_BATCH_BYTES: u32 = 262_144;
+const MIN_MAX_BATCH_BYTES: u32 = 1024;
+const MAX_MAX_BATCH_BYTES: u32 = 10 * 1024 * 1024;
+/// Longest batch window: an hour.
+const MAX_BATCH_WINDOW_SECS: u32 = 3600;
+
+fn batch_window_error() -> SettingsError {
+    SettingsError::Malformed(format!(
+        "`batch_window_secs` must be a whole number of seconds from 0 to {MAX_BATCH_WINDOW_SECS}"
+    ))
+}
+
+fn max_batch_bytes_error() -> SettingsError {
+    SettingsError::Malformed(format!(
+        "`max_batch_bytes` must be a whole number of bytes from {MIN_MAX_BATCH_BYTES} to {MAX_MAX_BATCH_BYTES}"
+    ))
+}
+
+impl ConnectionSettings {
+    /// How long a user's batches are gathered before they go (ms); 0 when not coalescing.
+    pub(crate) fn batch_window_ms(&self) -> i64 {
+        if self.send_as_batch {
+            i64::from(self.batch_window_secs) * 1000
+        } else {
+            0
+        }
     }
 }
 

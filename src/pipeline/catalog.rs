@@ -50,6 +50,8 @@ pub(crate) struct Route {
     pub(crate) reads_consent: bool,
     /// The revision keeps each user's batches in order: its jobs carry their batch's MPID.
     pub(crate) per_user: bool,
+    /// How long the revision gathers one user's batches into one request (ms; 0: it does not).
+    pub(crate) window_ms: i64,
 }
 
 /// An input as ingest needs it.
@@ -185,6 +187,7 @@ impl Snapshot {
                 revision_id: row.revision_id,
                 reads_consent: settings.forwarding_rules.reads_consent(),
                 per_user: settings.ordering == Ordering::PerUser,
+                window_ms: settings.batch_window_ms(),
             };
             routes.insert(at, route);
         } else {

@@ -45,16 +45,22 @@ pub(crate) fn fan_out(
 }
 
 /// A job per active connection of the input, each with the settings revision current now, and
-/// the batch's user (`mpid`) where the revision orders by user.
+/// the batch's user (`mpid`) where the revision orders by user or gathers a user's batches.
+/// A gathered job (a window and a user) is never leased at once: it waits out its window in the
+/// table. A batch without a user is not gathered.
 pub(crate) fn jobs_for(routes: &[Route], mpid: Option<Mpid>, handoff: &dyn Handoff) -> Vec<NewJob> {
     routes
         .iter()
-        .map(|route| NewJob {
-            connection_id: route.connection_id.clone(),
-            revision_id: route.revision_id,
-            leased: handoff.takes_now(&route.connection_id),
-            reads_consent: route.reads_consent,
-            mpid: mpid.filter(|_| route.per_user),
+        .map(|route| {
+            let window_ms = if mpid.is_some() { route.window_ms } else { 0 };
+            NewJob {
+                connection_id: route.connection_id.clone(),
+                revision_id: route.revision_id,
+                leased: window_ms == 0 && handoff.takes_now(&route.connection_id),
+                reads_consent: route.reads_consent,
+                mpid: mpid.filter(|_| route.per_user || window_ms > 0),
+                window_ms,
+            }
         })
         .collect()
 }
@@ -113,19 +119,19 @@ mod tests {
     }
 
     fn arb_routes() -> impl Strategy<Value = Vec<Route>> {
-        proptest::collection::vec((0u8..8, 1i64..100, any::<bool>(), any::<bool>()), 0..6).prop_map(
-            |routes| {
-                routes
-                    .into_iter()
-                    .map(|(c, revision_id, reads_consent, per_user)| Route {
-                        connection_id: ConnectionId::trusted(format!("conn_{c}")),
-                        revision_id,
-                        reads_consent,
-                        per_user,
-                    })
-                    .collect()
-            },
-        )
+        let route = (0u8..8, 1i64..100, any::<bool>(), any::<bool>(), 0i64..3);
+        proptest::collection::vec(route, 0..6).prop_map(|routes| {
+            routes
+                .into_iter()
+                .map(|(c, revision_id, reads_consent, per_user, window)| Route {
+                    connection_id: ConnectionId::trusted(format!("conn_{c}")),
+                    revision_id,
+                    reads_consent,
+                    per_user,
+                    window_ms: window * 1000,
+                })
+                .collect()
+        })
     }
 
     fn arb_attributes() -> impl Strategy<Value = BTreeMap<String, Option<i64>>> {
@@ -135,8 +141,9 @@ mod tests {
 
     proptest! {
         /// Every route gets exactly one job, in order, with its revision; a job is leased
-        /// exactly when delivery takes it now, reads consent when its route's rules do, and
-        /// carries the user only where its route orders by user.
+        /// exactly when delivery takes it now and it is not gathered (a window and a user),
+        /// reads consent when its route's rules do, and carries the user only where its route
+        /// orders by user or gathers.
         #[test]
         fn one_job_per_route(
             routes in arb_routes(),
@@ -150,9 +157,14 @@ mod tests {
             for (job, route) in jobs.iter().zip(&routes) {
                 prop_assert_eq!(&job.connection_id, &route.connection_id);
                 prop_assert_eq!(job.revision_id, route.revision_id);
-                prop_assert_eq!(job.leased, !crowded.contains(route.connection_id.as_str()));
+                let gathered = route.window_ms > 0 && mpid.is_some();
+                prop_assert_eq!(job.window_ms, if gathered { route.window_ms } else { 0 });
+                prop_assert_eq!(
+                    job.leased,
+                    !gathered && !crowded.contains(route.connection_id.as_str())
+                );
                 prop_assert_eq!(job.reads_consent, route.reads_consent);
-                prop_assert_eq!(job.mpid, mpid.filter(|_| route.per_user));
+                prop_assert_eq!(job.mpid, mpid.filter(|_| route.per_user || gathered));
             }
         }
 
@@ -199,6 +211,7 @@ mod tests {
             revision_id: 3,
             reads_consent: false,
             per_user: true,
+            window_ms: 0,
         }];
         let batch = fan_out(
             AcceptedBatch {

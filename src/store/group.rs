@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::backend::Tx;
+use super::coalesce_sql;
 use super::queue::{
     ClaimedJob, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, Renewed,
 };
@@ -128,7 +129,9 @@ async fn run_steps(
 ) -> Result<(Vec<Done>, HashSet<BatchId>), sqlx::Error> {
     let now = now_ms();
     let lease_until = now + lease_ms;
-    let renewed = steps::renew_leases(tx, &renewals(commands), lease_until, node).await?;
+    let renewing = renewals(commands);
+    let renewed = steps::renew_leases(tx, &renewing, lease_until, node).await?;
+    coalesce_sql::renew_groups(tx, &renewing, lease_until, node).await?;
     apply_updates(tx, commands, now, node).await?;
     let mut claims = Vec::new();
     for command in commands {
@@ -145,6 +148,9 @@ async fn run_steps(
                     steps::claim_drain(tx, connection_id, *limit, now, lease_until, node).await?
                 }
             });
+            if let Some(claimed) = claims.last_mut() {
+                coalesce_sql::claim_groups(tx, claimed, lease_until, node).await?;
+            }
         }
     }
     let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();
@@ -254,6 +260,7 @@ async fn apply_updates(
         match update {
             JobUpdate::Finished { job, attempt, dead } => {
                 finished.push(job.id);
+                finished.extend(&job.mates);
                 attempts.push(AttemptRow::new(job, attempt));
                 letters.extend(dead.iter().map(|d| (job, d)));
             }
@@ -265,13 +272,16 @@ async fn apply_updates(
                 attempt,
                 dead,
             } => {
-                retries.push(RetryRow {
-                    job_id: job.id,
-                    progress: *progress,
-                    attempts: *tries,
-                    next_attempt_at: *next_attempt_at,
-                    error: attempt.error.as_deref(),
-                });
+                // A coalesced group waits as one: its mates keep the same place and time.
+                for &job_id in std::iter::once(&job.id).chain(&job.mates) {
+                    retries.push(RetryRow {
+                        job_id,
+                        progress: *progress,
+                        attempts: *tries,
+                        next_attempt_at: *next_attempt_at,
+                        error: attempt.error.as_deref(),
+                    });
+                }
                 attempts.push(AttemptRow::new(job, attempt));
                 letters.extend(dead.iter().map(|d| (job, d)));
             }
@@ -281,6 +291,7 @@ async fn apply_updates(
     steps::retry_jobs(tx, &retries, node).await?;
     steps::delete_jobs(tx, &finished, node).await?;
     steps::release_jobs(tx, &released, node).await?;
+    coalesce_sql::release_groups(tx, &released, node).await?;
     steps::insert_attempts(tx, &attempts).await?;
     steps::insert_dead_letters(tx, &letters, now).await
 }
@@ -374,6 +385,8 @@ fn settle_batches<'a>(
                         lease_until: if job.leased { lease_until } else { 0 },
                         leased_by: job.leased.then_some(node),
                         mpid: job.mpid,
+                        next_attempt_at: batch.received_at.saturating_add(job.window_ms),
+                        coalesce_head: (job.window_ms > 0).then_some(0),
                     }));
                     IngestOutcome::Stored { batch_id }
                 })
@@ -441,6 +454,8 @@ fn jobs_of(
                 mpid: job.mpid,
                 body: Arc::clone(&batch.body),
                 profile_consent: consent.filter(|_| job.reads_consent).cloned(),
+                coalesce_head: None,
+                mates: Vec::new(),
             });
         }
     }

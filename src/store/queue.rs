@@ -49,6 +49,9 @@ pub(crate) struct NewJob {
     /// The batch's user, on a connection that keeps each user's batches in order; `None`:
     /// unordered.
     pub(crate) mpid: Option<Mpid>,
+    /// How long the job waits for its user's later batches to go with it (ms; 0: it does not
+    /// wait, and is not gathered). Set only with `mpid`.
+    pub(crate) window_ms: i64,
 }
 
 /// What happened to one batch of an ingest request.
@@ -81,6 +84,18 @@ pub(crate) struct Job {
     /// statement merged over earlier ones), for a job handed over at that commit whose rules
     /// read consent; `None` otherwise, and delivery reads the profile if it needs it.
     pub(crate) profile_consent: Option<Arc<serde_json::Value>>,
+    /// Set on a job of a coalesced group: the id of the group's first job (see migration 0019).
+    pub(crate) coalesce_head: Option<i64>,
+    /// The other jobs of this job's coalesced group, in id order (empty for any other job):
+    /// this job holds them, and they are sent, retried and finished with it.
+    pub(crate) mates: Vec<Job>,
+}
+
+impl Job {
+    /// Whether this job heads a coalesced group (maybe of one).
+    pub(crate) fn is_coalesced(&self) -> bool {
+        self.coalesce_head.is_some()
+    }
 }
 
 /// What a lease renewal found: the jobs this node still held, now leased until `lease_until`.
@@ -140,6 +155,9 @@ pub(crate) struct JobKey {
     pub(crate) id: i64,
     pub(crate) batch_id: BatchId,
     pub(crate) connection_id: ConnectionId,
+    /// The other jobs of its coalesced group: finished or retried with it, in the same
+    /// statement (empty for any other job).
+    pub(crate) mates: Vec<i64>,
 }
 
 /// A dead letter as listed by the admin API.
@@ -202,9 +220,23 @@ pub(crate) struct ClaimedJob {
     created_at: i64,
     lease_until: i64,
     mpid: Option<Mpid>,
+    coalesce_head: Option<i64>,
 }
 
 impl ClaimedJob {
+    pub(crate) fn id(&self) -> i64 {
+        self.id
+    }
+
+    pub(crate) fn coalesce_head(&self) -> Option<i64> {
+        self.coalesce_head
+    }
+
+    /// Marks a job as the first of the group a claim just formed around it.
+    pub(crate) fn heads_its_group(&mut self) {
+        self.coalesce_head = Some(self.id);
+    }
+
     pub(crate) fn batch_id(&self) -> BatchId {
         self.batch_id
     }
@@ -214,6 +246,7 @@ impl ClaimedJob {
             id: self.id,
             batch_id: self.batch_id,
             connection_id: self.connection_id.clone(),
+            mates: Vec::new(),
         }
     }
 
@@ -230,6 +263,8 @@ impl ClaimedJob {
             mpid: self.mpid,
             body,
             profile_consent: None,
+            coalesce_head: self.coalesce_head,
+            mates: Vec::new(),
         }
     }
 }
@@ -249,15 +284,17 @@ impl AttemptRecord {
     }
 }
 
-/// `$1` the connection, `$2` now: its jobs nobody holds that wait out a backoff become due now.
+/// `$1` the connection, `$2` now: its jobs nobody holds that wait out a backoff become due now
+/// (not those still waiting out a coalescing window, which are not backing off).
 /// On PostgreSQL rows another transaction has locked are skipped (they are being worked on), so
 /// this waits for no one and can deadlock with no one.
 const BRING_FORWARD: Sql = Sql::each(
     "UPDATE jobs SET next_attempt_at = $2 \
-     WHERE connection_id = $1 AND next_attempt_at > $2 AND lease_until <= $2",
+     WHERE connection_id = $1 AND next_attempt_at > $2 AND lease_until <= $2 \
+     AND (coalesce_head IS NULL OR attempts > 0)",
     "UPDATE jobs SET next_attempt_at = $2 WHERE id IN (SELECT id FROM jobs \
      WHERE connection_id = $1 AND next_attempt_at > $2 AND lease_until <= $2 \
-     ORDER BY id FOR UPDATE SKIP LOCKED)",
+     AND (coalesce_head IS NULL OR attempts > 0) ORDER BY id FOR UPDATE SKIP LOCKED)",
 );
 const BATCH_EXISTS: Sql = Sql::shared("SELECT id FROM batches WHERE id = $1");
 const SELECT_BODIES: Sql = Sql::each(

@@ -25,8 +25,12 @@ pub(super) struct JobRow<'a> {
     /// 0 for a job left in the table for a poller.
     pub(super) lease_until: i64,
     pub(super) leased_by: Option<&'a str>,
-    /// Set on a connection that keeps each user's batches in order.
+    /// Set on a connection that keeps each user's batches in order, or gathers them.
     pub(super) mpid: Option<Mpid>,
+    /// When it may first be claimed: at once, or at the end of its coalescing window.
+    pub(super) next_attempt_at: i64,
+    /// `Some(0)` for a job gathered with its user's others (see migration 0019).
+    pub(super) coalesce_head: Option<i64>,
 }
 
 /// An attempt row to insert.
@@ -157,7 +161,7 @@ const CLAIM_JOBS: Sql = Sql::each(
         user_is_free!(),
         " ORDER BY next_attempt_at, id LIMIT $3) \
          RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-         lease_until, mpid"
+         lease_until, mpid, coalesce_head"
     ),
     concat!(
         "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
@@ -166,7 +170,7 @@ const CLAIM_JOBS: Sql = Sql::each(
         user_is_free!(),
         " ORDER BY next_attempt_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) \
          RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-         lease_until, mpid"
+         lease_until, mpid, coalesce_head"
     ),
 );
 /// `$1` lease end, `$2` now, `$3` the connection, `$4` this node, `$5` a JSON array of MPIDs
@@ -182,7 +186,7 @@ const CLAIM_PROBE: Sql = Sql::each(
         " ORDER BY CASE WHEN j.mpid IN (SELECT value FROM json_each($5)) THEN 1 ELSE 0 END, id \
          LIMIT 1) \
          RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-         lease_until, mpid"
+         lease_until, mpid, coalesce_head"
     ),
     concat!(
         "UPDATE jobs SET lease_until = $1, leased_by = $4 WHERE id = \
@@ -191,7 +195,7 @@ const CLAIM_PROBE: Sql = Sql::each(
         " ORDER BY CASE WHEN j.mpid IN (SELECT jsonb_array_elements_text($5::jsonb)::bigint) \
          THEN 1 ELSE 0 END, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
          RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-         lease_until, mpid"
+         lease_until, mpid, coalesce_head"
     ),
 );
 /// `$1` lease end, `$2` now, `$3` limit, `$4` the connection, `$5` this node: a recovering
@@ -205,7 +209,7 @@ const CLAIM_DRAIN: Sql = Sql::each(
         user_is_free!(),
         " ORDER BY id LIMIT $3) \
          RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-         lease_until, mpid"
+         lease_until, mpid, coalesce_head"
     ),
     concat!(
         "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
@@ -214,7 +218,7 @@ const CLAIM_DRAIN: Sql = Sql::each(
         user_is_free!(),
         " ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
          RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-         lease_until, mpid"
+         lease_until, mpid, coalesce_head"
     ),
 );
 /// `$1` fresh batch ids, in increasing order. SQLite: the next ids after the largest ever used
@@ -287,23 +291,25 @@ const UPSERT_PROFILES_RETURNING_CONSENT: Sql = Sql::each(
 /// they are handed to sends them one at a time.
 const INSERT_JOBS: Sql = Sql::each(
     "INSERT INTO jobs (batch_id, connection_id, revision_id, created_at, next_attempt_at, \
-     lease_until, leased_by, mpid) \
-     SELECT x.batch_id, x.connection_id, x.revision_id, x.created_at, x.created_at, \
+     lease_until, leased_by, mpid, coalesce_head) \
+     SELECT x.batch_id, x.connection_id, x.revision_id, x.created_at, x.next_attempt_at, \
      CASE WHEN x.mpid IS NOT NULL AND EXISTS (SELECT 1 FROM jobs e \
      WHERE e.connection_id = x.connection_id AND e.mpid = x.mpid) THEN 0 ELSE x.lease_until END, \
-     x.leased_by, x.mpid FROM (SELECT value ->> 'batch_id' AS batch_id, \
+     x.leased_by, x.mpid, x.coalesce_head FROM (SELECT value ->> 'batch_id' AS batch_id, \
      value ->> 'connection_id' AS connection_id, value ->> 'revision_id' AS revision_id, \
      value ->> 'created_at' AS created_at, value ->> 'lease_until' AS lease_until, \
-     value ->> 'leased_by' AS leased_by, value ->> 'mpid' AS mpid FROM json_each($1)) AS x \
+     value ->> 'leased_by' AS leased_by, value ->> 'mpid' AS mpid, \
+     value ->> 'next_attempt_at' AS next_attempt_at, value ->> 'coalesce_head' AS coalesce_head \
+     FROM json_each($1)) AS x \
      RETURNING id, batch_id, connection_id, lease_until",
     "INSERT INTO jobs (batch_id, connection_id, revision_id, created_at, next_attempt_at, \
-     lease_until, leased_by, mpid) \
-     SELECT x.batch_id, x.connection_id, x.revision_id, x.created_at, x.created_at, \
+     lease_until, leased_by, mpid, coalesce_head) \
+     SELECT x.batch_id, x.connection_id, x.revision_id, x.created_at, x.next_attempt_at, \
      CASE WHEN x.mpid IS NOT NULL AND EXISTS (SELECT 1 FROM jobs e \
      WHERE e.connection_id = x.connection_id AND e.mpid = x.mpid) THEN 0 ELSE x.lease_until END, \
-     x.leased_by, x.mpid FROM jsonb_to_recordset($1::jsonb) AS x(batch_id bigint, \
+     x.leased_by, x.mpid, x.coalesce_head FROM jsonb_to_recordset($1::jsonb) AS x(batch_id bigint, \
      connection_id text, revision_id bigint, created_at bigint, lease_until bigint, \
-     leased_by text, mpid bigint) \
+     leased_by text, mpid bigint, next_attempt_at bigint, coalesce_head bigint) \
      RETURNING id, batch_id, connection_id, lease_until",
 );
 

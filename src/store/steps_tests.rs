@@ -52,6 +52,8 @@ fn job_row(batch_id: i64, connection_id: &ConnectionId, lease_until: i64) -> Job
         lease_until,
         leased_by: (lease_until > 0).then_some(NODE),
         mpid: None,
+        next_attempt_at: 1_000,
+        coalesce_head: None,
     }
 }
 
@@ -438,6 +440,7 @@ async fn attempts_and_dead_letters_are_logged() {
         id: 11,
         batch_id: BatchId::new(4),
         connection_id: CONN_A.clone(),
+        mates: Vec::new(),
     };
     let attempt = AttemptRecord {
         attempted_at: 3_000,

@@ -528,6 +528,8 @@ fn mparticle_defaults() -> Vec<(&'static str, &'static str, Value)> {
         ("rate_limit_per_second", "optional_count", Value::Null),
         ("auto_pause_after_hours", "optional_hours", Value::Null),
         ("ordering", "ordering", json!("none")),
+        ("batch_window_secs", "count", json!(0)),
+        ("max_batch_bytes", "count", json!(262_144)),
         (
             "data_filter",
             "data_filter",

@@ -8,6 +8,7 @@ mod alerts;
 mod alias;
 mod alias_forwarding;
 mod breaker;
+mod coalesce;
 mod connection_preview;
 mod consent;
 mod custom_headers;

@@ -263,6 +263,7 @@ impl JobRow {
             id: self.id,
             batch_id: self.batch_id,
             connection_id: self.connection_id.clone(),
+            mates: Vec::new(),
         }
     }
 }
@@ -401,6 +402,7 @@ pub(super) fn batch(
                 leased: true,
                 reads_consent: false,
                 mpid: None,
+                window_ms: 0,
             })
             .collect(),
         profile: None,
@@ -436,6 +438,7 @@ pub(super) fn key(job: &Job) -> JobKey {
         id: job.id,
         batch_id: job.batch_id,
         connection_id: job.connection_id.clone(),
+        mates: Vec::new(),
     }
 }
 

@@ -190,6 +190,7 @@ impl Model {
             id,
             batch_id: job.batch_id,
             connection_id: job.connection_id.clone(),
+            mates: Vec::new(),
         });
         let keys: Vec<JobKey> = queued.chain(self.gone.values().cloned()).collect();
         (!keys.is_empty()).then(|| keys[pick.index(keys.len())].clone())
@@ -212,6 +213,7 @@ impl Model {
                 id,
                 batch_id: job.batch_id,
                 connection_id: job.connection_id,
+                mates: Vec::new(),
             };
             self.gone.insert(id, key);
         }

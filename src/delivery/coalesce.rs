@@ -1,0 +1,213 @@
+//! Working a coalesced group: one user's batches gathered over the connection's
+//! `batch_window_secs` (see `store::coalesce_sql` for how the group is formed and kept).
+//!
+//! Each batch is filtered on its own exactly as a lone job's would be (its own settings revision
+//! and consent, its verdicts reported to the Live Stream), then the surviving bodies are merged
+//! ([`super::merge`]) into requests of at most `max_batch_bytes` (the head's revision's, as is
+//! its rate limit). The requests go out in order under the head's delivery ids
+//! (`<head job id>-<index>`), and the whole group is finished or retried as one job; since the
+//! group and the merge are the same on every pass, a retry, or a re-send after a crash, carries
+//! the same bodies under the same ids. Dead letters are per request, recorded under the head.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::lane::LaneControl;
+use super::merge::{Part, merge};
+use super::worker::{
+    Attempt, Live, Member, Outgoing, Sending, missing_connection, profile_consent,
+};
+use super::{DeliveryContext, HeldJob};
+use crate::model::settings::ConnectionSettings;
+use crate::pipeline::filter;
+use crate::store::queue::{Job, JobUpdate};
+
+/// One batch of the group, read and filtered.
+struct Filtered {
+    document: serde_json::Value,
+    plan: filter::Plan,
+}
+
+/// Delivers what is left of the group headed by `head` and returns the update to record for all
+/// of it.
+pub(super) async fn work(
+    ctx: &DeliveryContext,
+    head: &Job,
+    lease: &HeldJob<'_>,
+    lane: &LaneControl,
+) -> JobUpdate {
+    let mut attempt = Attempt::new(ctx, head);
+    let members: Vec<&Job> = std::iter::once(head).chain(&head.mates).collect();
+    let stored = || {
+        members
+            .iter()
+            .map(|job| (head.progress, job.body.to_vec()))
+            .collect()
+    };
+    let Some((connection, output)) = ctx.catalog.connection(&head.connection_id) else {
+        return missing_connection(ctx, head, attempt, stored()).await;
+    };
+    let mut revisions: HashMap<i64, Arc<ConnectionSettings>> = HashMap::new();
+    let mut filtered = Vec::with_capacity(members.len());
+    for job in &members {
+        let settings = match revision(ctx, &mut revisions, job.revision_id).await {
+            Ok(settings) => settings,
+            Err(error) => {
+                let error = format!("settings unavailable: {error}");
+                return attempt.retry(head.progress, error, None, stored());
+            }
+        };
+        let Some(document) = readable(job, &mut attempt) else {
+            continue;
+        };
+        let consent = match profile_consent(ctx, job, &settings, &document).await {
+            Ok(consent) => consent,
+            Err(error) => {
+                // Never forward without knowing the user's consent: try again later.
+                let error = format!("consent unavailable: {error}");
+                return attempt.retry(head.progress, error, None, stored());
+            }
+        };
+        let plan = filter::plan(
+            &settings,
+            &output.settings,
+            job.batch_id,
+            &document,
+            consent.as_deref(),
+        );
+        filtered.push((*job, Filtered { document, plan }));
+    }
+    let head_settings = match revision(ctx, &mut revisions, head.revision_id).await {
+        Ok(settings) => settings,
+        Err(error) => {
+            let error = format!("settings unavailable: {error}");
+            return attempt.retry(head.progress, error, None, stored());
+        }
+    };
+    let live = Live {
+        ctx,
+        job: head,
+        input_id: &connection.input_id,
+        members: filtered
+            .iter()
+            .map(|(job, f)| Member {
+                batch_id: job.batch_id,
+                document: &f.document,
+                removed: &f.plan.removed_attributes,
+            })
+            .collect(),
+    };
+    if head.attempts == 0 {
+        for (member, (_, f)) in filtered.iter().enumerate() {
+            live.filtered(member, &f.plan.verdicts);
+        }
+    }
+    let bodies = requests(&filtered, &head_settings, head.progress);
+    let sending = Sending {
+        ctx,
+        job: head,
+        lease,
+        lane,
+        rate_limit: head_settings.rate_limit_per_second,
+        output: &output,
+        live: &live,
+    };
+    sending.send(attempt, &bodies).await
+}
+
+/// The group's requests from request `progress` on.
+fn requests(
+    filtered: &[(&Job, Filtered)],
+    settings: &ConnectionSettings,
+    progress: i64,
+) -> Vec<Outgoing> {
+    let parts = filtered
+        .iter()
+        .enumerate()
+        .flat_map(|(member, (_, f))| {
+            f.plan.payloads.iter().map(move |p| Part {
+                member,
+                body: p.body.clone(),
+                events: p.event_indexes.clone(),
+            })
+        })
+        .collect();
+    let cap = usize::try_from(settings.max_batch_bytes).unwrap_or(usize::MAX);
+    merge(parts, cap)
+        .into_iter()
+        .enumerate()
+        .skip(usize::try_from(progress).unwrap_or(0))
+        .map(|(i, merged)| Outgoing {
+            index: i64::try_from(i).unwrap_or(i64::MAX),
+            event_count: merged.events.len(),
+            body: Bytes::from(merged.body),
+            events: merged.events,
+        })
+        .collect()
+}
+
+/// A settings revision, read once per group.
+async fn revision(
+    ctx: &DeliveryContext,
+    read: &mut HashMap<i64, Arc<ConnectionSettings>>,
+    revision_id: i64,
+) -> Result<Arc<ConnectionSettings>, String> {
+    if let Some(settings) = read.get(&revision_id) {
+        return Ok(Arc::clone(settings));
+    }
+    let settings = ctx
+        .catalog
+        .revision(revision_id)
+        .await
+        .map_err(|error| error.to_string())?;
+    read.insert(revision_id, Arc::clone(&settings));
+    Ok(settings)
+}
+
+/// A member's stored batch, or `None`: pruned (nothing left to send) or unreadable (kept as a
+/// dead letter on the group's first pass).
+fn readable(job: &Job, attempt: &mut Attempt<'_>) -> Option<serde_json::Value> {
+    if job.body.is_empty() {
+        return None;
+    }
+    match serde_json::from_slice(&job.body) {
+        Ok(document) => Some(document),
+        Err(error) => {
+            if job.attempts == 0 {
+                let error = format!("stored batch {} is unreadable: {error}", job.batch_id);
+                attempt.dead_letter(0, job.body.to_vec(), None, error);
+            }
+            None
+        }
+    }
+}
+
+/// Moves each coalesced group's other jobs into its head's `mates`, in id order.
+pub(super) fn gather_groups(jobs: Vec<Job>) -> Vec<Job> {
+    let (mates, mut jobs): (Vec<Job>, Vec<Job>) = jobs
+        .into_iter()
+        .partition(|job| job.coalesce_head.is_some_and(|head| head != job.id));
+    if mates.is_empty() {
+        return jobs;
+    }
+    let heads: HashMap<i64, usize> = jobs
+        .iter()
+        .enumerate()
+        .filter(|(_, job)| job.coalesce_head == Some(job.id))
+        .map(|(at, job)| (job.id, at))
+        .collect();
+    for mate in mates {
+        match mate.coalesce_head.and_then(|head| heads.get(&head)) {
+            Some(&at) => jobs[at].mates.push(mate),
+            // Claimed without its head (not expected: the head is always claimed first); it
+            // goes alone, as a group of its own.
+            None => jobs.push(mate),
+        }
+    }
+    for job in &mut jobs {
+        job.mates.sort_by_key(|mate| mate.id);
+    }
+    jobs
+}
