@@ -591,7 +591,19 @@ impl Lanes {
             lanes: self,
             job_id,
         };
-        AssertUnwindSafe(worker::work(&self.ctx, job, &lease, control))
+        let ctx = &self.ctx;
+        let delivery = async move {
+            if ctx.catalog.is_paused(&job.connection_id) {
+                // Set to inactive after the job was queued: it waits in the table, unworked (a
+                // job already past this point finishes its pass, like a request in flight).
+                JobUpdate::Release { job_id: job.id }
+            } else if job.is_coalesced() {
+                coalesce::work(ctx, &job, &lease, control).await
+            } else {
+                worker::work(ctx, job, &lease, control).await
+            }
+        };
+        AssertUnwindSafe(delivery)
             .catch_unwind()
             .await
             .unwrap_or_else(|_| {

@@ -34,14 +34,6 @@ pub(super) async fn work(
     lease: &HeldJob<'_>,
     lane: &LaneControl,
 ) -> JobUpdate {
-    if ctx.catalog.is_paused(&job.connection_id) {
-        // Set to inactive after the job was queued: it waits in the table, unworked (a job
-        // already past this point finishes its pass, like a request in flight).
-        return JobUpdate::Release { job_id: job.id };
-    }
-    if job.is_coalesced() {
-        return super::coalesce::work(ctx, &job, lease, lane).await;
-    }
     let mut attempt = Attempt::new(ctx, &job);
     let Some((connection, output)) = ctx.catalog.connection(&job.connection_id) else {
         let whole_batch = vec![(job.progress, job.body.to_vec())];
