@@ -3,13 +3,15 @@
 //!
 //! Each batch is filtered on its own exactly as a lone job's would be (its own settings revision
 //! and consent, its verdicts reported to the Live Stream), then the surviving bodies are merged
-//! ([`super::merge`]) into requests of at most `max_batch_bytes` (the head's revision's, as is
-//! its rate limit). The requests go out in order under the head's delivery ids
-//! (`<head job id>-<index>`), and the whole group is finished or retried as one job; since the
-//! group and the merge are the same on every pass, a retry, or a re-send after a crash, carries
-//! the same bodies under the same ids. Dead letters are per request, recorded under the head.
+//! ([`super::merge`]) into requests cut between runs of whole batches whose stored sizes fit
+//! `max_batch_bytes` (the head's revision's, as is its rate limit). The requests go out in order
+//! under the delivery ids `<head job id>-<place of the request's first batch>`, and the whole
+//! group is finished or retried as one job, its progress the place of the first batch not yet
+//! delivered. The group and the cut are the same on every pass, so a retry, or a re-send after
+//! a crash, starts where the last pass stopped, and a request filtered alike carries the same
+//! body under the same id. Dead letters are per request, recorded under the head.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -104,7 +106,7 @@ pub(super) async fn work(
             live.filtered(member, &f.plan.verdicts);
         }
     }
-    let bodies = requests(&filtered, &head_settings, head.progress);
+    let bodies = requests(&filtered, &members, &head_settings, head.progress);
     let sending = Sending {
         ctx,
         job: head,
@@ -117,35 +119,64 @@ pub(super) async fn work(
     sending.send(attempt, &bodies).await
 }
 
-/// The group's requests from request `progress` on.
+/// The group's requests from member `progress` on (a request's index is the place of its first
+/// batch in the group). Requests are cut between runs of whole batches by their STORED sizes,
+/// not their filtered bodies: the cut must stay put when a retry filters differently (a consent
+/// statement since, edited output settings), or a retry's `progress` would skip undelivered
+/// events or repeat delivered ones. Filtering only removes, so a run's request stays within the
+/// cap as its stored batches were.
 fn requests(
     filtered: &[(&Job, Filtered)],
+    members: &[&Job],
     settings: &ConnectionSettings,
     progress: i64,
 ) -> Vec<Outgoing> {
-    let parts = filtered
-        .iter()
-        .enumerate()
-        .flat_map(|(member, (_, f))| {
-            f.plan.payloads.iter().map(move |p| Part {
-                member,
+    let cap = usize::try_from(settings.max_batch_bytes).unwrap_or(usize::MAX);
+    let place: HashMap<i64, usize> = members.iter().enumerate().map(|(m, j)| (j.id, m)).collect();
+    let run_of = runs_by_size(members.iter().map(|job| job.body.len()), cap);
+    let from = usize::try_from(progress).unwrap_or(0);
+    let mut runs: BTreeMap<usize, Vec<Part>> = BTreeMap::new();
+    for (at, (job, f)) in filtered.iter().enumerate() {
+        let member = place[&job.id];
+        if member < from {
+            continue;
+        }
+        runs.entry(run_of[member])
+            .or_default()
+            .extend(f.plan.payloads.iter().map(|p| Part {
+                member: at,
                 body: p.body.clone(),
                 events: p.event_indexes.clone(),
+            }));
+    }
+    runs.into_values()
+        .flat_map(|parts| merge(parts, usize::MAX))
+        .filter_map(|merged| {
+            let (first, _) = merged.events.first()?;
+            let index = place[&filtered[*first].0.id];
+            Some(Outgoing {
+                index: i64::try_from(index).unwrap_or(i64::MAX),
+                event_count: merged.events.len(),
+                body: Bytes::from(merged.body),
+                events: merged.events,
             })
         })
-        .collect();
-    let cap = usize::try_from(settings.max_batch_bytes).unwrap_or(usize::MAX);
-    merge(parts, cap)
-        .into_iter()
-        .enumerate()
-        .skip(usize::try_from(progress).unwrap_or(0))
-        .map(|(i, merged)| Outgoing {
-            index: i64::try_from(i).unwrap_or(i64::MAX),
-            event_count: merged.events.len(),
-            body: Bytes::from(merged.body),
-            events: merged.events,
-        })
         .collect()
+}
+
+/// Which run each batch of the given stored sizes falls in: consecutive batches while their
+/// sizes add up to at most `cap`; a batch larger than the cap is a run of its own.
+fn runs_by_size(sizes: impl Iterator<Item = usize>, cap: usize) -> Vec<usize> {
+    let (mut run, mut total, mut out) = (0, 0usize, Vec::new());
+    for size in sizes {
+        if total > 0 && total.saturating_add(size) > cap {
+            run += 1;
+            total = 0;
+        }
+        total = total.saturating_add(size);
+        out.push(run);
+    }
+    out
 }
 
 /// A settings revision, read once per group.
@@ -210,4 +241,15 @@ pub(super) fn gather_groups(jobs: Vec<Job>) -> Vec<Job> {
         job.mates.sort_by_key(|mate| mate.id);
     }
     jobs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_by_size;
+
+    #[test]
+    fn runs_follow_the_stored_sizes_and_a_batch_over_the_cap_runs_alone() {
+        let runs = runs_by_size([400, 500, 200, 1500, 100, 100].into_iter(), 1000);
+        assert_eq!(runs, vec![0, 0, 1, 2, 3, 3]);
+    }
 }
