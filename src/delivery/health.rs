@@ -284,6 +284,14 @@ impl Health {
         Ok(())
     }
 
+    /// At shutdown, once the last request in flight has ended: the dead letters counted after
+    /// `run` said its last (those of requests still in flight then).
+    pub(crate) async fn announce_remaining(&self) {
+        if self.alerts.enabled() {
+            self.announce_dead_letters().await;
+        }
+    }
+
     /// Sends the dead-letter counts whose connection's window is free, keeping the others.
     async fn announce_dead_letters(&self) {
         let counts: Vec<(ConnectionId, i64)> = self

@@ -217,6 +217,8 @@ pub(crate) async fn run(
         () = lanes.tracker.wait() => {}
         () = overdue.cancelled() => release_held(&lanes).await,
     }
+    // Dead letters of the requests that were still in flight when the health task said its last.
+    lanes.ctx.health.announce_remaining().await;
     renewing.cancel();
     let _ = renewer.await;
     tracing::info!("Delivery stopped.");
