@@ -57,14 +57,6 @@ export function stackTable(headers, rows, attrs = {}) {
     })));
 }
 
-export function copyButton(value, label) {
-  return h('button', { class: 'secondary', type: 'button', 'aria-label': `Copy ${label}`, onclick: async (e) => {
-    await navigator.clipboard?.writeText(value).catch(() => {});
-    e.target.textContent = 'Copied';
-    setTimeout(() => { e.target.textContent = 'Copy'; }, 1200);
-  } }, 'Copy');
-}
-
 let opener = null;
 
 export function openModal(...content) {

@@ -3,7 +3,8 @@
 // shown once to copy, or disable signing.
 
 import { api } from '../lib/api.js';
-import { closeModal, confirmAction, copyButton, errorLine, h, noticeNextPage, openModal, page, stackTable } from '../lib/dom.js';
+import { copyButtonOf } from '../lib/copy.js';
+import { closeModal, confirmAction, errorLine, h, noticeNextPage, openModal, page, stackTable } from '../lib/dom.js';
 import { route } from '../lib/router.js';
 
 export async function outputsPage() {
@@ -109,7 +110,7 @@ function signingDialog(output, confirmed = false) {
       const { secret } = await api('POST', `/api/v1/outputs/${output.id}/signing-secret`);
       issue.remove();
       shown.replaceChildren(h('p', { class: 'warning' }, 'Copy it now: this secret is shown only once and cannot be read again.'),
-        h('div', { class: 'row' }, h('code', { id: 'signing-secret' }, secret), copyButton(secret, 'signing secret')));
+        h('div', { class: 'row' }, h('code', { id: 'signing-secret' }, secret), copyButtonOf(() => secret, 'signing secret')));
     } catch (err) { shown.replaceChildren(errorLine(err.message)); }
   } }, signing.enabled ? 'Rotate secret' : 'Generate secret');
   // Deletes both secrets at once: no overlap, the next request goes unsigned.

@@ -25,7 +25,8 @@ pub(super) async fn attach(lanes: &Lanes, jobs: &mut [Job]) {
         if !settings.forwarding_rules.reads_consent() {
             continue;
         }
-        if let Some(mpid) = batch_mpid(&job.body) {
+        // Jobs of connections ordered per user or coalesced carry their MPID; others' batches are read.
+        if let Some(mpid) = job.mpid.or_else(|| batch_mpid(&job.body)) {
             users.push((index, mpid));
         }
     }

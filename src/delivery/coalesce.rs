@@ -12,7 +12,6 @@
 //! body under the same id. Dead letters are per request, recorded under the head.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -51,10 +50,9 @@ pub(super) async fn work(
     let Some((connection, output)) = ctx.catalog.connection(&head.connection_id) else {
         return missing_connection(ctx, head, attempt, stored()).await;
     };
-    let mut revisions: HashMap<i64, Arc<ConnectionSettings>> = HashMap::new();
     let mut filtered = Vec::with_capacity(members.len());
     for job in &members {
-        let settings = match revision(ctx, &mut revisions, job.revision_id).await {
+        let settings = match ctx.catalog.revision(job.revision_id).await {
             Ok(settings) => settings,
             Err(error) => {
                 let error = format!("settings unavailable: {error}");
@@ -81,7 +79,7 @@ pub(super) async fn work(
         );
         filtered.push((*job, Filtered { document, plan }));
     }
-    let head_settings = match revision(ctx, &mut revisions, head.revision_id).await {
+    let head_settings = match ctx.catalog.revision(head.revision_id).await {
         Ok(settings) => settings,
         Err(error) => {
             let error = format!("settings unavailable: {error}");
@@ -177,24 +175,6 @@ fn runs_by_size(sizes: impl Iterator<Item = usize>, cap: usize) -> Vec<usize> {
         out.push(run);
     }
     out
-}
-
-/// A settings revision, read once per group.
-async fn revision(
-    ctx: &DeliveryContext,
-    read: &mut HashMap<i64, Arc<ConnectionSettings>>,
-    revision_id: i64,
-) -> Result<Arc<ConnectionSettings>, String> {
-    if let Some(settings) = read.get(&revision_id) {
-        return Ok(Arc::clone(settings));
-    }
-    let settings = ctx
-        .catalog
-        .revision(revision_id)
-        .await
-        .map_err(|error| error.to_string())?;
-    read.insert(revision_id, Arc::clone(&settings));
-    Ok(settings)
 }
 
 /// A member's stored batch, or `None`: pruned (nothing left to send) or unreadable (kept as a
