@@ -41,12 +41,12 @@ pub(crate) struct Options {
 }
 
 /// Creates the input → webhook output → connection pipeline as `options` say and returns the
-/// input's credentials.
+/// input's credentials; without a `webhook_url` (`--ingest-only`), the input alone.
 pub(crate) async fn setup_pipeline(
     http: &reqwest::Client,
     base_url: &str,
     admin_token: &str,
-    webhook_url: &str,
+    webhook_url: Option<&str>,
     options: Options,
 ) -> Result<InputCredentials> {
     let admin = Admin {
@@ -55,6 +55,9 @@ pub(crate) async fn setup_pipeline(
         admin_token,
     };
     let (credentials, input_id) = admin.input().await?;
+    let Some(webhook_url) = webhook_url else {
+        return Ok(credentials);
+    };
     let mut settings = json!({ "status": "active", "send_as_batch": options.send_as_batch });
     if options.rules {
         settings = rules_settings(settings);

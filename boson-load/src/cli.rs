@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+use crate::payload::{Identities, Payload};
+
 /// Number of custom events in every batch sent to `/v2/events`.
 ///
 /// Fixed rather than a flag so results stay comparable between runs.
@@ -68,6 +70,22 @@ pub(crate) struct Args {
     /// `--users`); its events are not waited for, and the latency reported is the other users'.
     #[arg(long, requires = "users")]
     pub(crate) failing_user: bool,
+
+    /// Throughput: no output and no connection, so Boson only accepts and stores: measures
+    /// acceptance alone (nothing is delivered or waited for).
+    #[arg(long, conflicts_with_all = ["send_as_batch", "sign", "rules", "per_user", "failing_user"])]
+    pub(crate) ingest_only: bool,
+
+    /// Throughput: the batches' shape: `small` (about 2 KB of bare events) or `sdk` (about
+    /// 4.3 KB, with `device_info`, `application_info` and session fields, like an SDK's).
+    #[arg(long, value_enum, default_value_t = Payload::Small)]
+    pub(crate) payload: Payload,
+
+    /// Throughput: whom the batches name: `mpid` (an MPID and a customer id), `returning` (no
+    /// MPID; the customer id and email of one of `--users` known users, 64 by default) or `new`
+    /// (no MPID; a user never seen before in every batch).
+    #[arg(long, value_enum, default_value_t = Identities::Mpid)]
+    pub(crate) identities: Identities,
 
     /// How long to wait, after sending, for the receiver to see every accepted event.
     #[arg(long, default_value_t = 120, value_name = "SECS")]

@@ -27,6 +27,7 @@ mod endpoint;
 mod isolation;
 mod metrics;
 mod openloop;
+mod payload;
 mod propagation;
 mod receiver;
 mod recovery;
@@ -114,7 +115,7 @@ async fn main() -> Result<()> {
         errors,
         send_secs,
         started,
-        cpu_secs,
+        cpu,
     } = sent;
     log_receiver_anomalies(&summary);
     let delivered_secs = summary
@@ -130,9 +131,12 @@ async fn main() -> Result<()> {
         delivered: summary.delivered,
         latency_ms: summary.latency_ms.into(),
         peak_rss_mb,
-        cpu_us_per_event: cpu_secs
-            .filter(|_| accepted_events > 0)
-            .map(|secs| secs * 1e6 / accepted_events as f64),
+        cpu_us_per_event: per_event_us(cpu.total(), accepted_events),
+        sending_cpu_us_per_event: per_event_us(cpu.sending, accepted_events),
+        draining_cpu_us_per_event: per_event_us(cpu.draining, accepted_events),
+        ingest_only: args.ingest_only,
+        payload: args.payload,
+        identities: args.identities,
         send_as_batch: args.send_as_batch,
         signed: args.sign,
         rules: args.rules,
@@ -157,8 +161,34 @@ struct Measured {
     send_secs: f64,
     /// Start of the sending phase; delivery throughput is measured from here.
     started: Instant,
-    /// Boson's CPU time from the first send until the deliveries drained.
-    cpu_secs: Option<f64>,
+    /// Boson's CPU time in each phase.
+    cpu: PhaseCpu,
+}
+
+/// Boson's CPU time (user + system) while the batches were sent, and after that until every
+/// accepted event was delivered.
+#[derive(Debug, Clone, Copy)]
+struct PhaseCpu {
+    sending: Option<f64>,
+    draining: Option<f64>,
+}
+
+impl PhaseCpu {
+    fn total(self) -> Option<f64> {
+        Some(self.sending? + self.draining?)
+    }
+}
+
+/// `after - before`, when both were read.
+fn difference(before: Option<f64>, after: Option<f64>) -> Option<f64> {
+    Some(after? - before?)
+}
+
+/// Microseconds of CPU per event, `None` without CPU time or events.
+fn per_event_us(cpu_secs: Option<f64>, events: u64) -> Option<f64> {
+    cpu_secs
+        .filter(|_| events > 0)
+        .map(|secs| secs * 1e6 / events as f64)
 }
 
 /// Sets up the pipeline, sends everything, and waits for deliveries to drain.
@@ -172,7 +202,7 @@ async fn measure(
         http,
         boson.base_url(),
         boson.admin_token(),
-        &receiver.url(),
+        (!args.ingest_only).then(|| receiver.url()).as_deref(),
         admin::Options {
             send_as_batch: args.send_as_batch,
             sign: args.sign,
@@ -200,8 +230,13 @@ async fn measure(
         batches: args.batches,
         concurrency: args.concurrency,
         rate: args.rate,
-        consent: args.rules,
-        users: args.users,
+        shape: payload::Shape {
+            payload: args.payload,
+            identities: args.identities,
+            consent: args.rules,
+            users: args.users,
+            run: 0,
+        },
     };
     let cpu_before = boson.cpu_secs().ok();
     let outcome = sender::run(plan).await?;
@@ -225,22 +260,24 @@ async fn measure(
         (true, Some(users)) => args.batches.div_ceil(users) * cli::EVENTS_PER_BATCH as u64,
         _ => 0,
     };
-    let expected = outcome.accepted_events.saturating_sub(never);
-    wait_for_deliveries(receiver, expected, args.drain_timeout()).await;
-    let cpu_secs = match (cpu_before, boson.cpu_secs()) {
-        (Some(before), Ok(after)) => Some(after - before),
-        (_, Err(e)) => {
-            eprintln!("boson-load: CPU time unavailable: {e:#}");
-            None
-        }
-        (None, Ok(_)) => None,
-    };
+    let cpu_sent = boson.cpu_secs().ok();
+    if !args.ingest_only {
+        let expected = outcome.accepted_events.saturating_sub(never);
+        wait_for_deliveries(receiver, expected, args.drain_timeout()).await;
+    }
+    let cpu_drained = boson
+        .cpu_secs()
+        .inspect_err(|e| eprintln!("boson-load: CPU time unavailable: {e:#}"))
+        .ok();
     Ok(Measured {
         accepted_events: outcome.accepted_events,
         errors: outcome.errors,
         send_secs,
         started: outcome.started,
-        cpu_secs,
+        cpu: PhaseCpu {
+            sending: difference(cpu_before, cpu_sent),
+            draining: difference(cpu_sent, cpu_drained),
+        },
     })
 }
 

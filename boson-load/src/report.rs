@@ -6,6 +6,7 @@
 
 use serde::Serialize;
 
+use crate::payload::{Identities, Payload};
 use crate::receiver::Latencies;
 
 #[derive(Debug, Serialize)]
@@ -25,6 +26,18 @@ pub(crate) struct Report {
     /// Boson's CPU time (user + system) from the first send until every event was delivered,
     /// per event: ingest, storage and delivery together.
     pub(crate) cpu_us_per_event: Option<f64>,
+    /// The part of `cpu_us_per_event` spent while the batches were being sent (all of ingest,
+    /// and the deliveries that kept up).
+    pub(crate) sending_cpu_us_per_event: Option<f64>,
+    /// The part spent after the last batch was answered, until every event was delivered (the
+    /// deliveries that fell behind); 0-ish with `--ingest-only`.
+    pub(crate) draining_cpu_us_per_event: Option<f64>,
+    /// `--ingest-only`: no connection, acceptance alone.
+    pub(crate) ingest_only: bool,
+    /// `--payload`: the batches' shape.
+    pub(crate) payload: Payload,
+    /// `--identities`: whom the batches named.
+    pub(crate) identities: Identities,
     pub(crate) send_as_batch: bool,
     /// Whether the output signed its requests (`--sign`).
     pub(crate) signed: bool,
@@ -70,6 +83,8 @@ impl Report {
         self.delivered_events_per_s = round(self.delivered_events_per_s, 1);
         self.peak_rss_mb = self.peak_rss_mb.map(|mb| round(mb, 1));
         self.cpu_us_per_event = self.cpu_us_per_event.map(|us| round(us, 2));
+        self.sending_cpu_us_per_event = self.sending_cpu_us_per_event.map(|us| round(us, 2));
+        self.draining_cpu_us_per_event = self.draining_cpu_us_per_event.map(|us| round(us, 2));
         self.requests_per_event = self.requests_per_event.map(|r| round(r, 4));
         self
     }

@@ -13,8 +13,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use std::fmt::Write as _;
-
 use anyhow::{Context as _, Result};
 use base64::Engine as _;
 use bytes::Bytes;
@@ -29,6 +27,7 @@ use tokio::task::JoinSet;
 use crate::admin::InputCredentials;
 use crate::cli::EVENTS_PER_BATCH;
 use crate::clock::unix_micros;
+use crate::payload::{Shape, this_run};
 
 /// How many failed requests to describe on stderr before going quiet.
 const MAX_LOGGED_ERRORS: u64 = 5;
@@ -42,10 +41,8 @@ pub(crate) struct Plan {
     pub(crate) concurrency: u64,
     /// Offered load in events/s; `None` for closed loop.
     pub(crate) rate: Option<f64>,
-    /// Every batch states consent to `marketing` and no CCPA opt-out (for `--rules`).
-    pub(crate) consent: bool,
-    /// Batch k comes from user k mod `users` (`--users`); `None`: user k.
-    pub(crate) users: Option<u64>,
+    /// What every batch looks like (its `run` is filled in by the sender).
+    pub(crate) shape: Shape,
 }
 
 /// Result of the sending phase.
@@ -79,8 +76,7 @@ struct Sender {
     client: Client<HttpConnector, Full<Bytes>>,
     uri: Uri,
     authorization: HeaderValue,
-    consent: bool,
-    users: Option<u64>,
+    shape: Shape,
 }
 
 impl Sender {
@@ -102,20 +98,11 @@ impl Sender {
             client,
             uri: plan.url.parse().context("parsing the events URL")?,
             authorization: HeaderValue::try_from(authorization)?,
-            consent: plan.consent,
-            users: plan.users,
+            shape: Shape {
+                run: this_run(),
+                ..plan.shape
+            },
         })
-    }
-
-    /// Batch `k`, with the consent of `--rules` if asked for.
-    fn batch(&self, k: u64, sent_at_us: u64) -> String {
-        let user = self.users.map_or(k, |users| k % users);
-        let batch = batch_from(k, user, sent_at_us);
-        if self.consent {
-            with_consent(&batch)
-        } else {
-            batch
-        }
     }
 
     /// Sends batch `k`; `Ok` only for a 202.
@@ -123,7 +110,7 @@ impl Sender {
         let request = Request::post(self.uri.clone())
             .header(AUTHORIZATION, self.authorization.clone())
             .header(CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(self.batch(k, sent_at_us))))?;
+            .body(Full::new(Bytes::from(self.shape.batch(k, sent_at_us))))?;
         let answer = tokio::time::timeout(crate::REQUEST_TIMEOUT, async {
             let response = self.client.request(request).await.context("sending")?;
             let status = response.status();
@@ -224,94 +211,18 @@ pub(crate) async fn run(plan: Plan) -> Result<Outcome> {
     Ok(outcome)
 }
 
-/// Builds batch `k`: ten custom events from user `k`, about 2 KB of JSON.
-///
-/// Every event carries `sent_at_us` (for latency) and a run-wide index `i`
-/// (for de-duplication at the receiver). The rest varies a little so Boson
-/// doesn't see byte-identical payloads. Written as text directly: building a
-/// `serde_json::Value` first cost the generator more than the request itself.
+/// Batch `k` of the default shape (small, with an MPID) from user `k`.
 #[cfg(test)]
 pub(crate) fn batch(k: u64, sent_at_us: u64) -> String {
     batch_from(k, k, sent_at_us)
 }
 
-/// `batch` stating consent to the GDPR purpose `marketing` and no CCPA opt-out, first.
-fn with_consent(batch: &str) -> String {
-    const CONSENT: &str = r#"{"consent_state":{"gdpr":{"marketing":{"consented":true,"timestamp_unixtime_ms":1}},"ccpa":{"data_sale_opt_out":{"consented":false,"timestamp_unixtime_ms":1}}},"#;
-    format!("{CONSENT}{}", batch.strip_prefix('{').unwrap_or(batch))
-}
-
-/// Batch `k` as [`batch`] builds it, but from user `user` (`customer_id` `user-<user>`, MPID
+/// Batch `k` of the default shape from user `user` (`customer_id` `user-<user>`, MPID
 /// `user + 1`), so that several batches can come from one user.
 pub(crate) fn batch_from(k: u64, user: u64, sent_at_us: u64) -> String {
-    const EVENT_TYPES: [&str; 4] = ["other", "navigation", "transaction", "search"];
-    const PLANS: [&str; 3] = ["free", "pro", "enterprise"];
-
-    let timestamp_ms = sent_at_us / 1000;
-    let mut out = String::with_capacity(2560);
-    // Writing to a String cannot fail.
-    let _ = write!(
-        out,
-        r#"{{"environment":"production","user_identities":{{"customer_id":"user-{user}"}},"user_attributes":{{"plan":"{plan}"}},"mpid":{mpid},"events":["#,
-        plan = PLANS[(user % 3) as usize],
-        mpid = user + 1,
-    );
-    for j in 0..EVENTS_PER_BATCH as u64 {
-        let n = k * EVENTS_PER_BATCH as u64 + j;
-        if j > 0 {
-            out.push(',');
-        }
-        let _ = write!(
-            out,
-            r#"{{"event_type":"custom_event","data":{{"event_name":"load_test","custom_event_type":"{kind}","timestamp_unixtime_ms":{timestamp_ms},"custom_attributes":{{"sent_at_us":"{sent_at_us}","i":"{n}","page":"/page/{page}","step":"{j}"}}}}}}"#,
-            kind = EVENT_TYPES[(n % 4) as usize],
-            page = n % 37,
-        );
-    }
-    out.push_str("]}");
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_batch_with_consent_is_the_same_batch_with_consent_state() {
-        let plain: serde_json::Value = serde_json::from_str(&batch(7, 1)).unwrap();
-        let mut with: serde_json::Value =
-            serde_json::from_str(&with_consent(&batch(7, 1))).unwrap();
-        assert_eq!(
-            with["consent_state"]["gdpr"]["marketing"]["consented"],
-            true
-        );
-        assert_eq!(
-            with["consent_state"]["ccpa"]["data_sale_opt_out"]["consented"],
-            false
-        );
-        with.as_object_mut().unwrap().remove("consent_state");
-        assert_eq!(with, plain);
-    }
-
-    #[test]
-    fn batch_has_ten_stamped_events_and_is_about_two_kilobytes() {
-        let text = batch(41, 1_700_000_000_123_456);
-        let b: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
-        let events = b["events"].as_array().expect("events array");
-        assert_eq!(events.len(), EVENTS_PER_BATCH);
-        assert_eq!(events[3]["data"]["custom_attributes"]["i"], "413");
-        assert_eq!(
-            events[3]["data"]["custom_attributes"]["sent_at_us"],
-            "1700000000123456"
-        );
-        assert_eq!(
-            events[0]["data"]["timestamp_unixtime_ms"],
-            1_700_000_000_123_u64
-        );
-        assert_eq!(b["mpid"], 42);
-        assert_eq!(b["user_identities"]["customer_id"], "user-41");
-        assert_eq!(events[3]["data"]["custom_event_type"], "navigation");
-        let len = text.len();
-        assert!((1000..=2500).contains(&len), "batch is {len} bytes");
-    }
+    let shape = Shape {
+        run: this_run(),
+        ..Shape::default()
+    };
+    shape.batch_of(k, user, sent_at_us)
 }
