@@ -58,10 +58,10 @@ impl Drain {
         left.min(room)
     }
 
-    /// Records a claim that asked for `asked` jobs and got `got`; true when the backlog is
-    /// drained: the claim found fewer due jobs than it asked for. (On a connection ordered per
-    /// user, a claim takes one job per user, so a backlog of few users ends the drain early; what
-    /// is left then goes through the poller, which also sends one job per user at a time.)
+    /// Records a claim that asked for `asked` jobs and got `got`; true when it found fewer due
+    /// jobs than it asked for, so the backlog may be claimed. Only may: on a connection ordered
+    /// per user a claim takes only each user's head, so the caller asks the store whether any
+    /// due job is left before it ends the drain.
     pub(crate) fn claimed(&mut self, asked: usize, got: usize) -> bool {
         self.claimed += got as u64;
         got < asked

@@ -135,8 +135,8 @@ struct Lanes {
     crowded: Arc<Crowded>,
     /// Jobs this node holds, queued or in flight, with the end of each one's lease (Unix ms).
     held: Mutex<HashMap<i64, i64>>,
-    /// Each connection's latest drain after a recovery (see `recovery`).
-    drains: Mutex<HashMap<ConnectionId, u64>>,
+    /// The drains after a recovery (see `recovery`).
+    drains: recovery::Drains,
     /// A request may take this long: a job whose lease ends sooner is renewed before its next
     /// request (see [`HeldJob::confirm`]).
     request_timeout_ms: i64,
@@ -174,7 +174,7 @@ pub(crate) async fn run(
         capacity: config.lane_capacity,
         crowded,
         held: Mutex::new(HashMap::new()),
-        drains: Mutex::new(HashMap::new()),
+        drains: recovery::Drains::default(),
         request_timeout_ms: i64::try_from(config.request_timeout_secs.saturating_mul(1000))
             .unwrap_or(i64::MAX),
         tracker: TaskTracker::new(),
@@ -550,6 +550,7 @@ impl Lanes {
                     // poll. Wake-ups coalesce: at most one extra claim per poll round.
                     if ended.1 {
                         self.poll_now.notify_one();
+                        self.wake_drains();
                     }
                     return;
                 }

@@ -1,13 +1,19 @@
 //! A connection's recovery on this node: when its endpoint is back, its waiting jobs are
 //! brought forward and claimed at the pace [`super::drain`] sets, oldest first, while its new
 //! jobs wait in the table behind them (the connection is *draining*, see [`super::Crowded`]).
-//! The drain ends when a claim finds fewer due jobs than it asked for; from then on new jobs
-//! are handed over at once again. A job accepted just before that moment but committed just
-//! after it waits for the poller, so it can arrive after a later one: the backlog always goes
-//! before the new jobs, the new ones among themselves only almost always in order.
+//! The drain ends when a claim found fewer due jobs than it asked for and the store then has
+//! none left that the drain could claim later: on a connection ordered per user a claim takes
+//! only each user's head, so a short claim alone does not mean the backlog is claimed. From
+//! then on new jobs are handed over at once again. A job accepted just before that moment but
+//! committed just after it waits for the poller, so it can arrive after a later one: the
+//! backlog always goes before the new jobs, the new ones among themselves only almost always in
+//! order.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
+
+use tokio::sync::Notify;
 
 use super::Lanes;
 use super::drain::{Drain, TICK};
@@ -38,7 +44,7 @@ impl Lanes {
     }
 
     /// Claims a connection's due jobs tick by tick, as many as the pace and the lane's room
-    /// allow, until a claim finds fewer than it asked for. Stops early if the endpoint fails
+    /// allow, until none is left to claim. Stops early if the endpoint fails
     /// again (the breaker holds the jobs back then), the connection is paused, a newer recovery
     /// took over, or delivery stops.
     async fn drain(self: &Arc<Self>, connection_id: &ConnectionId, backlog: u64, generation: u64) {
@@ -47,6 +53,7 @@ impl Lanes {
             tokio::select! {
                 () = self.cancel.cancelled() => return,
                 () = tokio::time::sleep(TICK) => {}
+                () = self.drains.wake.notified() => {}
             }
             if self.current_drain(connection_id) != Some(generation)
                 || self.crowded.is_failing(connection_id)
@@ -83,11 +90,29 @@ impl Lanes {
             for job in jobs {
                 self.offer(job).await;
             }
-            if drain.claimed(asked, got) {
+            if drain.claimed(asked, got) && !self.drain_left(connection_id).await {
                 tracing::info!(connection = %connection_id, "Recovered connection's backlog claimed; new deliveries go at once again.");
                 return;
             }
         }
+    }
+
+    /// Whether the store still has due jobs of the connection for the drain to claim. If it
+    /// cannot tell, the drain ends: the poller then claims what is left.
+    async fn drain_left(&self, connection_id: &ConnectionId) -> bool {
+        match self.ctx.store.drain_left(connection_id, now_ms()).await {
+            Ok(left) => left,
+            Err(error) => {
+                tracing::warn!(connection = %connection_id, %error, "Could not tell whether a recovering connection's backlog is claimed; the poller takes what is left.");
+                false
+            }
+        }
+    }
+
+    /// Wakes the draining connections' drains before their tick: a user's job finished, so on a
+    /// connection ordered per user that user's next job may be claimed now.
+    pub(super) fn wake_drains(&self) {
+        self.drains.wake.notify_waiters();
     }
 
     /// Starts a new drain generation for a connection (a later recovery supersedes an earlier
@@ -103,9 +128,19 @@ impl Lanes {
         self.drains().get(connection_id).copied()
     }
 
-    fn drains(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<ConnectionId, u64>> {
+    fn drains(&self) -> MutexGuard<'_, HashMap<ConnectionId, u64>> {
         self.drains
+            .generations
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// The drains running on this node.
+#[derive(Debug, Default)]
+pub(super) struct Drains {
+    /// Each connection's latest drain generation (a later recovery supersedes an earlier one).
+    generations: Mutex<HashMap<ConnectionId, u64>>,
+    /// Wakes every waiting drain at once (see [`Lanes::wake_drains`]).
+    wake: Notify,
 }

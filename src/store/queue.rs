@@ -296,6 +296,17 @@ const BRING_FORWARD: Sql = Sql::each(
      WHERE connection_id = $1 AND next_attempt_at > $2 AND lease_until <= $2 \
      AND (coalesce_head IS NULL OR attempts > 0) ORDER BY id FOR UPDATE SKIP LOCKED)",
 );
+/// `$1` the connection, `$2` now: one of its due jobs nobody holds, if any, that a drain will
+/// be able to claim once the jobs ahead of it are done: not one whose user has an earlier job
+/// waiting out a backoff (that one goes first, when its backoff is over, not during a drain).
+/// A job behind its user's job in flight counts: on a connection ordered per user a claim takes
+/// only each user's head, so a short claim does not mean the backlog is claimed.
+const DRAIN_LEFT: Sql = Sql::shared(
+    "SELECT j.id FROM jobs j WHERE j.connection_id = $1 AND j.next_attempt_at <= $2 \
+     AND j.lease_until <= $2 AND NOT EXISTS (SELECT 1 FROM jobs e \
+     WHERE e.connection_id = j.connection_id AND e.mpid = j.mpid AND e.mpid IS NOT NULL \
+     AND e.id < j.id AND e.next_attempt_at > $2 AND e.lease_until <= $2) LIMIT 1",
+);
 const BATCH_EXISTS: Sql = Sql::shared("SELECT id FROM batches WHERE id = $1");
 const SELECT_BODIES: Sql = Sql::each(
     "SELECT id, body FROM batches WHERE id IN (SELECT value FROM json_each($1))",
@@ -368,6 +379,20 @@ impl Store {
         Ok(self
             .execute(BRING_FORWARD, args![connection_id, now])
             .await?)
+    }
+
+    /// Whether a recovering connection still has due jobs nobody holds for its drain to claim
+    /// (see `DRAIN_LEFT`). Read after the drain's claim committed, so the jobs it claimed are
+    /// not counted, and every job committed before this read is.
+    pub(crate) async fn drain_left(
+        &self,
+        connection_id: &ConnectionId,
+        now: i64,
+    ) -> StoreResult<bool> {
+        let row: Option<(i64,)> = self
+            .fetch_optional(DRAIN_LEFT, args![connection_id, now])
+            .await?;
+        Ok(row.is_some())
     }
 
     /// Whether a batch is stored.

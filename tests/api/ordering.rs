@@ -374,3 +374,37 @@ async fn a_users_next_batch_is_claimed_when_the_one_before_finishes() {
     assert_eq!(delivered_by_user(&got)[&USERS[0]], [0, 1, 2]);
     app.stop().await.unwrap();
 }
+
+/// A per-user connection's endpoint fails until its breaker opens, then comes back: every
+/// user's backlog arrives complete and in the order accepted. A claim takes only each user's
+/// head, so with three users the recovery's drain gets far fewer jobs than it asks for; that
+/// must not be taken for the end of the backlog. (Polls are two seconds apart, so the probe
+/// goes out, but the backlog is not left to the poller.)
+#[tokio::test]
+async fn after_an_outage_every_users_backlog_is_drained_in_order() {
+    let app = crate::helpers::spawn_app_with(|config| {
+        config.delivery.circuit_breaker_failures = 3;
+        config.delivery.circuit_breaker_max_open_secs = 1;
+        config.delivery.poll_interval_ms = 2_000;
+    })
+    .await;
+    let mut receiver = Receiver::start().await;
+    receiver.script(&[(500, None); 1000]);
+    let input = per_user_pipeline(&app, &receiver).await;
+    post_interleaved(&[&app], &input, &USERS).await;
+    // Each user's head fails; the breaker opens after three failures.
+    until_failed(&mut receiver, &USERS).await;
+
+    receiver.clear_script();
+    let wanted: Vec<(i64, i64)> = USERS.iter().map(|&mpid| (mpid, PER_USER - 1)).collect();
+    let got = until_answered(&mut receiver, &wanted).await;
+    let by_user = delivered_by_user(&got);
+    for mpid in USERS {
+        assert_eq!(
+            by_user.get(&mpid).cloned().unwrap_or_default(),
+            (0..PER_USER).collect::<Vec<i64>>(),
+            "user {mpid}'s batches after the recovery: {by_user:?}"
+        );
+    }
+    app.stop().await.unwrap();
+}

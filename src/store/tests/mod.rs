@@ -7,6 +7,7 @@ mod catalog;
 mod commit;
 mod consent;
 mod data_catalog;
+mod drain;
 #[cfg(unix)]
 mod files;
 mod forwarding;

@@ -1,0 +1,65 @@
+//! What a recovering connection's drain is told is left for it to claim
+//! (`Store::drain_left`): on a connection ordered per user a claim takes only each user's head,
+//! so a short claim alone does not say the backlog is claimed.
+
+use std::time::Duration;
+
+use super::harness::{HOUR, MINUTE, TestStore, attempt, batch};
+use crate::model::attempt::AttemptOutcome;
+use crate::model::ids::{ConnectionId, Mpid};
+use crate::model::now_ms;
+use crate::store::queue::{JobUpdate, NewBatch};
+
+const LEASE: Duration = Duration::from_secs(3600);
+
+/// A batch for connection `c1` of user `mpid` (or of none).
+fn of_user(mpid: Option<i64>, at: i64) -> NewBatch {
+    let mut batch = batch("in", None, at, &["c1"]);
+    batch.jobs[0].mpid = mpid.map(Mpid::new);
+    batch
+}
+
+async fn left(db: &TestStore) -> bool {
+    db.store
+        .drain_left(&ConnectionId::trusted("c1"), now_ms())
+        .await
+        .expect("drain_left")
+}
+
+#[tokio::test]
+async fn a_job_behind_its_users_job_in_flight_is_left_but_not_one_behind_a_backoff() {
+    let db = TestStore::open().await;
+    let a = db.node(LEASE);
+    assert!(!left(&db).await, "nothing queued");
+    let now = now_ms();
+    // The user's head is leased at insert; the next one stays in the table behind it.
+    a.ingest(vec![of_user(Some(7), now - 2 * MINUTE)]).await;
+    a.ingest(vec![of_user(Some(7), now - MINUTE)]).await;
+    let jobs = db.jobs().await;
+    let (head, next) = (&jobs[0], &jobs[1]);
+    assert!(head.lease_until > now && next.lease_until == 0, "{jobs:?}");
+    // The head is in flight; the next one is due, and claimable once the head is done.
+    assert!(
+        left(&db).await,
+        "a job waiting behind its user's job in flight"
+    );
+
+    // The head fails and waits out a backoff: the job behind it goes after that, not now.
+    let at = now_ms();
+    a.update(JobUpdate::Retry {
+        job: head.key(),
+        progress: 0,
+        attempts: 1,
+        next_attempt_at: at + HOUR,
+        attempt: attempt(at, AttemptOutcome::Retry, Some("status 503")),
+        dead: Vec::new(),
+    })
+    .await;
+    assert!(!left(&db).await, "only jobs behind a backoff");
+
+    // A job without a user waits behind nobody (left in the table, as on a draining
+    // connection).
+    a.crowd("c1", true);
+    a.ingest(vec![of_user(None, now_ms())]).await;
+    assert!(left(&db).await, "an unordered job, due and not held");
+}
