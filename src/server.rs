@@ -150,7 +150,6 @@ pub async fn run(
     let pipeline = Pipeline::new(
         Arc::clone(&catalog),
         writer.clone(),
-        store.clone(),
         Arc::clone(&live),
         Arc::clone(&metrics),
         Arc::clone(&crowded) as _,

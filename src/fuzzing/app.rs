@@ -477,7 +477,6 @@ async fn state(
     let pipeline = Pipeline::new(
         catalog,
         writer,
-        store.clone(),
         Arc::clone(&live),
         Arc::clone(&metrics),
         Arc::new(LeaveInTable),

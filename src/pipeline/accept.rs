@@ -2,6 +2,7 @@
 //! durably stored batches and their delivery jobs out, or a typed reason why nothing was stored.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use serde_json::Value;
 
@@ -15,7 +16,6 @@ use crate::model::alias_request::AliasRequest;
 use crate::model::batch::{Channel, NormalizedBatch, normalize};
 use crate::model::ids::InputId;
 use crate::model::{Platform, now_ms};
-use crate::store::Store;
 use crate::store::queue::IngestOutcome;
 use crate::store::writer::Writer;
 use crate::telemetry::Metrics;
@@ -89,7 +89,6 @@ pub(crate) struct Pipeline {
 struct Inner {
     catalog: Arc<Catalog>,
     writer: Writer,
-    store: Store,
     live: Arc<LiveStream>,
     metrics: Arc<Metrics>,
     handoff: Arc<dyn Handoff>,
@@ -103,7 +102,6 @@ impl Pipeline {
     pub(crate) fn new(
         catalog: Arc<Catalog>,
         writer: Writer,
-        store: Store,
         live: Arc<LiveStream>,
         metrics: Arc<Metrics>,
         handoff: Arc<dyn Handoff>,
@@ -112,7 +110,6 @@ impl Pipeline {
         let inner = Inner {
             catalog,
             writer,
-            store,
             live,
             metrics,
             handoff,
@@ -150,18 +147,10 @@ impl Pipeline {
         let inner = &*self.inner;
         let now = now_ms();
         check_event_counts(&documents, inner.max_events_per_batch)?;
-        let mut batches = normalize_all(documents, channel, now)?;
+        let batches = normalize_all(documents, channel, now)?;
         // Only server-side inputs prove who they are (the input's secret); the others' new users
         // come from IDSync, under its caps.
         let may_create_users = input.platform == Platform::CustomFeed;
-        for batch in &mut batches {
-            identity::resolve_batch_mpid(&inner.store, batch, now, may_create_users)
-                .await
-                .map_err(|error| {
-                    tracing::error!(%error, "Resolving a batch's MPID failed.");
-                    AcceptError::Unavailable
-                })?;
-        }
         let routes = inner.catalog.routes(&input.id);
         // The documents are dropped here, before waiting for the commit, on the thread that
         // parsed them, unless the Live Stream needs them afterwards: kept across the wait, they
@@ -169,7 +158,9 @@ impl Pipeline {
         let watched = inner.live.watched();
         let mut rows = Vec::with_capacity(batches.len());
         let mut stored = Vec::with_capacity(batches.len());
-        for batch in batches {
+        for mut batch in batches {
+            // A batch without an MPID gets its user in the commit that stores it.
+            let unnamed = identity::unnamed(&mut batch.document);
             let body = serde_json::to_vec(&batch.document).map_err(|_| AcceptError::Unavailable)?;
             let accepted = fanout::AcceptedBatch {
                 input_id: &input.id,
@@ -179,13 +170,22 @@ impl Pipeline {
                 document: &batch.document,
                 body: Arc::from(body),
             };
-            rows.push(fan_out(accepted, &routes, inner.handoff.as_ref()));
+            let handoff = inner.handoff.as_ref();
+            let row = match unnamed {
+                Some(who) => {
+                    fanout::fan_out_unnamed(accepted, &routes, handoff, who, may_create_users)
+                }
+                None => fan_out(accepted, &routes, handoff),
+            };
+            let resolved = row.unresolved.as_ref().map(|u| Arc::clone(&u.resolved));
+            rows.push(row);
             let points = data_catalog::points_of(&batch.document);
             let document = watched.then_some(batch.document);
             stored.push(StoredBatch {
                 event_count: batch.event_count,
                 document,
                 points,
+                resolved,
             });
         }
         let outcomes = inner.writer.ingest(rows).await.map_err(|error| {
@@ -258,8 +258,14 @@ impl Pipeline {
             };
             events_stored += batch.event_count;
             points.push(batch.points);
-            if let Some(document) = &batch.document {
-                inbound::publish(&inner.live, &inner.catalog, input_id, batch_id, document);
+            if let Some(mut document) = batch.document {
+                let resolved = batch.resolved.map_or(0, |r| r.load(Ordering::Relaxed));
+                if resolved != 0
+                    && let Value::Object(fields) = &mut document
+                {
+                    fields.insert("mpid".into(), Value::from(resolved));
+                }
+                inbound::publish(&inner.live, &inner.catalog, input_id, batch_id, &document);
             }
         }
         inner.data_catalog.record(input_id, points, now);
@@ -278,6 +284,8 @@ struct StoredBatch {
     document: Option<Value>,
     /// Read before the commit, so the document need not be kept across it.
     points: BatchPoints,
+    /// The MPID the commit gave a batch that came without one (0: none).
+    resolved: Option<Arc<AtomicI64>>,
 }
 
 /// Refuses the request if one of its batches holds more than `limit` events. Checked before

@@ -11,9 +11,10 @@ use serde_json::Value;
 
 use super::Handoff;
 use super::catalog::Route;
+use super::identity::Unnamed;
 use crate::model::consent;
 use crate::model::ids::{InputId, Mpid};
-use crate::store::queue::{NewBatch, NewJob, ProfileUpdate};
+use crate::store::queue::{NewBatch, NewJob, ProfileUpdate, Unresolved};
 
 /// A normalised batch, serialised, as the store will keep it.
 #[derive(Debug, Clone)]
@@ -41,6 +42,43 @@ pub(crate) fn fan_out(
         jobs: jobs_for(routes, user_of(batch.document), handoff),
         profile: profile_update(batch.document),
         body: batch.body,
+        unresolved: None,
+    }
+}
+
+/// Stands for the user a batch without an MPID gets in its commit, which replaces it.
+const TO_RESOLVE: Mpid = Mpid::new(0);
+
+/// [`fan_out`] for a batch without an MPID (its body without one): both what it becomes with
+/// the user `who` resolves to in the commit that stores it, and without one (none found, and
+/// `may_create` forbids a new one). Until then it has the jobs of a batch without a user.
+pub(crate) fn fan_out_unnamed(
+    batch: AcceptedBatch<'_>,
+    routes: &[Route],
+    handoff: &dyn Handoff,
+    who: Unnamed,
+    may_create: bool,
+) -> NewBatch {
+    let anonymous_jobs = jobs_for(routes, None, handoff);
+    let unresolved = Unresolved {
+        identities: who.identities,
+        device: who.device,
+        may_create,
+        body: Arc::clone(&batch.body),
+        user_jobs: jobs_for(routes, Some(TO_RESOLVE), handoff),
+        anonymous_jobs: anonymous_jobs.clone(),
+        profile: profile_of(batch.document, TO_RESOLVE),
+        resolved: Arc::default(),
+    };
+    NewBatch {
+        input_id: batch.input_id.clone(),
+        source_request_id: batch.source_request_id,
+        received_at: batch.received_at,
+        event_count: i64::try_from(batch.event_count).unwrap_or(i64::MAX),
+        jobs: anonymous_jobs,
+        profile: None,
+        body: batch.body,
+        unresolved: Some(Box::new(unresolved)),
     }
 }
 
@@ -75,7 +113,11 @@ fn user_of(document: &Value) -> Option<Mpid> {
 /// The batch's user attributes as a merge patch on its user's profile (deletions as `null`), and
 /// the consent purposes it states; none for a batch without a user (MPID missing or 0).
 pub(crate) fn profile_update(document: &Value) -> Option<ProfileUpdate> {
-    let mpid = user_of(document)?;
+    Some(profile_of(document, user_of(document)?))
+}
+
+/// The batch's user attributes and consent as `mpid`'s profile update.
+fn profile_of(document: &Value, mpid: Mpid) -> ProfileUpdate {
     let mut patch = document
         .get("user_attributes")
         .and_then(Value::as_object)
@@ -91,11 +133,11 @@ pub(crate) fn profile_update(document: &Value) -> Option<ProfileUpdate> {
             patch.insert(name.to_owned(), Value::Null);
         }
     }
-    Some(ProfileUpdate {
+    ProfileUpdate {
         mpid,
         patch,
         consent: consent::stated(document),
-    })
+    }
 }
 
 #[cfg(test)]

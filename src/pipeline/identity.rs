@@ -1,14 +1,15 @@
-//! Identity resolution against the identity store: IDSync's calls, and the MPID of a batch that
-//! arrives without one. The rules are the pure `model::identity::resolve::decide`; the store
-//! runs them between its reads and writes, in one transaction.
+//! Identity resolution against the identity store: IDSync's calls, and the identities by which
+//! a batch that arrives without an MPID gets one. The rules are the pure
+//! `model::identity::resolve::decide`: IDSync's calls run them between the store's reads and
+//! writes in one transaction of their own; batches are resolved in the group commit that
+//! stores them (`store::identity_steps`), many in one transaction.
 
 use serde_json::Value;
 
-use crate::model::batch::NormalizedBatch;
 use crate::model::identity::resolve::{Call, Target, decide};
 use crate::model::ids::Mpid;
 use crate::store::identity_sql::Resolution;
-use crate::store::{Store, StoreError, StoreResult};
+use crate::store::{Store, StoreResult};
 
 /// Resolves an IDSync call (or an implied identify) to a user. `may_create` is asked before a
 /// new user is created; when it says no, nothing is written and the answer is
@@ -30,26 +31,29 @@ pub(crate) async fn resolve(
         .await
 }
 
-/// Gives a batch without an `mpid` the one its identities (or its device) resolve to, as an
-/// IDSync identify would. A batch with neither keeps none, and so does one that would need a
-/// new user when `may_create` is false: inputs called with a public key get their users from
-/// IDSync, whose caps on new users a stream of batches must not get around.
-pub(crate) async fn resolve_batch_mpid(
-    store: &Store,
-    batch: &mut NormalizedBatch,
-    now: i64,
-    may_create: bool,
-) -> StoreResult<()> {
-    let Value::Object(document) = &mut batch.document else {
-        return Ok(());
+/// Who a batch without an MPID is: its user identities and its device, by which the commit
+/// that stores it gives it the MPID an IDSync identify would.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unnamed {
+    /// (type, value), as the identity store keeps them.
+    pub(crate) identities: Vec<(String, String)>,
+    /// `device_application_stamp:…`, as the identity store keys devices.
+    pub(crate) device: Option<String>,
+}
+
+/// Who `document` is, if it has no MPID (0, what SDKs send before they have one, counts as
+/// none) but identities or a device to resolve one by; its `mpid` member is then taken out. A
+/// batch with neither keeps what it has.
+pub(crate) fn unnamed(document: &mut Value) -> Option<Unnamed> {
+    let Value::Object(document) = document else {
+        return None;
     };
-    // 0 is what SDKs send before they have an MPID: as good as none.
     if document
         .get("mpid")
         .and_then(Value::as_i64)
         .is_some_and(|m| m != 0)
     {
-        return Ok(());
+        return None;
     }
     let identities: Vec<(String, String)> = document
         .get("user_identities")
@@ -68,22 +72,33 @@ pub(crate) async fn resolve_batch_mpid(
         .and_then(Value::as_str)
         .map(|d| format!("device_application_stamp:{d}"));
     if identities.is_empty() && device.is_none() {
-        return Ok(());
+        return None;
     }
-    let resolution = match resolve(
-        store,
-        Call::Identify,
-        &identities,
-        device.as_deref(),
-        None,
-        now,
-        || may_create,
-    )
-    .await
-    {
-        Err(StoreError::Refused) => return Ok(()),
-        other => other?,
-    };
-    document.insert("mpid".into(), Value::from(resolution.mpid.get()));
-    Ok(())
+    // The commit writes the resolved one in front of the body.
+    document.remove("mpid");
+    Some(Unnamed { identities, device })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn only_a_batch_without_a_user_but_with_identities_or_a_device_is_unnamed() {
+        let mut named = json!({"mpid": 7, "user_identities": [
+            {"identity_type": "email", "identity": "a@x"}]});
+        assert_eq!(unnamed(&mut named), None);
+        assert_eq!(named["mpid"], 7);
+        let mut zero = json!({"mpid": 0, "mp_deviceid": "d1", "user_identities": [
+            {"identity_type": "email", "identity": "a@x"}]});
+        let who = unnamed(&mut zero).expect("unnamed");
+        assert_eq!(who.identities, [("email".to_owned(), "a@x".to_owned())]);
+        assert_eq!(who.device.as_deref(), Some("device_application_stamp:d1"));
+        assert!(zero.get("mpid").is_none(), "0 is taken out: {zero}");
+        let mut nobody = json!({"mpid": 0, "events": []});
+        assert_eq!(unnamed(&mut nobody), None);
+        assert_eq!(nobody["mpid"], 0);
+    }
 }

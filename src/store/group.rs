@@ -8,9 +8,12 @@
 //! only while another node's claim of it is uncommitted, and that claim waits for nothing of
 //! this node's jobs, so no cycle can form.
 //!
+//! The identities of the group's batches without an MPID come between the job rows and the
+//! batch keys: their advisory locks in key order (see [`super::identity_steps`]).
+//!
 //! The order matters: lease renewals first, so a release in the same group wins; then job
 //! updates, before claims, so a job finished in this group can never be claimed in it again;
-//! then the group's batches, the profiles of their users and their jobs. A batch needs its own
+//! then the users of batches that came without one; then the group's batches, the profiles of their users and their jobs. A batch needs its own
 //! answer (stored, or a duplicate `source_request_id`) and `RETURNING` promises no order, so
 //! batch ids are allocated first and inserted explicitly: the ids that come back are the
 //! batches stored.
@@ -22,12 +25,12 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::backend::Tx;
-use super::coalesce_sql;
 use super::queue::{
     ClaimedJob, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, Renewed,
 };
 use super::steps::{self, AttemptRow, JobRow, ProfileRow, RetryRow};
 use super::{Store, StoreError, StoreResult};
+use super::{coalesce_sql, identity_steps};
 use crate::model::consent;
 use crate::model::ids::{BatchId, ConnectionId, Mpid};
 use crate::model::now_ms;
@@ -101,7 +104,7 @@ pub(super) enum Failure {
 /// Runs a group's commands in one transaction and returns one `Done` per command, in order.
 pub(super) async fn commit(
     store: &Store,
-    commands: &[Command],
+    commands: &mut [Command],
     lease_ms: i64,
     node: &str,
 ) -> Result<Vec<Done>, Failure> {
@@ -123,7 +126,7 @@ fn rolled_back(error: sqlx::Error) -> Failure {
 /// stored.
 async fn run_steps(
     tx: &mut Tx,
-    commands: &[Command],
+    commands: &mut [Command],
     lease_ms: i64,
     node: &str,
 ) -> Result<(Vec<Done>, HashSet<BatchId>), sqlx::Error> {
@@ -134,7 +137,7 @@ async fn run_steps(
     coalesce_sql::renew_groups(tx, &renewing, lease_until, node).await?;
     apply_updates(tx, commands, now, node).await?;
     let mut claims = Vec::new();
-    for command in commands {
+    for command in commands.iter() {
         if let Command::Claim { limit, of, .. } = command {
             claims.push(match of {
                 ClaimOf::Probe {
@@ -153,6 +156,10 @@ async fn run_steps(
             }
         }
     }
+    let mut resolving: Vec<&mut NewBatch> =
+        commands.iter_mut().flat_map(Command::batches_mut).collect();
+    identity_steps::resolve_batches(tx, &mut resolving, now).await?;
+    let commands = &*commands;
     let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();
     let ids = steps::allocate_batch_ids(tx, batches.len()).await?;
     let rows = in_lock_order(ids.iter().copied().zip(batches).collect());
@@ -220,6 +227,14 @@ impl Command {
         match self {
             Command::Ingest { batches, .. } => batches,
             _ => &[],
+        }
+    }
+
+    /// The batches of an ingest command, to be given their users.
+    fn batches_mut(&mut self) -> &mut [NewBatch] {
+        match self {
+            Command::Ingest { batches, .. } => batches,
+            _ => &mut [],
         }
     }
 }
@@ -478,6 +493,7 @@ mod tests {
             body: Arc::from(b"{}".as_slice()),
             jobs: Vec::new(),
             profile: None,
+            unresolved: None,
         }
     }
 

@@ -124,7 +124,7 @@ const PRUNE_ALIASES: Sql = Sql::shared(
 const PRUNE_ALIASES_CHUNK: i64 = 5000;
 
 /// Lock keys in one order, so two transactions never wait on each other crosswise.
-fn sorted(mut keys: Vec<String>) -> Vec<String> {
+pub(super) fn sorted(mut keys: Vec<String>) -> Vec<String> {
     keys.sort();
     keys.dedup();
     keys
@@ -137,7 +137,7 @@ fn logged_in(identities: &[(String, String)]) -> bool {
 }
 
 /// A fresh MPID: a random positive 63-bit number (what mParticle's look like).
-fn new_mpid() -> Mpid {
+pub(super) fn new_mpid() -> Mpid {
     Mpid::new(rand::rng().random_range(1..i64::MAX))
 }
 

@@ -17,6 +17,7 @@ pub(crate) mod forwarding_sql;
 mod group;
 pub(crate) mod health_sql;
 pub(crate) mod identity_sql;
+mod identity_steps;
 pub(crate) mod metrics_sql;
 mod private_files;
 pub(crate) mod queue;

@@ -23,6 +23,32 @@ pub(crate) struct NewBatch {
     pub(crate) jobs: Vec<NewJob>,
     /// What the batch tells about its user's profile.
     pub(crate) profile: Option<ProfileUpdate>,
+    /// A batch that arrived without an MPID: the identities the group commit resolves it by
+    /// (see `store::identity_steps`), which then sets `body`, `jobs` and `profile`.
+    pub(crate) unresolved: Option<Box<Unresolved>>,
+}
+
+/// What a batch without an MPID becomes once its user is known, either way. The commit picks
+/// one (and can pick again if its group is retried), so nothing here is changed by it.
+#[derive(Debug, Clone)]
+pub(crate) struct Unresolved {
+    /// The batch's user identities, as (type, value).
+    pub(crate) identities: Vec<(String, String)>,
+    /// Its device, as the identity store keys it (`device_application_stamp:…`).
+    pub(crate) device: Option<String>,
+    /// Whether a new user may be made for it (see `pipeline::identity`); if not and none is
+    /// found, the batch keeps no user.
+    pub(crate) may_create: bool,
+    /// The body without `mpid`; the commit writes the resolved one in front.
+    pub(crate) body: Arc<[u8]>,
+    /// The jobs if the batch gets a user; each `mpid` set there is the resolved user's.
+    pub(crate) user_jobs: Vec<NewJob>,
+    /// The jobs if it gets none.
+    pub(crate) anonymous_jobs: Vec<NewJob>,
+    /// The profile update if it gets a user (its `mpid` is replaced by the resolved one).
+    pub(crate) profile: ProfileUpdate,
+    /// The MPID the commit gave it (0: none), for the Live Stream once the request is answered.
+    pub(crate) resolved: Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// A user's profile as a batch changes it: attributes set, and `null` for deleted ones (a JSON

@@ -40,6 +40,7 @@ fn batch(input: &str, request: Option<&str>) -> NewBatch {
         body: Arc::from(br#"{"events":[]}"#.as_slice()),
         jobs: Vec::new(),
         profile: None,
+        unresolved: None,
     }
 }
 

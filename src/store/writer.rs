@@ -162,12 +162,12 @@ async fn run(
     let node = uuid::Uuid::now_v7().to_string();
     let mut group = Vec::with_capacity(MAX_GROUP);
     while rx.recv_many(&mut group, MAX_GROUP).await > 0 {
-        match commit(&store, &group, lease_ms, &node).await {
+        match commit(&store, &mut group, lease_ms, &node).await {
             Ok(done) => answer(std::mem::take(&mut group), done, &committed),
             Err(Failure::RolledBack(error)) if group.len() > 1 => {
                 tracing::warn!(%error, commands = group.len(), "Group commit failed; retrying its commands one by one.");
-                for command in std::mem::take(&mut group) {
-                    let one = std::slice::from_ref(&command);
+                for mut command in std::mem::take(&mut group) {
+                    let one = std::slice::from_mut(&mut command);
                     let result = commit(&store, one, lease_ms, &node).await;
                     settle(command, result.map_err(Failure::into_error), &committed);
                 }

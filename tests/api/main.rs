@@ -32,6 +32,7 @@ mod live;
 mod metrics;
 mod mobile;
 mod multinode;
+mod nompid;
 mod ordering;
 mod process;
 mod propagation;

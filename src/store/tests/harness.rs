@@ -406,6 +406,7 @@ pub(super) fn batch(
             })
             .collect(),
         profile: None,
+        unresolved: None,
     }
 }
 

@@ -1,0 +1,214 @@
+//! The identity step against a real database (SQLite, or PostgreSQL with `TEST_DATABASE_URL`):
+//! a group resolved in one transaction gives the same users as IDSync's one transaction per
+//! call would, in the same order, and each batch becomes what its user makes it.
+
+use std::collections::HashMap;
+
+use serde_json::json;
+
+use super::*;
+use crate::model::ids::{ConnectionId, InputId};
+use crate::store::Store;
+use crate::store::queue::NewJob;
+use crate::store::tests::harness::TestStore;
+
+/// (identities, device, may create a user).
+type Given<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>, bool);
+
+/// The calls both ways run: new users, returning ones, a device's anonymous user converted by
+/// a login in the same group, a device whose user has logged in, and a batch that may not make
+/// a user.
+const CALLS: &[Given<'static>] = &[
+    (&[("email", "a@x")], None, true),
+    (&[("email", "a@x"), ("customer_id", "c1")], None, true),
+    (&[("customer_id", "c1")], None, true),
+    (&[], Some("dev-1"), true),
+    (&[], Some("dev-1"), true),
+    (&[("email", "b@x")], Some("dev-1"), true),
+    (&[("customer_id", "c2")], Some("dev-1"), true),
+    (&[("email", "z@x")], Some("dev-1"), true),
+    (&[("other", "o1")], None, false),
+    (&[("email", "b@x")], None, false),
+    (
+        &[("customer_id", "c1"), ("email", "q@x")],
+        Some("dev-2"),
+        true,
+    ),
+    (&[], Some("dev-2"), true),
+];
+
+fn pairs(identities: &[(&str, &str)]) -> Vec<(String, String)> {
+    identities
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn device(device: Option<&str>) -> Option<String> {
+    device.map(|d| format!("device_application_stamp:{d}"))
+}
+
+fn job(mpid: Option<Mpid>) -> NewJob {
+    NewJob {
+        connection_id: ConnectionId::trusted("conn_a"),
+        revision_id: 1,
+        leased: true,
+        reads_consent: false,
+        mpid,
+        window_ms: 0,
+    }
+}
+
+fn unnamed(call: &Given<'_>) -> NewBatch {
+    let body: Arc<[u8]> = Arc::from(br#"{"events":[]}"#.as_slice());
+    let unresolved = Unresolved {
+        identities: pairs(call.0),
+        device: device(call.1),
+        may_create: call.2,
+        body: Arc::clone(&body),
+        user_jobs: vec![job(Some(Mpid::new(0))), job(None)],
+        anonymous_jobs: vec![job(None), job(None)],
+        profile: ProfileUpdate {
+            mpid: Mpid::new(0),
+            patch: serde_json::Map::from_iter([("tier".to_owned(), json!("gold"))]),
+            consent: serde_json::Map::new(),
+        },
+        resolved: Arc::default(),
+    };
+    NewBatch {
+        input_id: InputId::trusted("in_a"),
+        source_request_id: None,
+        received_at: 1_000,
+        event_count: 0,
+        body,
+        jobs: unresolved.anonymous_jobs.clone(),
+        profile: None,
+        unresolved: Some(Box::new(unresolved)),
+    }
+}
+
+/// Every call resolved in one group; the batches as the step left them.
+async fn in_one_group(store: &Store) -> Vec<NewBatch> {
+    let mut batches: Vec<NewBatch> = CALLS.iter().map(unnamed).collect();
+    let mut tx = store.begin().await.expect("begin");
+    let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
+    resolve_batches(&mut tx, &mut refs, 1_000)
+        .await
+        .expect("resolve");
+    tx.commit().await.expect("commit");
+    batches
+}
+
+/// Every call resolved as IDSync's identify does, one transaction each.
+async fn one_by_one(store: &Store) -> Vec<Option<Mpid>> {
+    let mut users = Vec::new();
+    for (identities, stamp, may_create) in CALLS {
+        let identities = pairs(identities);
+        let stamp = device(*stamp);
+        let answer = store
+            .resolve_identity(&identities, stamp.as_deref(), None, 1_000, |lookup| {
+                let decision = decide(Call::Identify, &identities, lookup);
+                (decision.target != Target::New || *may_create).then_some(decision)
+            })
+            .await;
+        users.push(match answer {
+            Ok(resolution) => Some(resolution.mpid),
+            Err(crate::store::StoreError::Refused) => None,
+            Err(error) => panic!("resolve: {error}"),
+        });
+    }
+    users
+}
+
+/// Users named by the first call that got them (MPIDs are random, so two stores compare
+/// only this way).
+fn classes(users: &[Option<Mpid>]) -> (Vec<Option<usize>>, HashMap<Mpid, usize>) {
+    let mut first: HashMap<Mpid, usize> = HashMap::new();
+    let named = users
+        .iter()
+        .enumerate()
+        .map(|(i, user)| user.map(|m| *first.entry(m).or_insert(i)))
+        .collect();
+    (named, first)
+}
+
+const OWNERS: Sql = Sql::shared(
+    "SELECT identity_type || ':' || identity, mpid FROM user_identities \
+     UNION ALL SELECT device, mpid FROM device_users",
+);
+
+/// Who owns each identity and device, by class.
+async fn owners(store: &Store, class: &HashMap<Mpid, usize>) -> HashMap<String, Option<usize>> {
+    let rows: Vec<(String, Mpid)> = store.fetch_all(OWNERS, &[]).await.expect("owners");
+    rows.into_iter()
+        .map(|(key, mpid)| (key, class.get(&mpid).copied()))
+        .collect()
+}
+
+async fn users(store: &Store) -> i64 {
+    let count = Sql::shared("SELECT COUNT(*) FROM users");
+    let (n,): (i64,) = store.fetch_one(count, &[]).await.expect("count");
+    n
+}
+
+#[tokio::test]
+async fn a_group_resolves_as_idsync_would_one_call_at_a_time() {
+    let grouped = TestStore::open().await;
+    let batches = in_one_group(&grouped.store).await;
+    let group_users: Vec<Option<Mpid>> = batches
+        .iter()
+        .map(|b| b.profile.as_ref().map(|p| p.mpid))
+        .collect();
+    let single = TestStore::open().await;
+    let single_users = one_by_one(&single.store).await;
+    let (group_classes, group_map) = classes(&group_users);
+    let (single_classes, single_map) = classes(&single_users);
+    assert_eq!(group_classes, single_classes);
+    assert_eq!(
+        owners(&grouped.store, &group_map).await,
+        owners(&single.store, &single_map).await
+    );
+    assert_eq!(users(&grouped.store).await, users(&single.store).await);
+}
+
+#[tokio::test]
+async fn a_resolved_batch_carries_its_user_in_body_jobs_and_profile() {
+    let db = TestStore::open().await;
+    let batches = in_one_group(&db.store).await;
+    for batch in &batches {
+        let unresolved = batch.unresolved.as_deref().expect("kept");
+        let resolved = unresolved.resolved.load(Ordering::Relaxed);
+        let body: serde_json::Value = serde_json::from_slice(&batch.body).expect("JSON");
+        match &batch.profile {
+            Some(profile) => {
+                assert_eq!(profile.mpid.get(), resolved);
+                assert_eq!(profile.patch["tier"], "gold");
+                assert_eq!(body, json!({"mpid": resolved, "events": []}));
+                assert_eq!(batch.jobs, [job(Some(profile.mpid)), job(None)]);
+            }
+            None => {
+                assert_eq!(resolved, 0);
+                assert_eq!(body, json!({"events": []}));
+                assert_eq!(batch.jobs, [job(None), job(None)]);
+            }
+        }
+    }
+    assert!(batches[8].profile.is_none(), "may not make a user");
+}
+
+#[test]
+fn the_mpid_goes_in_front_of_any_object() {
+    let m = Mpid::new(9_007_199_254_740_993);
+    assert_eq!(
+        &*with_mpid(br#"{"a":1}"#, m),
+        br#"{"mpid":9007199254740993,"a":1}"#.as_slice()
+    );
+    assert_eq!(
+        &*with_mpid(b"{}", m),
+        br#"{"mpid":9007199254740993}"#.as_slice()
+    );
+    assert_eq!(
+        &*with_mpid(b"{ }", m),
+        br#"{"mpid":9007199254740993 }"#.as_slice()
+    );
+}
