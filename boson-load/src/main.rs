@@ -136,6 +136,7 @@ async fn main() -> Result<()> {
         send_as_batch: args.send_as_batch,
         signed: args.sign,
         rules: args.rules,
+        consent: args.rules || args.consent,
         per_user: args.per_user,
         batch_window_secs: args.batch_window_secs,
         users: args.users,
@@ -200,7 +201,7 @@ async fn measure(
         batches: args.batches,
         concurrency: args.concurrency,
         rate: args.rate,
-        consent: args.rules,
+        consent: args.rules || args.consent,
         users: args.users,
     };
     let cpu_before = boson.cpu_secs().ok();
