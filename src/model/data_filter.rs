@@ -63,7 +63,12 @@ impl RuleIndex {
         for rule in rules {
             match &rule.point {
                 DataPoint::EventType(t) => {
-                    index.event_types.entry(*t).or_default().send.get_or_insert(rule.send);
+                    index
+                        .event_types
+                        .entry(*t)
+                        .or_default()
+                        .send
+                        .get_or_insert(rule.send);
                 }
                 DataPoint::Event(t, name) => {
                     index.names(*t, name).send.get_or_insert(rule.send);
@@ -74,7 +79,10 @@ impl RuleIndex {
                     attribute,
                 } => {
                     let rules = index.names(*event_type, name);
-                    rules.attributes.entry(attribute.clone()).or_insert(rule.send);
+                    rules
+                        .attributes
+                        .entry(attribute.clone())
+                        .or_insert(rule.send);
                 }
                 DataPoint::EventAttribute {
                     event_type,
@@ -82,10 +90,16 @@ impl RuleIndex {
                     attribute,
                 } => {
                     let rules = index.event_types.entry(*event_type).or_default();
-                    rules.attributes.entry(attribute.clone()).or_insert(rule.send);
+                    rules
+                        .attributes
+                        .entry(attribute.clone())
+                        .or_insert(rule.send);
                 }
                 DataPoint::UserAttribute(name) => {
-                    index.user_attributes.entry(name.clone()).or_insert(rule.send);
+                    index
+                        .user_attributes
+                        .entry(name.clone())
+                        .or_insert(rule.send);
                 }
                 DataPoint::IdentityType(t) => {
                     index.identity_types.entry(*t).or_insert(rule.send);
@@ -249,9 +263,12 @@ impl DataFilter {
         match *point {
             DataPointRef::EventType(t) => index.event_types.get(&t)?.send,
             DataPointRef::Event(t, name) => index.event_types.get(&t)?.names.get(name)?.send,
-            DataPointRef::EventAttribute(t, None, attribute) => {
-                index.event_types.get(&t)?.attributes.get(attribute).copied()
-            }
+            DataPointRef::EventAttribute(t, None, attribute) => index
+                .event_types
+                .get(&t)?
+                .attributes
+                .get(attribute)
+                .copied(),
             DataPointRef::EventAttribute(t, Some(name), attribute) => {
                 let rules = index.event_types.get(&t)?.names.get(name)?;
                 rules.attributes.get(attribute).copied()

@@ -301,11 +301,17 @@ mod tests {
         add(&mut preview, 10, 7, &document, &proposed);
         add(&mut preview, 10, 6, &batch(&["B"]), &proposed);
         assert_eq!(
-            (preview.before.user_attributes_removed, preview.before.identities_removed),
+            (
+                preview.before.user_attributes_removed,
+                preview.before.identities_removed
+            ),
             (0, 0)
         );
         assert_eq!(
-            (preview.after.user_attributes_removed, preview.after.identities_removed),
+            (
+                preview.after.user_attributes_removed,
+                preview.after.identities_removed
+            ),
             (1, 1)
         );
         // Only the batch that loses something is listed.
