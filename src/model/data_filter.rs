@@ -415,6 +415,60 @@ mod tests {
         );
     }
 
+    /// The index answers what the first rule naming a data point says, for every kind of data
+    /// point, and nothing for a data point no rule names.
+    #[test]
+    fn lookups_answer_the_first_rule_naming_the_data_point() {
+        use super::{DataFilter, DataFilterRule, DataPoint, DataPointRef};
+        use crate::model::event_type::EventType::{CustomEvent, ScreenView};
+        use crate::model::identity::types::IdentityType;
+        let rule = |point, send| DataFilterRule { point, send };
+        let attribute = |event_name: Option<&str>, name: &str| DataPoint::EventAttribute {
+            event_type: CustomEvent,
+            event_name: event_name.map(str::to_owned),
+            attribute: name.to_owned(),
+        };
+        let filter = DataFilter::new(
+            false,
+            vec![
+                rule(DataPoint::EventType(ScreenView), false),
+                rule(DataPoint::EventType(ScreenView), true),
+                rule(DataPoint::Event(CustomEvent, "A".into()), true),
+                rule(attribute(Some("A"), "x"), false),
+                rule(attribute(None, "y"), true),
+                rule(DataPoint::UserAttribute("$Age".into()), false),
+                rule(DataPoint::IdentityType(IdentityType::Email), true),
+            ],
+        );
+        let cases = [
+            (DataPointRef::EventType(ScreenView), Some(false)),
+            (DataPointRef::EventType(CustomEvent), None),
+            (DataPointRef::Event(CustomEvent, "A"), Some(true)),
+            (DataPointRef::Event(CustomEvent, "B"), None),
+            (
+                DataPointRef::EventAttribute(CustomEvent, Some("A"), "x"),
+                Some(false),
+            ),
+            (
+                DataPointRef::EventAttribute(CustomEvent, Some("A"), "y"),
+                None,
+            ),
+            (
+                DataPointRef::EventAttribute(CustomEvent, None, "y"),
+                Some(true),
+            ),
+            (DataPointRef::UserAttribute("$Age"), Some(false)),
+            (DataPointRef::IdentityType(IdentityType::Email), Some(true)),
+            (DataPointRef::IdentityType(IdentityType::CustomerId), None),
+        ];
+        for (point, expected) in cases {
+            assert_eq!(filter.rule_for(&point), expected, "{point:?}");
+        }
+        assert!(filter.has_attribute_rules(CustomEvent, None));
+        assert!(!filter.has_attribute_rules(ScreenView, Some("Home")));
+        assert!(!filter.sends(&DataPointRef::UserAttribute("plan")));
+    }
+
     #[test]
     fn invalid_rules_name_the_field() {
         let refused = [
