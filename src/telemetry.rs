@@ -81,6 +81,11 @@ struct ConnectionLabels {
     connection: ConnectionId,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConsentReadLabels {
+    by: &'static str,
+}
+
 /// Boson's metrics. Label values are input and connection ids and fixed reasons, all bounded.
 #[derive(Debug)]
 pub(crate) struct Metrics {
@@ -90,6 +95,7 @@ pub(crate) struct Metrics {
     events_rejected: Family<RejectLabels, Counter>,
     deliveries: Family<DeliveryLabels, Counter>,
     events_delivered: Family<ConnectionLabels, Counter>,
+    consent_reads: Family<ConsentReadLabels, Counter>,
     delivery_latency: Histogram,
     queue_depth: Gauge,
     oldest_pending_age: Gauge<f64, AtomicU64>,
@@ -130,6 +136,13 @@ impl Metrics {
             "Events delivered by connection",
             events_delivered.clone(),
         );
+        let consent_reads = Family::<ConsentReadLabels, Counter>::default();
+        registry.register(
+            "consent_reads",
+            "Profile consent reads for the consent rules: one per claim of jobs (claim), or one \
+             per job worked without the consent its commit or claim carries (job)",
+            consent_reads.clone(),
+        );
         // 1 ms … ~16 s: real-time delivery on loopback sits at the low end, retries at the top.
         let buckets = prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 15);
         let delivery_latency = Histogram::new(buckets);
@@ -153,6 +166,7 @@ impl Metrics {
             events_rejected,
             deliveries,
             events_delivered,
+            consent_reads,
             delivery_latency,
             queue_depth,
             oldest_pending_age,
@@ -207,6 +221,14 @@ impl Metrics {
                     f.dead_letters += 1;
                 });
         }
+    }
+
+    /// Counts a read of profile consent for the consent rules: `claim` for a claim's one query,
+    /// `job` for a job reading its own (the cost the carried consent avoids).
+    pub(crate) fn consent_read(&self, by: &'static str) {
+        self.consent_reads
+            .get_or_create(&ConsentReadLabels { by })
+            .inc();
     }
 
     /// Records a webhook request that did not deliver (an error answer, no answer, or an

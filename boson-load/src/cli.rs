@@ -47,9 +47,16 @@ pub(crate) struct Args {
 
     /// Throughput: give the connection a Data Filter of 50 rules and every forwarding rule
     /// (attribute, login identity, GDPR purpose, CCPA, sampling), all of which the load's events
-    /// pass, and send consent with every batch, to measure what the rules cost.
+    /// pass, and send consent with every batch (implies `--consent`), to measure what the rules
+    /// cost.
     #[arg(long)]
     pub(crate) rules: bool,
+
+    /// Throughput: every batch states consent (GDPR `marketing`, no CCPA opt-out), as with
+    /// `--rules` but without the rules: compare `--consent` with `--rules` so the two runs send
+    /// the same batches and the rules are the only difference.
+    #[arg(long)]
+    pub(crate) consent: bool,
 
     /// Throughput: the connection keeps each user's batches in order (`ordering` =
     /// `per_user`), to measure what ordering costs.

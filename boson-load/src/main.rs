@@ -140,6 +140,7 @@ async fn main() -> Result<()> {
         send_as_batch: args.send_as_batch,
         signed: args.sign,
         rules: args.rules,
+        consent: args.rules || args.consent,
         per_user: args.per_user,
         batch_window_secs: args.batch_window_secs,
         users: args.users,
@@ -233,7 +234,7 @@ async fn measure(
         shape: payload::Shape {
             payload: args.payload,
             identities: args.identities,
-            consent: args.rules,
+            consent: args.rules || args.consent,
             users: args.users,
             run: 0,
         },

@@ -53,7 +53,7 @@ pub(crate) const DEFAULT_RETURNING_USERS: u64 = 64;
 pub(crate) struct Shape {
     pub(crate) payload: Payload,
     pub(crate) identities: Identities,
-    /// Every batch states consent to `marketing` and no CCPA opt-out (for `--rules`).
+    /// Every batch states consent to `marketing` and no CCPA opt-out (`--consent`, or `--rules`).
     pub(crate) consent: bool,
     /// Batch k comes from user k mod `users` (`--users`); `None`: user k (or, with
     /// `--identities returning`, k mod [`DEFAULT_RETURNING_USERS`]).

@@ -43,6 +43,8 @@ pub(crate) struct Report {
     pub(crate) signed: bool,
     /// Whether the connection had the Data Filter and forwarding rules of `--rules`.
     pub(crate) rules: bool,
+    /// Whether every batch stated consent (`--consent`, or `--rules`).
+    pub(crate) consent: bool,
     /// Whether the connection kept each user's batches in order (`--per-user`).
     pub(crate) per_user: bool,
     /// `--batch-window-secs`: the connection's coalescing window (0: none).

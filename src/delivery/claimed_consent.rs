@@ -36,6 +36,7 @@ pub(super) async fn attach(lanes: &Lanes, jobs: &mut [Job]) {
     let mut mpids: Vec<Mpid> = users.iter().map(|(_, mpid)| *mpid).collect();
     mpids.sort_unstable();
     mpids.dedup();
+    lanes.ctx.metrics.consent_read("claim");
     let consents = match lanes.ctx.store.users_consent(&mpids).await {
         Ok(consents) => consents,
         Err(error) => {

@@ -80,6 +80,7 @@ pub(super) async fn work(
         payloads,
         verdicts,
         removed_attributes,
+        ..
     } = filter::plan(
         &settings,
         &output.settings,
@@ -259,6 +260,9 @@ pub(super) async fn profile_consent(
         && settings.forwarding_rules.reads_consent()
     {
         return Ok(Some(Arc::clone(carried)));
+    }
+    if settings.forwarding_rules.reads_consent() {
+        ctx.metrics.consent_read("job");
     }
     let read = ctx
         .store

@@ -11,7 +11,7 @@ use crate::model::ids::BatchId;
 use crate::model::settings::{ConnectionSettings, ConnectionStatus, SettingName, WebhookSettings};
 
 use super::rules;
-pub(crate) use super::rules::Rule;
+pub(crate) use super::rules::{Rule, StrippedUserData};
 
 /// What the filter did with one inbound event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +41,8 @@ pub(crate) struct Plan {
     pub(crate) verdicts: Vec<Verdict>,
     /// Per inbound event, the `custom_attributes` keys the Data Filter removed (empty for most).
     pub(crate) removed_attributes: Vec<Vec<String>>,
+    /// The user attributes and identities the Data Filter removed from the batch's fields.
+    pub(crate) stripped: StrippedUserData,
 }
 
 /// A gate: the setting and whether it lets its event types through.
@@ -128,6 +130,7 @@ pub(crate) fn plan(
             payloads: Vec::new(),
             verdicts,
             removed_attributes,
+            stripped: StrippedUserData::default(),
         };
     }
     // The rules come after the event-class gates: an event a gate drops keeps the gate's name.
@@ -149,9 +152,8 @@ pub(crate) fn plan(
 
     // The batch-level fields are serialised once and shared by every body cut from this batch;
     // cloning and re-serialising them per event was the largest cost of real-time delivery.
-    let base = serialize(&Value::Object(outbound_base(
-        settings, webhook, batch_id, document,
-    )));
+    let (base, stripped) = outbound_base(settings, webhook, batch_id, document);
+    let base = serialize(&Value::Object(base));
     let forwarded: Vec<(usize, Cow<'_, Value>)> = events
         .iter()
         .zip(&verdicts)
@@ -184,6 +186,7 @@ pub(crate) fn plan(
         payloads,
         verdicts,
         removed_attributes,
+        stripped,
     }
 }
 
@@ -210,16 +213,18 @@ fn alias_plan(settings: &ConnectionSettings, document: &Value) -> Plan {
         payloads,
         verdicts: Vec::new(),
         removed_attributes: Vec::new(),
+        stripped: StrippedUserData::default(),
     }
 }
 
-/// The batch-level part of every outbound body: everything but `events`, stripped per settings.
+/// The batch-level part of every outbound body: everything but `events`, stripped per settings;
+/// and the user data the Data Filter stripped from it.
 fn outbound_base(
     settings: &ConnectionSettings,
     webhook: &WebhookSettings,
     batch_id: BatchId,
     document: &Value,
-) -> Map<String, Value> {
+) -> (Map<String, Value>, StrippedUserData) {
     let mut base: Map<String, Value> = document
         .as_object()
         .into_iter()
@@ -249,8 +254,8 @@ fn outbound_base(
     if let Some(unique_id) = settings.unique_id.as_deref().filter(|u| !u.is_empty()) {
         base.insert("unique_id".into(), json!(unique_id));
     }
-    rules::strip_user_data(&settings.data_filter, &mut base);
-    base
+    let stripped = rules::strip_user_data(&settings.data_filter, &mut base);
+    (base, stripped)
 }
 
 /// An event as it goes out; borrowed unless something must be removed from it: its location,

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::filter::{Plan, Verdict};
+use super::filter::{Plan, StrippedUserData, Verdict};
 use super::rules;
 use crate::model::ids::BatchId;
 
@@ -54,12 +54,15 @@ pub(crate) fn verdicts(plan: &Plan) -> Vec<EventVerdict> {
 }
 
 /// Events by outcome. `forwarded` counts every event that goes, those with attributes removed
-/// included; `attribute_removed` counts those alone.
+/// included; `attribute_removed` counts those alone. The last two count the user attributes and
+/// identities the Data Filter removed from the batches' fields, over all the batches read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub(crate) struct Totals {
     pub(crate) forwarded: usize,
     pub(crate) filtered: usize,
     pub(crate) attribute_removed: usize,
+    pub(crate) user_attributes_removed: usize,
+    pub(crate) identities_removed: usize,
 }
 
 impl Totals {
@@ -73,6 +76,19 @@ impl Totals {
             Outcome::Filtered => self.filtered += 1,
         }
     }
+
+    fn add_stripped(&mut self, stripped: &StrippedUserData) {
+        self.user_attributes_removed += stripped.user_attributes.len();
+        self.identities_removed += stripped.identity_types.len();
+    }
+}
+
+/// The user data one batch loses under either settings (listed only when it loses some).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct UserDataItem {
+    pub(crate) batch_id: BatchId,
+    pub(crate) before: StrippedUserData,
+    pub(crate) after: StrippedUserData,
 }
 
 /// One event under both settings.
@@ -98,6 +114,9 @@ pub(crate) struct Preview {
     /// Events whose verdict differs between the two settings.
     pub(crate) changed: usize,
     pub(crate) items: Vec<Item>,
+    /// Newest batch first, the batches whose user attributes or identities either settings
+    /// strip, and what they strip.
+    pub(crate) user_data: Vec<UserDataItem>,
 }
 
 impl Preview {
@@ -115,6 +134,7 @@ impl Preview {
             .get("events")
             .and_then(Value::as_array)
             .unwrap_or(&empty);
+        self.add_user_data(batch_id, before, after);
         let (before, after) = (verdicts(before), verdicts(after));
         let room = limit.saturating_sub(self.events);
         // The newest events of the batch are its last ones.
@@ -130,6 +150,18 @@ impl Preview {
             self.items.push(item(batch_id, index, event, was, would));
         }
         self.events >= limit
+    }
+
+    fn add_user_data(&mut self, batch_id: BatchId, before: &Plan, after: &Plan) {
+        self.before.add_stripped(&before.stripped);
+        self.after.add_stripped(&after.stripped);
+        if !(before.stripped.is_empty() && after.stripped.is_empty()) {
+            self.user_data.push(UserDataItem {
+                batch_id,
+                before: before.stripped.clone(),
+                after: after.stripped.clone(),
+            });
+        }
     }
 }
 
@@ -211,7 +243,8 @@ mod tests {
             Totals {
                 forwarded: 3,
                 filtered: 0,
-                attribute_removed: 0
+                attribute_removed: 0,
+                ..Totals::default()
             }
         );
         assert_eq!(
@@ -219,7 +252,8 @@ mod tests {
             Totals {
                 forwarded: 2,
                 filtered: 1,
-                attribute_removed: 1
+                attribute_removed: 1,
+                ..Totals::default()
             }
         );
         assert_eq!(preview.changed, 2);
@@ -249,6 +283,44 @@ mod tests {
             .collect();
         assert_eq!(names, ["D", "B", "C"]);
         assert_eq!(preview.events, 3);
+    }
+
+    #[test]
+    fn user_attributes_and_identities_the_filter_strips_are_reported_per_batch() {
+        let mut document = batch(&["A"]);
+        document["user_attributes"] = json!({"$Age": 30, "plan": "pro"});
+        document["user_identities"] = json!([
+            {"identity_type": "email", "identity": "a@b.c"},
+            {"identity_type": "customer_id", "identity": "c1"},
+        ]);
+        let proposed = json!({"data_filter": {"rules": [
+            {"user_attribute": "$Age", "send": false},
+            {"identity_type": "email", "send": false},
+        ]}});
+        let mut preview = Preview::default();
+        add(&mut preview, 10, 7, &document, &proposed);
+        add(&mut preview, 10, 6, &batch(&["B"]), &proposed);
+        assert_eq!(
+            (
+                preview.before.user_attributes_removed,
+                preview.before.identities_removed
+            ),
+            (0, 0)
+        );
+        assert_eq!(
+            (
+                preview.after.user_attributes_removed,
+                preview.after.identities_removed
+            ),
+            (1, 1)
+        );
+        // Only the batch that loses something is listed.
+        assert_eq!(
+            serde_json::to_value(&preview.user_data).unwrap(),
+            json!([{"batch_id": 7,
+                    "before": {"user_attributes": [], "identity_types": []},
+                    "after": {"user_attributes": ["$Age"], "identity_types": ["email"]}}])
+        );
     }
 
     #[test]

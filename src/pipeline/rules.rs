@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -223,6 +224,14 @@ pub(crate) fn removed_attributes(filter: &DataFilter, event: &Value) -> Vec<Stri
         return Vec::new();
     };
     let name = event_name(event_type, event);
+    if !filter.has_attribute_rules(event_type, name) {
+        // No rule names one of these attributes: the default decides for all of them.
+        return if filter.send_new_data_points {
+            Vec::new()
+        } else {
+            attributes.keys().cloned().collect()
+        };
+    }
     attributes
         .keys()
         .filter(|key| {
@@ -236,25 +245,55 @@ pub(crate) fn removed_attributes(filter: &DataFilter, event: &Value) -> Vec<Stri
         .collect()
 }
 
+/// The user data the Data Filter removed from a batch's outbound fields, named as its rules
+/// name it (what the dry run reports; delivery ignores it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct StrippedUserData {
+    /// Removed `user_attributes` keys.
+    pub(crate) user_attributes: Vec<String>,
+    /// The `identity_type` of each removed `user_identities` entry.
+    pub(crate) identity_types: Vec<String>,
+}
+
+impl StrippedUserData {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.user_attributes.is_empty() && self.identity_types.is_empty()
+    }
+}
+
 /// Removes the user attributes and identities the Data Filter does not send from a batch's
-/// outbound fields.
-pub(crate) fn strip_user_data(filter: &DataFilter, base: &mut Map<String, Value>) {
+/// outbound fields, and names what it removed.
+pub(crate) fn strip_user_data(
+    filter: &DataFilter,
+    base: &mut Map<String, Value>,
+) -> StrippedUserData {
+    let mut stripped = StrippedUserData::default();
     if filter.is_pass_through() {
-        return;
+        return stripped;
     }
     if let Some(Value::Object(attributes)) = base.get_mut("user_attributes") {
-        attributes.retain(|key, _| filter.sends(&DataPointRef::UserAttribute(key)));
+        attributes.retain(|key, _| {
+            let sends = filter.sends(&DataPointRef::UserAttribute(key));
+            if !sends {
+                stripped.user_attributes.push(key.clone());
+            }
+            sends
+        });
     }
     if let Some(Value::Array(identities)) = base.get_mut("user_identities") {
         identities.retain(|identity| {
-            match identity
-                .get("identity_type")
-                .and_then(Value::as_str)
-                .and_then(IdentityType::parse)
-            {
+            let kind = identity.get("identity_type").and_then(Value::as_str);
+            let sends = match kind.and_then(IdentityType::parse) {
                 Some(kind) => filter.sends(&DataPointRef::IdentityType(kind)),
                 None => filter.send_new_data_points,
+            };
+            if !sends {
+                stripped
+                    .identity_types
+                    .push(kind.unwrap_or("unknown").to_owned());
             }
+            sends
         });
     }
+    stripped
 }

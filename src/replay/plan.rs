@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::model::data_filter::{DataFilterRule, DataPoint};
+use crate::model::data_filter::{DataFilter, DataFilterRule, DataPoint};
 use crate::model::event_type::EventType;
 use crate::model::ids::BatchId;
 use crate::model::settings::{ConnectionSettings, WebhookSettings};
@@ -56,9 +56,10 @@ pub(crate) fn replay_settings(
                 point: DataPoint::EventType(t),
                 send: false,
             });
-        let mut rules: Vec<DataFilterRule> = off.collect();
-        rules.append(&mut settings.data_filter.rules);
-        settings.data_filter.rules = rules;
+        let rules: Vec<DataFilterRule> = off
+            .chain(settings.data_filter.rules().iter().cloned())
+            .collect();
+        settings.data_filter = DataFilter::new(settings.data_filter.send_new_data_points, rules);
     }
     settings
 }

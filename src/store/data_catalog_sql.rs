@@ -1,15 +1,25 @@
 //! The data catalog's rows: nodes' tallies merged in by upsert (never overwritten, so any number
 //! of nodes flush into one catalog), and an input's data points read back.
 
+use std::time::Duration;
+
 use sqlx::FromRow;
 
 use super::backend::{Sql, args};
 use super::{Store, StoreResult};
 use crate::model::data_points::{Kind, PointKey, Seen, ValueType};
 use crate::model::ids::InputId;
+use crate::model::now_ms;
 
 /// Rows per statement: keeps each statement's JSON argument and its locks small.
 const CHUNK: usize = 500;
+
+/// How long a flush's row is kept: it is only asked about just after its own COMMIT.
+const FLUSH_RECORD_KEPT_MS: i64 = 10 * 60 * 1000;
+const RECORD_FLUSH: Sql =
+    Sql::shared("INSERT INTO catalog_flushes (id, flushed_at) VALUES ($1, $2)");
+const PRUNE_FLUSHES: Sql = Sql::shared("DELETE FROM catalog_flushes WHERE flushed_at < $1");
+const FLUSH_RECORDED: Sql = Sql::shared("SELECT id FROM catalog_flushes WHERE id = $1");
 
 /// `$1` is a JSON array of `[input_id, kind, event_type, event_name, name, value_type, count,
 /// first_seen_ms, last_seen_ms]`. A null type gives way to any other, two others make `mixed`
@@ -103,12 +113,44 @@ impl Store {
                 ]
             })
             .collect();
+        let flush_id = uuid::Uuid::new_v4().to_string();
+        let now = now_ms();
         let mut tx = self.begin().await?;
         for chunk in rows.chunks(CHUNK) {
             let json = serde_json::to_string(chunk).unwrap_or_else(|_| "[]".to_owned());
             tx.execute(MERGE, args![&json]).await?;
         }
-        tx.commit().await?;
+        tx.execute(RECORD_FLUSH, args![&flush_id, now]).await?;
+        tx.execute(PRUNE_FLUSHES, args![now - FLUSH_RECORD_KEPT_MS])
+            .await?;
+        match tx.commit().await {
+            Ok(()) => Ok(()),
+            Err(error) => self.settle_flush_commit(&flush_id, error).await,
+        }
+    }
+
+    /// A COMMIT that answered an error may have committed all the same (the answer was lost):
+    /// the flush's own row says which, as the group commit's stored batch does for it. Written,
+    /// the flush is answered as such, so the caller does not put it back and count it twice.
+    async fn settle_flush_commit(&self, flush_id: &str, error: sqlx::Error) -> StoreResult<()> {
+        for pause in [0, 100, 400] {
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let found: Result<Option<(String,)>, _> =
+                self.fetch_optional(FLUSH_RECORDED, args![flush_id]).await;
+            match found {
+                Ok(Some(_)) => {
+                    tracing::warn!(%error, "COMMIT of a data catalog flush reported an error but had committed.");
+                    return Ok(());
+                }
+                Ok(None) => return Err(error.into()),
+                Err(check) => {
+                    tracing::warn!(%check, "Could not find out whether a catalog flush committed.");
+                }
+            }
+        }
+        // Unknown: retrying could count twice, dropping could lose a flush's counts; a few
+        // seconds of counts lost is the smaller harm for a catalog of counts.
+        tracing::warn!(%error, "A data catalog flush may not have been written; it is not retried.");
         Ok(())
     }
 

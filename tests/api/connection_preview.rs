@@ -61,11 +61,13 @@ async fn a_dry_run_compares_the_current_and_the_proposed_settings_event_by_event
     assert_eq!(answer["events"], 6, "{answer}");
     assert_eq!(
         answer["before"],
-        json!({"forwarded": 6, "filtered": 0, "attribute_removed": 0})
+        json!({"forwarded": 6, "filtered": 0, "attribute_removed": 0,
+               "user_attributes_removed": 0, "identities_removed": 0})
     );
     assert_eq!(
         answer["after"],
-        json!({"forwarded": 3, "filtered": 3, "attribute_removed": 3})
+        json!({"forwarded": 3, "filtered": 3, "attribute_removed": 3,
+               "user_attributes_removed": 0, "identities_removed": 0})
     );
     assert_eq!(answer["changed"], 6);
     let items = answer["items"].as_array().unwrap();
@@ -100,6 +102,42 @@ async fn a_dry_run_compares_the_current_and_the_proposed_settings_event_by_event
         202
     );
     assert_eq!(receiver.next().await.event_types(), ["custom_event"]);
+    app.stop().await.unwrap();
+}
+
+/// The Data Filter's user-attribute and identity rules strip the batch's fields, not events: the
+/// dry run names what each batch would lose.
+#[tokio::test]
+async fn a_dry_run_reports_the_user_attributes_and_identities_it_would_strip() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let (input, connection) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    let mut batch = batch_of(&["custom_event"]);
+    batch["user_attributes"] = json!({"$Age": 30, "plan": "pro"});
+    batch["user_identities"] = json!({"email": "a@example.com", "customer_id": "c1"});
+    assert_eq!(app.post_events(&input, batch).await.status(), 202);
+    receiver.take(1).await;
+
+    let proposed = json!({"data_filter": {"rules": [
+        {"user_attribute": "$Age", "send": false},
+        {"identity_type": "email", "send": false},
+    ]}});
+    let answer = dry_run(&app, &connection, proposed).await;
+    assert_eq!(answer.status(), 200);
+    let answer: Value = answer.json().await.unwrap();
+    assert_eq!(answer["before"]["user_attributes_removed"], 0, "{answer}");
+    assert_eq!(answer["after"]["user_attributes_removed"], 1, "{answer}");
+    assert_eq!(answer["after"]["identities_removed"], 1, "{answer}");
+    let user_data = answer["user_data"].as_array().unwrap();
+    assert_eq!(user_data.len(), 1, "{answer}");
+    assert_eq!(
+        user_data[0]["after"],
+        json!({"user_attributes": ["$Age"], "identity_types": ["email"]})
+    );
+    assert_eq!(
+        user_data[0]["before"],
+        json!({"user_attributes": [], "identity_types": []})
+    );
     app.stop().await.unwrap();
 }
 

@@ -199,3 +199,42 @@ async fn a_retried_job_reads_the_consent_stored_since() {
     );
     app.stop().await.unwrap();
 }
+
+/// `boson_consent_reads_total{by="…"}` from the Prometheus text (0 when not yet counted).
+fn consent_reads(metrics: &str, by: &str) -> u64 {
+    let prefix = format!("boson_consent_reads_total{{by=\"{by}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |n| n.trim().parse().expect("a count"))
+}
+
+/// A job the poller claims (here a retry) gets its user's consent from the claim's one query,
+/// not from a profile read of its own, and the GDPR rule decides on it.
+#[tokio::test]
+async fn a_claimed_job_decides_on_the_consent_its_claim_read() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    receiver.script(&[(503, Some("1"))]);
+    let settings = json!({"forwarding_rules": {"gdpr_purposes": ["marketing"]}});
+    let (input, _) = app.pipeline(&receiver.url("/claimed"), settings).await;
+    let given = batch(
+        41,
+        "given",
+        Some(json!({"gdpr": {"marketing": purpose(true)}})),
+    );
+    assert_eq!(app.post_events(&input, given).await.status(), 202);
+    let refused = receiver.next().await;
+    assert_eq!(refused.events()[0]["data"]["event_name"], "given");
+    let retried = receiver.next().await;
+    assert_eq!(retried.events()[0]["data"]["event_name"], "given");
+
+    let metrics = app.metrics().await;
+    assert!(consent_reads(&metrics, "claim") >= 1, "{metrics}");
+    assert_eq!(
+        consent_reads(&metrics, "job"),
+        0,
+        "no job read its own consent: {metrics}"
+    );
+    app.stop().await.unwrap();
+}

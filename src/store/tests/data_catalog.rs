@@ -191,3 +191,32 @@ async fn every_stored_data_point_key_is_read_back_for_seeding_the_caps() {
     expected.sort();
     assert_eq!(keys, expected);
 }
+
+/// A flush whose COMMIT answer is lost did commit: the store finds its flush id and answers it
+/// as written, so the caller does not put it back and count it twice. A flush rolled back is an
+/// error, and written whole when retried.
+#[tokio::test]
+async fn a_flush_whose_commit_answer_was_lost_counts_once() {
+    use crate::store::faults::{CommitFault, inject_commit_fault};
+    let db = TestStore::open().await;
+    let store = &db.store;
+    let input = InputId::new();
+    let event = PointKey::event("custom_event", "Clicked");
+    let points = vec![(input.clone(), event.clone(), seen(3, 100, 200, None))];
+
+    inject_commit_fault(CommitFault::AnswerLost);
+    store
+        .merge_data_points(&points)
+        .await
+        .expect("a lost answer to a COMMIT that happened is settled as written");
+    inject_commit_fault(CommitFault::RolledBack);
+    store
+        .merge_data_points(&points)
+        .await
+        .expect_err("a rolled-back flush is an error, to be retried");
+    store.merge_data_points(&points).await.expect("the retry");
+
+    let stored = store.data_points(&input).await.expect("read");
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].1.count, 6, "written once, then once by the retry");
+}
