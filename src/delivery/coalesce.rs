@@ -41,6 +41,11 @@ pub(super) async fn work(
 ) -> JobUpdate {
     let mut attempt = Attempt::new(ctx, head);
     let members: Vec<&Job> = std::iter::once(head).chain(&head.mates).collect();
+    // The group is first sent when its window ends, so its retry window counts from there
+    // (and from its newest batch's acceptance, if later): counted from the head's acceptance,
+    // a retry window shorter than the batch window would be over at the first failure.
+    let newest = members.iter().map(|job| job.created_at).max();
+    attempt.retries_counted_from(newest.unwrap_or(head.created_at));
     let stored = || {
         members
             .iter()
@@ -50,6 +55,17 @@ pub(super) async fn work(
     let Some((connection, output)) = ctx.catalog.connection(&head.connection_id) else {
         return missing_connection(ctx, head, attempt, stored()).await;
     };
+    let head_settings = match ctx.catalog.revision(head.revision_id).await {
+        Ok(settings) => settings,
+        Err(error) => {
+            let error = format!("settings unavailable: {error}");
+            return attempt.retry(head.progress, error, None, stored());
+        }
+    };
+    attempt.retries_counted_from(
+        head.created_at
+            .saturating_add(head_settings.batch_window_ms()),
+    );
     let mut filtered = Vec::with_capacity(members.len());
     for job in &members {
         let settings = match ctx.catalog.revision(job.revision_id).await {
@@ -79,13 +95,6 @@ pub(super) async fn work(
         );
         filtered.push((*job, Filtered { document, plan }));
     }
-    let head_settings = match ctx.catalog.revision(head.revision_id).await {
-        Ok(settings) => settings,
-        Err(error) => {
-            let error = format!("settings unavailable: {error}");
-            return attempt.retry(head.progress, error, None, stored());
-        }
-    };
     let live = Live {
         ctx,
         job: head,

@@ -431,6 +431,9 @@ pub(super) struct Attempt<'a> {
     ctx: &'a DeliveryContext,
     job: &'a Job,
     started: Instant,
+    /// When the job's retry window starts: its acceptance, or for a coalesced group the end of
+    /// its batch window (see [`Self::retries_counted_from`]).
+    retries_from: i64,
     dead: Vec<DeadLetter>,
     last_status: Option<i64>,
     requests: i64,
@@ -444,11 +447,17 @@ impl<'a> Attempt<'a> {
             ctx,
             job,
             started: Instant::now(),
+            retries_from: job.created_at,
             dead: Vec::new(),
             last_status: None,
             requests: 0,
             events: 0,
         }
+    }
+
+    /// Counts the retry window from `at` instead of the job's acceptance (never earlier).
+    pub(super) fn retries_counted_from(&mut self, at: i64) {
+        self.retries_from = self.retries_from.max(at);
     }
 
     fn key(&self) -> JobKey {
@@ -516,7 +525,7 @@ impl<'a> Attempt<'a> {
                 .delay(u32::try_from(attempts).unwrap_or(u32::MAX), after, draw);
         let next_attempt_at =
             now_ms().saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
-        if next_attempt_at <= self.job.created_at.saturating_add(self.ctx.retry_window_ms) {
+        if next_attempt_at <= self.retries_from.saturating_add(self.ctx.retry_window_ms) {
             self.ctx
                 .metrics
                 .delivery(&self.job.connection_id, AttemptOutcome::Retry);
