@@ -25,9 +25,11 @@ use crate::model::settings::ConnectionSettings;
 use crate::pipeline::filter;
 use crate::store::queue::{Job, JobUpdate};
 
-/// One batch of the group, read and filtered.
+/// One batch of the group, read and filtered. Its parsed document is kept only while the Live
+/// Stream is watched (to name each event): a parsed batch takes several times its stored
+/// size, and a group holds up to 500 of them, so otherwise each is dropped once filtered.
 struct Filtered {
-    document: serde_json::Value,
+    document: Option<serde_json::Value>,
     plan: filter::Plan,
 }
 
@@ -93,6 +95,7 @@ pub(super) async fn work(
             &document,
             consent.as_deref(),
         );
+        let document = ctx.live.watched().then_some(document);
         filtered.push((*job, Filtered { document, plan }));
     }
     let live = Live {
@@ -103,7 +106,7 @@ pub(super) async fn work(
             .iter()
             .map(|(job, f)| Member {
                 batch_id: job.batch_id,
-                document: &f.document,
+                document: f.document.as_ref(),
                 removed: &f.plan.removed_attributes,
             })
             .collect(),

@@ -93,7 +93,7 @@ pub(super) async fn work(
         input_id: &connection.input_id,
         members: vec![Member {
             batch_id: job.batch_id,
-            document: &document,
+            document: Some(&document),
             removed: &removed_attributes,
         }],
     };
@@ -279,16 +279,20 @@ pub(super) struct Live<'a> {
 /// One batch a job sends from.
 pub(super) struct Member<'a> {
     pub(super) batch_id: BatchId,
-    pub(super) document: &'a serde_json::Value,
+    /// `None` when not kept (a coalesced group parsed while nobody watched): its events are
+    /// not reported.
+    pub(super) document: Option<&'a serde_json::Value>,
     /// Per event, the attributes the Data Filter removed.
     pub(super) removed: &'a [Vec<String>],
 }
 
 impl Live<'_> {
-    fn item(&self, (member, index): (usize, usize), outcome: Outcome) -> LiveItem {
+    /// The item for one event, or `None` if its batch's document was not kept.
+    fn item(&self, (member, index): (usize, usize), outcome: Outcome) -> Option<LiveItem> {
         let member = &self.members[member];
-        let event = &member.document["events"][index];
-        LiveItem {
+        let document = member.document?;
+        let event = &document["events"][index];
+        Some(LiveItem {
             direction: Direction::Outbound,
             at: now_ms(),
             input_id: self.input_id.clone(),
@@ -297,8 +301,7 @@ impl Live<'_> {
             index,
             event_type: event_type_of(event),
             name: name_of(event),
-            mpid: member
-                .document
+            mpid: document
                 .get("mpid")
                 .and_then(serde_json::Value::as_i64)
                 .map(Mpid::new),
@@ -311,7 +314,7 @@ impl Live<'_> {
             latency_ms: None,
             error: None,
             next_attempt_at: None,
-        }
+        })
     }
 
     /// `attribute removed (data_filter: a, b)` when the Data Filter removed attributes.
@@ -337,10 +340,13 @@ impl Live<'_> {
                 filter::Verdict::Filtered(setting) => (*setting, None),
                 filter::Verdict::Ruled(rule) => (rule.setting(), Some(rule.to_string())),
             };
+            let Some(item) = self.item((member, index), Outcome::Filtered) else {
+                continue;
+            };
             self.ctx.live.publish(LiveItem {
                 setting: Some(setting),
                 reason,
-                ..self.item((member, index), Outcome::Filtered)
+                ..item
             });
         }
     }
@@ -414,13 +420,16 @@ impl Live<'_> {
         next_attempt_at: Option<i64>,
     ) {
         for &index in events {
+            let Some(item) = self.item(index, outcome) else {
+                continue;
+            };
             self.ctx.live.publish(LiveItem {
                 status,
                 latency_ms: Some(latency),
                 error: error.map(str::to_owned),
                 note: self.note(index),
                 next_attempt_at,
-                ..self.item(index, outcome)
+                ..item
             });
         }
     }

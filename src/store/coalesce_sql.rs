@@ -20,6 +20,12 @@ use super::queue::ClaimedJob;
 /// Most jobs (batches) in one coalesced group; a user's later jobs form the next group.
 pub(crate) const MOST_IN_GROUP: i64 = 500;
 
+/// Most mates one claim takes with the heads it claims. A claim holds every batch of its
+/// groups in memory until they are delivered, and up to 512 heads of 500 batches each would
+/// be far more than a node should hold; the heads over it go back to the table, due, for the
+/// next claim (the poller is woken as groups finish).
+pub(crate) const MOST_MATES_PER_CLAIM: i64 = 2_000;
+
 /// `$1` JSON array of head ids whose group is not formed yet, `$2` the most jobs in a group.
 /// A group stops before the user's first job accepted without a window (`coalesce_head` NULL:
 /// the window was switched off and on again meanwhile): gathering a later batch past it would
@@ -141,6 +147,15 @@ pub(super) async fn claim_groups(
     let sizes: Vec<(i64, i64)> = tx
         .fetch_all(GROUP_SIZES, args![json(&heads).as_str()])
         .await?;
+    let (heads, over) = within_budget(heads, &sizes, MOST_MATES_PER_CLAIM);
+    if !over.is_empty() {
+        tx.execute(GIVE_BACK, args![json(&over).as_str(), node])
+            .await?;
+        claimed.retain(|job| !over.contains(&job.id()));
+    }
+    if heads.is_empty() {
+        return Ok(());
+    }
     let mates: Vec<ClaimedJob> = tx
         .fetch_all(CLAIM_MATES, args![lease_until, node, json(&heads).as_str()])
         .await?;
@@ -157,6 +172,25 @@ pub(super) async fn claim_groups(
         claimed.retain(|job| !job.coalesce_head().is_some_and(|h| incomplete.contains(&h)));
     }
     Ok(())
+}
+
+/// The heads (oldest first) whose groups fit in `budget` mates together, and the others, to
+/// give back: claimed again once this node has worked the ones it holds. The first group always
+/// fits, however large, so a claim never takes nothing for want of room.
+fn within_budget(mut heads: Vec<i64>, sizes: &[(i64, i64)], budget: i64) -> (Vec<i64>, Vec<i64>) {
+    heads.sort_unstable();
+    let size: HashMap<i64, i64> = sizes.iter().copied().collect();
+    let (mut kept, mut over, mut total) = (Vec::new(), Vec::new(), 0i64);
+    for head in heads {
+        let mates = size.get(&head).copied().unwrap_or(0);
+        if kept.is_empty() || total.saturating_add(mates) <= budget {
+            total = total.saturating_add(mates);
+            kept.push(head);
+        } else {
+            over.push(head);
+        }
+    }
+    (kept, over)
 }
 
 /// The heads among `claimed` with fewer of their mates claimed than `sizes` (head, mates)
@@ -231,6 +265,20 @@ mod tests {
     }
 
     const SELECT: Sql = Sql::shared("SELECT id, coalesce_head, lease_until FROM jobs ORDER BY id");
+
+    /// Oldest groups first while their mates fit; the first one goes even when over.
+    #[test]
+    fn a_claim_keeps_the_oldest_groups_that_fit_its_budget() {
+        let sizes = [(10, 400), (20, 300), (30, 200), (40, 0)];
+        assert_eq!(
+            within_budget(vec![40, 20, 10, 30], &sizes, 700),
+            (vec![10, 20, 40], vec![30])
+        );
+        assert_eq!(
+            within_budget(vec![20, 10], &sizes, 100),
+            (vec![10], vec![20])
+        );
+    }
 
     /// A due head takes its user's later jobs, due or not, and only its user's; the group is
     /// kept, released with its head, and gone when the head's update names the mates.
