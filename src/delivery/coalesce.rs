@@ -25,9 +25,11 @@ use crate::model::settings::ConnectionSettings;
 use crate::pipeline::filter;
 use crate::store::queue::{Job, JobUpdate};
 
-/// One batch of the group, read and filtered.
+/// One batch of the group, read and filtered. Its parsed document is kept only while the Live
+/// Stream is watched (to name each event): a parsed batch takes several times its stored
+/// size, and a group holds up to 500 of them, so otherwise each is dropped once filtered.
 struct Filtered {
-    document: serde_json::Value,
+    document: Option<serde_json::Value>,
     plan: filter::Plan,
 }
 
@@ -41,6 +43,11 @@ pub(super) async fn work(
 ) -> JobUpdate {
     let mut attempt = Attempt::new(ctx, head);
     let members: Vec<&Job> = std::iter::once(head).chain(&head.mates).collect();
+    // The group is first sent when its window ends, so its retry window counts from there
+    // (and from its newest batch's acceptance, if later): counted from the head's acceptance,
+    // a retry window shorter than the batch window would be over at the first failure.
+    let newest = members.iter().map(|job| job.created_at).max();
+    attempt.retries_counted_from(newest.unwrap_or(head.created_at));
     let stored = || {
         members
             .iter()
@@ -50,6 +57,17 @@ pub(super) async fn work(
     let Some((connection, output)) = ctx.catalog.connection(&head.connection_id) else {
         return missing_connection(ctx, head, attempt, stored()).await;
     };
+    let head_settings = match ctx.catalog.revision(head.revision_id).await {
+        Ok(settings) => settings,
+        Err(error) => {
+            let error = format!("settings unavailable: {error}");
+            return attempt.retry(head.progress, error, None, stored());
+        }
+    };
+    attempt.retries_counted_from(
+        head.created_at
+            .saturating_add(head_settings.batch_window_ms()),
+    );
     let mut filtered = Vec::with_capacity(members.len());
     for job in &members {
         let settings = match ctx.catalog.revision(job.revision_id).await {
@@ -77,15 +95,9 @@ pub(super) async fn work(
             &document,
             consent.as_deref(),
         );
+        let document = ctx.live.watched().then_some(document);
         filtered.push((*job, Filtered { document, plan }));
     }
-    let head_settings = match ctx.catalog.revision(head.revision_id).await {
-        Ok(settings) => settings,
-        Err(error) => {
-            let error = format!("settings unavailable: {error}");
-            return attempt.retry(head.progress, error, None, stored());
-        }
-    };
     let live = Live {
         ctx,
         job: head,
@@ -94,7 +106,7 @@ pub(super) async fn work(
             .iter()
             .map(|(job, f)| Member {
                 batch_id: job.batch_id,
-                document: &f.document,
+                document: f.document.as_ref(),
                 removed: &f.plan.removed_attributes,
             })
             .collect(),

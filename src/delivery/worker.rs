@@ -94,7 +94,7 @@ pub(super) async fn work(
         input_id: &connection.input_id,
         members: vec![Member {
             batch_id: job.batch_id,
-            document: &document,
+            document: Some(&document),
             removed: &removed_attributes,
         }],
     };
@@ -283,16 +283,20 @@ pub(super) struct Live<'a> {
 /// One batch a job sends from.
 pub(super) struct Member<'a> {
     pub(super) batch_id: BatchId,
-    pub(super) document: &'a serde_json::Value,
+    /// `None` when not kept (a coalesced group parsed while nobody watched): its events are
+    /// not reported.
+    pub(super) document: Option<&'a serde_json::Value>,
     /// Per event, the attributes the Data Filter removed.
     pub(super) removed: &'a [Vec<String>],
 }
 
 impl Live<'_> {
-    fn item(&self, (member, index): (usize, usize), outcome: Outcome) -> LiveItem {
+    /// The item for one event, or `None` if its batch's document was not kept.
+    fn item(&self, (member, index): (usize, usize), outcome: Outcome) -> Option<LiveItem> {
         let member = &self.members[member];
-        let event = &member.document["events"][index];
-        LiveItem {
+        let document = member.document?;
+        let event = &document["events"][index];
+        Some(LiveItem {
             direction: Direction::Outbound,
             at: now_ms(),
             input_id: self.input_id.clone(),
@@ -301,8 +305,7 @@ impl Live<'_> {
             index,
             event_type: event_type_of(event),
             name: name_of(event),
-            mpid: member
-                .document
+            mpid: document
                 .get("mpid")
                 .and_then(serde_json::Value::as_i64)
                 .map(Mpid::new),
@@ -315,7 +318,7 @@ impl Live<'_> {
             latency_ms: None,
             error: None,
             next_attempt_at: None,
-        }
+        })
     }
 
     /// `attribute removed (data_filter: a, b)` when the Data Filter removed attributes.
@@ -341,10 +344,13 @@ impl Live<'_> {
                 filter::Verdict::Filtered(setting) => (*setting, None),
                 filter::Verdict::Ruled(rule) => (rule.setting(), Some(rule.to_string())),
             };
+            let Some(item) = self.item((member, index), Outcome::Filtered) else {
+                continue;
+            };
             self.ctx.live.publish(LiveItem {
                 setting: Some(setting),
                 reason,
-                ..self.item((member, index), Outcome::Filtered)
+                ..item
             });
         }
     }
@@ -418,13 +424,16 @@ impl Live<'_> {
         next_attempt_at: Option<i64>,
     ) {
         for &index in events {
+            let Some(item) = self.item(index, outcome) else {
+                continue;
+            };
             self.ctx.live.publish(LiveItem {
                 status,
                 latency_ms: Some(latency),
                 error: error.map(str::to_owned),
                 note: self.note(index),
                 next_attempt_at,
-                ..self.item(index, outcome)
+                ..item
             });
         }
     }
@@ -435,6 +444,9 @@ pub(super) struct Attempt<'a> {
     ctx: &'a DeliveryContext,
     job: &'a Job,
     started: Instant,
+    /// When the job's retry window starts: its acceptance, or for a coalesced group the end of
+    /// its batch window (see [`Self::retries_counted_from`]).
+    retries_from: i64,
     dead: Vec<DeadLetter>,
     last_status: Option<i64>,
     requests: i64,
@@ -448,11 +460,17 @@ impl<'a> Attempt<'a> {
             ctx,
             job,
             started: Instant::now(),
+            retries_from: job.created_at,
             dead: Vec::new(),
             last_status: None,
             requests: 0,
             events: 0,
         }
+    }
+
+    /// Counts the retry window from `at` instead of the job's acceptance (never earlier).
+    pub(super) fn retries_counted_from(&mut self, at: i64) {
+        self.retries_from = self.retries_from.max(at);
     }
 
     fn key(&self) -> JobKey {
@@ -520,7 +538,7 @@ impl<'a> Attempt<'a> {
                 .delay(u32::try_from(attempts).unwrap_or(u32::MAX), after, draw);
         let next_attempt_at =
             now_ms().saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
-        if next_attempt_at <= self.job.created_at.saturating_add(self.ctx.retry_window_ms) {
+        if next_attempt_at <= self.retries_from.saturating_add(self.ctx.retry_window_ms) {
             self.ctx
                 .metrics
                 .delivery(&self.job.connection_id, AttemptOutcome::Retry);

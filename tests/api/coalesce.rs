@@ -9,7 +9,9 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{Received, Receiver, TestApp, batch_of, event, spawn_app};
+use crate::helpers::{
+    Received, Receiver, TestApp, batch_of, event, spawn_app, spawn_app_with, wait_for,
+};
 use crate::process::{DELIVERY, Deployment, assert_none_missing, collect};
 use crate::signing::{issue_secret, verify_all};
 
@@ -230,4 +232,129 @@ async fn a_crash_inside_the_window_loses_nothing_and_sends_nothing_twice() {
     assert!(twice.is_empty(), "delivered twice: {twice:?}");
     assert_eq!(deliveries.requests.len(), 3, "one request per user");
     drop(boson);
+}
+
+/// A group is first sent when its window ends, so a retry window shorter than the batch window
+/// must count from there: counted from acceptance, the group's first failure would already be
+/// past it and dead-letter everything.
+#[tokio::test]
+async fn a_retry_window_shorter_than_the_batch_window_still_retries_the_group() {
+    let app = spawn_app_with(|config| {
+        config.delivery.retry_window_secs = 1;
+        config.delivery.initial_backoff_ms = 100;
+    })
+    .await;
+    let mut receiver = Receiver::start().await;
+    receiver.script(&[(503, None)]);
+    let settings = json!({"send_as_batch": true, "batch_window_secs": 2});
+    let (input, _) = windowed(&app, &receiver, settings).await;
+    for seq in 0..2 {
+        post(&app, &input, batch(11, seq, 1)).await;
+    }
+    let failed = receiver
+        .next_within(Duration::from_secs(5))
+        .await
+        .expect("the first try");
+    assert_eq!(failed.answered, 503);
+    let delivered = receiver
+        .next_within(Duration::from_secs(5))
+        .await
+        .expect("the group was retried, not dead-lettered");
+    assert_eq!(delivered.answered, 200);
+    assert_eq!(ids(&delivered), ["11-0-0", "11-1-0"]);
+    assert_eq!(
+        delivered.headers["x-boson-delivery-id"], failed.headers["x-boson-delivery-id"],
+        "the same delivery id"
+    );
+    wait_for(|| async { app.count("jobs").await == 0 }).await;
+    assert_eq!(app.count("dead_letters").await, 0);
+    app.stop().await.unwrap();
+}
+
+/// `batch_window_secs` switched off and on again on a connection ordered per user: the batch
+/// accepted without a window may not be overtaken by a later windowed one of its user (it
+/// must not be gathered into the group of the user's earlier windowed batch).
+#[tokio::test]
+async fn a_window_switched_off_and_on_keeps_a_users_batches_in_acceptance_order() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let on = json!({"send_as_batch": true, "ordering": "per_user", "batch_window_secs": 2});
+    let input = app.create_input("custom_feed").await;
+    let output = app.create_webhook(&receiver.url("/ordered")).await;
+    let connection = app.connect(&input, &output, on).await;
+    let path = format!("/api/v1/connections/{}", connection["id"].as_str().unwrap());
+    post(&app, &input, batch(11, 0, 1)).await;
+    set_window(&app, &path, 0).await;
+    post(&app, &input, batch(11, 1, 1)).await;
+    set_window(&app, &path, 2).await;
+    post(&app, &input, batch(11, 2, 1)).await;
+    let mut arrived = Vec::new();
+    while arrived.len() < 3 {
+        let request = receiver
+            .next_within(Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| panic!("only {arrived:?} arrived"));
+        arrived.extend(ids(&request));
+    }
+    assert_eq!(arrived, ["11-0-0", "11-1-0", "11-2-0"]);
+    app.stop().await.unwrap();
+}
+
+async fn set_window(app: &TestApp, connection: &str, secs: u32) {
+    let response = app
+        .admin(Method::PATCH, connection)
+        .json(&json!({"settings": {"batch_window_secs": secs}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+/// A group's retry filters its batches again, and a consent statement stored since can drop
+/// what it would have sent: the retry starts where the failed request did, repeats nothing
+/// delivered and skips nothing, and the group still finishes under its delivery ids.
+#[tokio::test]
+async fn a_coalesced_retry_that_filters_differently_neither_skips_nor_repeats() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    // The first request is taken, the second refused for 2 s.
+    receiver.script(&[(200, None), (503, Some("2"))]);
+    let settings = json!({"send_as_batch": true, "batch_window_secs": 1, "max_batch_bytes": 1024,
+                          "forwarding_rules": {"gdpr_purposes": ["marketing"]}});
+    let (input, _) = windowed(&app, &receiver, settings).await;
+    let marketing = |consented: bool| json!({"gdpr": {"marketing": {"consented": consented, "timestamp_unixtime_ms": 1}}});
+    for seq in 0..3 {
+        let mut b = batch(11, seq, 1);
+        b["user_attributes"]["pad"] = json!("x".repeat(500));
+        b["consent_state"] = marketing(true);
+        post(&app, &input, b).await;
+    }
+    let first = receiver.next().await;
+    let refused = receiver.next().await;
+    assert_eq!((first.answered, refused.answered), (200, 503));
+    assert_eq!(ids(&first), ["11-0-0"]);
+    assert_eq!(ids(&refused), ["11-1-0"]);
+    let id = |r: &Received| {
+        r.headers["x-boson-delivery-id"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let head = id(&first).trim_end_matches("-0").to_owned();
+    assert_eq!(id(&refused), format!("{head}-1"));
+    // Withdrawn while the group waits for its retry: its last two batches are filtered now.
+    let mut withdrawn = batch(11, 3, 1);
+    withdrawn["consent_state"] = marketing(false);
+    post(&app, &input, withdrawn).await;
+    wait_for(|| async { app.count("jobs").await == 0 }).await;
+    receiver.expect_silence().await;
+    assert_eq!(app.count("dead_letters").await, 0);
+    // Given again: the user's next batch goes, as a group of its own, under its own ids.
+    let mut given = batch(11, 4, 1);
+    given["consent_state"] = marketing(true);
+    post(&app, &input, given).await;
+    let next = receiver.next().await;
+    assert_eq!(ids(&next), ["11-4-0"]);
+    assert_ne!(id(&next), format!("{head}-0"));
+    app.stop().await.unwrap();
 }
