@@ -15,4 +15,5 @@ mod health;
 mod metrics;
 mod model;
 mod queue;
+mod retention;
 mod sessions;
