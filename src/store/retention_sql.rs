@@ -22,6 +22,11 @@ pub(in crate::store) struct Log {
     pub(in crate::store) last_old: Sql,
     /// `$1` an id: the first row's id at or after it (through the primary key).
     pub(in crate::store) first_from: Sql,
+    /// `$1`, `$2` the first and last id of a range, `$3` the cutoff: reads the rows the delete
+    /// will free, bodies included (`substr(…, -1)` walks a long body's overflow pages). A
+    /// reader waits for no lock, so the disk reads of old, cold pages happen here rather than
+    /// inside the delete, which holds the write lock.
+    pub(in crate::store) warm: Sql,
     /// `$1`, `$2` the first and last id of a range, `$3` the cutoff: deletes the range's old rows.
     pub(in crate::store) delete: Sql,
 }
@@ -34,6 +39,10 @@ pub(in crate::store) const BATCHES: Log = Log {
         "SELECT id FROM batches WHERE received_at < $1 ORDER BY received_at DESC LIMIT 1",
     ),
     first_from: Sql::shared("SELECT id FROM batches WHERE id >= $1 ORDER BY id LIMIT 1"),
+    warm: Sql::shared(
+        "SELECT COUNT(*) FROM batches WHERE id >= $1 AND id <= $2 AND received_at < $3 \
+         AND substr(body, -1) IS NOT NULL",
+    ),
     delete: Sql::shared(
         "DELETE FROM batches WHERE id >= $1 AND id <= $2 AND received_at < $3 \
          AND id < (SELECT COALESCE(MIN(batch_id), 9223372036854775807) FROM jobs)",
@@ -47,6 +56,9 @@ pub(in crate::store) const ATTEMPTS: Log = Log {
         "SELECT id FROM attempts WHERE attempted_at < $1 ORDER BY attempted_at DESC LIMIT 1",
     ),
     first_from: Sql::shared("SELECT id FROM attempts WHERE id >= $1 ORDER BY id LIMIT 1"),
+    warm: Sql::shared(
+        "SELECT COUNT(*) FROM attempts WHERE id >= $1 AND id <= $2 AND attempted_at < $3",
+    ),
     delete: Sql::shared("DELETE FROM attempts WHERE id >= $1 AND id <= $2 AND attempted_at < $3"),
 };
 
@@ -55,6 +67,10 @@ pub(in crate::store) const DEAD_LETTERS: Log = Log {
         "SELECT id FROM dead_letters WHERE created_at < $1 ORDER BY created_at DESC LIMIT 1",
     ),
     first_from: Sql::shared("SELECT id FROM dead_letters WHERE id >= $1 ORDER BY id LIMIT 1"),
+    warm: Sql::shared(
+        "SELECT COUNT(*) FROM dead_letters WHERE id >= $1 AND id <= $2 AND created_at < $3 \
+         AND substr(body, -1) IS NOT NULL",
+    ),
     delete: Sql::shared("DELETE FROM dead_letters WHERE id >= $1 AND id <= $2 AND created_at < $3"),
 };
 
@@ -64,6 +80,9 @@ pub(in crate::store) const ALIASES: Log = Log {
         "SELECT id FROM aliases WHERE created_at < $1 ORDER BY created_at DESC LIMIT 1",
     ),
     first_from: Sql::shared("SELECT id FROM aliases WHERE id >= $1 ORDER BY id LIMIT 1"),
+    warm: Sql::shared(
+        "SELECT COUNT(*) FROM aliases WHERE id >= $1 AND id <= $2 AND created_at < $3",
+    ),
     delete: Sql::shared("DELETE FROM aliases WHERE id >= $1 AND id <= $2 AND created_at < $3"),
 };
 
@@ -110,6 +129,7 @@ impl Store {
                 break;
             }
             let to = first.saturating_add(CHUNK - 1).min(last);
+            let _: (i64,) = self.fetch_one(log.warm, args![first, to, cutoff]).await?;
             let started = Instant::now();
             deleted += self.execute(log.delete, args![first, to, cutoff]).await?;
             if to == i64::MAX {

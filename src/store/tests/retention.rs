@@ -30,6 +30,7 @@ fn maintenance() -> Vec<(&'static str, Sql, usize)> {
     ] {
         statements.push((name, log.last_old, 1));
         statements.push((name, log.first_from, 1));
+        statements.push((name, log.warm, 3));
         statements.push((name, log.delete, 3));
     }
     statements
