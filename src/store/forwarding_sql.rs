@@ -63,7 +63,8 @@ const SELECT_PAGE: Sql = Sql::shared(
 );
 /// One statement: an input keeps at most its cap plus two rows, so even many inputs' stale
 /// rows are few.
-const PRUNE: Sql = Sql::shared("DELETE FROM forwarding_stats WHERE last_at < $1");
+pub(in crate::store) const PRUNE: Sql =
+    Sql::shared("DELETE FROM forwarding_stats WHERE last_at < $1");
 
 impl Store {
     /// Adds a request's reports (`counts`, per kit) to an input's statistics in one

@@ -116,13 +116,6 @@ const INSERT_ALIAS: Sql = Sql::shared(
      (input_id, source_mpid, destination_mpid, start_ms, end_ms, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
 );
 
-/// Aliases go oldest first (ids grow with time), in chunks so no delete holds the database long.
-const PRUNE_ALIASES: Sql = Sql::shared(
-    "DELETE FROM aliases WHERE id IN \
-     (SELECT id FROM aliases WHERE created_at < $1 ORDER BY id LIMIT $2)",
-);
-const PRUNE_ALIASES_CHUNK: i64 = 5000;
-
 /// Lock keys in one order, so two transactions never wait on each other crosswise.
 pub(super) fn sorted(mut keys: Vec<String>) -> Vec<String> {
     keys.sort();
@@ -365,20 +358,5 @@ impl Store {
         ];
         self.execute(INSERT_ALIAS, args).await?;
         Ok(())
-    }
-
-    /// Deletes alias requests that arrived before `cutoff` (Unix ms); returns how many went.
-    /// Nothing reads them but the admin's inspection, so age is the only rule.
-    pub(crate) async fn prune_aliases(&self, cutoff: i64) -> StoreResult<u64> {
-        let mut deleted = 0;
-        loop {
-            let n = self
-                .execute(PRUNE_ALIASES, args![cutoff, PRUNE_ALIASES_CHUNK])
-                .await?;
-            deleted += n;
-            if n < u64::try_from(PRUNE_ALIASES_CHUNK).unwrap_or(u64::MAX) {
-                return Ok(deleted);
-            }
-        }
     }
 }

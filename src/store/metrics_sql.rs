@@ -61,8 +61,10 @@ const SELECT_LATENCY: Sql = Sql::shared(
     "SELECT subject, minute_ms, CAST(bucket AS BIGINT) AS bucket, count FROM metric_latency \
      WHERE minute_ms >= $1 AND minute_ms < $2 AND ($3 = '' OR subject = $3)",
 );
-const PRUNE_MINUTES: Sql = Sql::shared("DELETE FROM metric_minutes WHERE minute_ms < $1");
-const PRUNE_LATENCY: Sql = Sql::shared("DELETE FROM metric_latency WHERE minute_ms < $1");
+pub(in crate::store) const PRUNE_MINUTES: Sql =
+    Sql::shared("DELETE FROM metric_minutes WHERE minute_ms < $1");
+pub(in crate::store) const PRUNE_LATENCY: Sql =
+    Sql::shared("DELETE FROM metric_latency WHERE minute_ms < $1");
 const BACKLOG: Sql =
     Sql::shared("SELECT connection_id, COUNT(*) AS jobs FROM jobs GROUP BY connection_id");
 

@@ -22,6 +22,7 @@ pub(crate) mod metrics_sql;
 mod private_files;
 pub(crate) mod queue;
 pub(crate) mod replays_sql;
+mod retention_sql;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod scratch;
 pub(crate) mod sessions_sql;

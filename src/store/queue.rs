@@ -339,25 +339,6 @@ const SELECT_BODIES: Sql = Sql::each(
     "SELECT id, body FROM batches WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
 );
 
-/// Old rows go oldest first (ids grow with time), in chunks so no delete holds the database
-/// long. A batch some job still needs is never pruned: every batch id at or above the smallest
-/// one a pending job references is kept.
-const PRUNE_BATCHES: Sql = Sql::shared(
-    "DELETE FROM batches WHERE id IN (SELECT id FROM batches \
-     WHERE received_at < $1 AND id < (SELECT COALESCE(MIN(batch_id), 9223372036854775807) FROM jobs) \
-     ORDER BY id LIMIT $2)",
-);
-const PRUNE_ATTEMPTS: Sql = Sql::shared(
-    "DELETE FROM attempts WHERE id IN \
-     (SELECT id FROM attempts WHERE attempted_at < $1 ORDER BY id LIMIT $2)",
-);
-const PRUNE_DEAD_LETTERS: Sql = Sql::shared(
-    "DELETE FROM dead_letters WHERE id IN \
-     (SELECT id FROM dead_letters WHERE created_at < $1 ORDER BY id LIMIT $2)",
-);
-/// Rows deleted by one prune statement.
-const PRUNE_CHUNK: i64 = 5000;
-
 const CONNECTION_STATS: Sql = Sql::shared(
     "SELECT a.connection_id, \
      CAST(COALESCE(SUM(a.events), 0) AS BIGINT) AS events_forwarded, \
@@ -441,22 +422,6 @@ impl Store {
             .into_iter()
             .map(|(id, body)| (id, body.into()))
             .collect())
-    }
-
-    /// Deletes batches, attempts and dead letters older than `cutoff` (Unix ms); returns how
-    /// many rows went.
-    pub(crate) async fn prune(&self, cutoff: i64) -> StoreResult<u64> {
-        let mut deleted = 0;
-        for sql in [PRUNE_ATTEMPTS, PRUNE_DEAD_LETTERS, PRUNE_BATCHES] {
-            loop {
-                let n = self.execute(sql, args![cutoff, PRUNE_CHUNK]).await?;
-                deleted += n;
-                if n < u64::try_from(PRUNE_CHUNK).unwrap_or(u64::MAX) {
-                    break;
-                }
-            }
-        }
-        Ok(deleted)
     }
 
     /// Per connection: events forwarded (within the retention), and the last attempt's outcome,

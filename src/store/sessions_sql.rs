@@ -14,7 +14,8 @@ const SELECT_SESSION_CSRF: Sql =
     Sql::shared("SELECT csrf FROM sessions WHERE id_hash = $1 AND expires_at > $2");
 const DELETE_SESSION: Sql = Sql::shared("DELETE FROM sessions WHERE id_hash = $1");
 /// `$1` now.
-const PRUNE_SESSIONS: Sql = Sql::shared("DELETE FROM sessions WHERE expires_at <= $1");
+pub(in crate::store) const PRUNE_SESSIONS: Sql =
+    Sql::shared("DELETE FROM sessions WHERE expires_at <= $1");
 
 /// A session to store.
 #[derive(Debug, Clone, Copy)]

@@ -16,4 +16,5 @@ mod health;
 mod metrics;
 mod model;
 mod queue;
+mod retention;
 mod sessions;

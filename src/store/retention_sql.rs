@@ -1,0 +1,146 @@
+//! Retention: the batch log, attempts, dead letters and alias requests are deleted once older
+//! than the cutoff, without ever holding the writer up for long (issue 16 item 5).
+//!
+//! Every step is index-backed and bounded by a chunk, whatever the table's size: an index on
+//! the time column finds the newest row older than the cutoff (ids grow with time, so every
+//! older row has a smaller id, give or take a clock's skew), the primary key finds the oldest
+//! row, and each delete covers at most [`CHUNK`] consecutive ids. On SQLite every delete takes
+//! the database's one write lock, which the group-commit writer needs for every ingest, so the
+//! chunks are small and a pause follows each one, long enough for the writer to commit in
+//! between. A row whose id is in range but whose time is not old (a clock that went back) is
+//! left for a later prune: each delete still checks the time.
+
+use std::time::{Duration, Instant};
+
+use super::backend::{Sql, args};
+use super::{Store, StoreResult};
+
+/// A log that retention deletes oldest first, by id range.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::store) struct Log {
+    /// `$1` the cutoff: the id of the newest row older than it (through the time index).
+    pub(in crate::store) last_old: Sql,
+    /// `$1` an id: the first row's id at or after it (through the primary key).
+    pub(in crate::store) first_from: Sql,
+    /// `$1`, `$2` the first and last id of a range, `$3` the cutoff: reads the rows the delete
+    /// will free, bodies included (`substr(…, -1)` walks a long body's overflow pages). A
+    /// reader waits for no lock, so the disk reads of old, cold pages happen here rather than
+    /// inside the delete, which holds the write lock.
+    pub(in crate::store) warm: Sql,
+    /// `$1`, `$2` the first and last id of a range, `$3` the cutoff: deletes the range's old rows.
+    pub(in crate::store) delete: Sql,
+}
+
+/// Batches: the newest old one is clamped below the first batch a pending job needs (see
+/// [`FIRST_NEEDED_BATCH`]), and each delete checks that bound again itself, so a job enqueued
+/// for an old batch (a replay) while the prune runs keeps its batch.
+pub(in crate::store) const BATCHES: Log = Log {
+    last_old: Sql::shared(
+        "SELECT id FROM batches WHERE received_at < $1 ORDER BY received_at DESC LIMIT 1",
+    ),
+    first_from: Sql::shared("SELECT id FROM batches WHERE id >= $1 ORDER BY id LIMIT 1"),
+    warm: Sql::shared(
+        "SELECT COUNT(*) FROM batches WHERE id >= $1 AND id <= $2 AND received_at < $3 \
+         AND substr(body, -1) IS NOT NULL",
+    ),
+    delete: Sql::shared(
+        "DELETE FROM batches WHERE id >= $1 AND id <= $2 AND received_at < $3 \
+         AND id < (SELECT COALESCE(MIN(batch_id), 9223372036854775807) FROM jobs)",
+    ),
+};
+/// The smallest batch id a pending job references (through `jobs_batch`, migration 0021).
+pub(in crate::store) const FIRST_NEEDED_BATCH: Sql = Sql::shared("SELECT MIN(batch_id) FROM jobs");
+
+pub(in crate::store) const ATTEMPTS: Log = Log {
+    last_old: Sql::shared(
+        "SELECT id FROM attempts WHERE attempted_at < $1 ORDER BY attempted_at DESC LIMIT 1",
+    ),
+    first_from: Sql::shared("SELECT id FROM attempts WHERE id >= $1 ORDER BY id LIMIT 1"),
+    warm: Sql::shared(
+        "SELECT COUNT(*) FROM attempts WHERE id >= $1 AND id <= $2 AND attempted_at < $3",
+    ),
+    delete: Sql::shared("DELETE FROM attempts WHERE id >= $1 AND id <= $2 AND attempted_at < $3"),
+};
+
+pub(in crate::store) const DEAD_LETTERS: Log = Log {
+    last_old: Sql::shared(
+        "SELECT id FROM dead_letters WHERE created_at < $1 ORDER BY created_at DESC LIMIT 1",
+    ),
+    first_from: Sql::shared("SELECT id FROM dead_letters WHERE id >= $1 ORDER BY id LIMIT 1"),
+    warm: Sql::shared(
+        "SELECT COUNT(*) FROM dead_letters WHERE id >= $1 AND id <= $2 AND created_at < $3 \
+         AND substr(body, -1) IS NOT NULL",
+    ),
+    delete: Sql::shared("DELETE FROM dead_letters WHERE id >= $1 AND id <= $2 AND created_at < $3"),
+};
+
+/// Alias requests: nothing reads them but the admin's inspection, so age is the only rule.
+pub(in crate::store) const ALIASES: Log = Log {
+    last_old: Sql::shared(
+        "SELECT id FROM aliases WHERE created_at < $1 ORDER BY created_at DESC LIMIT 1",
+    ),
+    first_from: Sql::shared("SELECT id FROM aliases WHERE id >= $1 ORDER BY id LIMIT 1"),
+    warm: Sql::shared(
+        "SELECT COUNT(*) FROM aliases WHERE id >= $1 AND id <= $2 AND created_at < $3",
+    ),
+    delete: Sql::shared("DELETE FROM aliases WHERE id >= $1 AND id <= $2 AND created_at < $3"),
+};
+
+/// Ids one delete covers. Small, because on SQLite the delete holds the write lock ingest
+/// needs: 500 batches of ~4 KB took about 5 ms at 5M rows (README, "Retention at any size").
+const CHUNK: i64 = 500;
+
+/// The least pause after each delete; the pause is never shorter than the delete took either.
+/// A writer that found the lock taken sleeps in SQLite's busy handler, up to 100 ms a time
+/// (its steps grow from 1 ms to 100 ms): a shorter pause let the next delete take the lock
+/// again while the writer slept, and at 5 ms ingest p99 was 254 ms (README, "Retention at any
+/// table size"). 100 ms lets a waiting writer in before every next chunk.
+const MIN_PAUSE: Duration = Duration::from_millis(100);
+
+impl Store {
+    /// Deletes batches, attempts and dead letters older than `cutoff` (Unix ms); returns how
+    /// many rows went. A batch some job still needs is never pruned: every batch id at or
+    /// above the smallest one a pending job references is kept.
+    pub(crate) async fn prune(&self, cutoff: i64) -> StoreResult<u64> {
+        let (needed,): (Option<i64>,) = self.fetch_one(FIRST_NEEDED_BATCH, &[]).await?;
+        let below = needed.unwrap_or(i64::MAX);
+        let attempts = self.prune_log(ATTEMPTS, cutoff, i64::MAX).await?;
+        let letters = self.prune_log(DEAD_LETTERS, cutoff, i64::MAX).await?;
+        let batches = self.prune_log(BATCHES, cutoff, below).await?;
+        Ok(attempts + letters + batches)
+    }
+
+    /// Deletes alias requests that arrived before `cutoff` (Unix ms); returns how many went.
+    pub(crate) async fn prune_aliases(&self, cutoff: i64) -> StoreResult<u64> {
+        self.prune_log(ALIASES, cutoff, i64::MAX).await
+    }
+
+    /// Deletes `log`'s rows older than `cutoff` with an id below `below`, a chunk of ids at a
+    /// time with a pause after each.
+    async fn prune_log(&self, log: Log, cutoff: i64, below: i64) -> StoreResult<u64> {
+        let newest: Option<(i64,)> = self.fetch_optional(log.last_old, args![cutoff]).await?;
+        let Some(last) = newest.map(|(id,)| id.min(below.saturating_sub(1))) else {
+            return Ok(0);
+        };
+        let mut deleted = 0;
+        let mut from = i64::MIN;
+        while let Some((first,)) = self
+            .fetch_optional::<(i64,)>(log.first_from, args![from])
+            .await?
+        {
+            if first > last {
+                break;
+            }
+            let to = first.saturating_add(CHUNK - 1).min(last);
+            let _: (i64,) = self.fetch_one(log.warm, args![first, to, cutoff]).await?;
+            let started = Instant::now();
+            deleted += self.execute(log.delete, args![first, to, cutoff]).await?;
+            if to == i64::MAX {
+                break;
+            }
+            from = to + 1;
+            tokio::time::sleep(started.elapsed().max(MIN_PAUSE)).await;
+        }
+        Ok(deleted)
+    }
+}
