@@ -8,12 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use crate::payload::{Identities, Payload};
-
-/// Number of custom events in every batch sent to `/v2/events`.
-///
-/// Fixed rather than a flag so results stay comparable between runs.
-pub(crate) const EVENTS_PER_BATCH: usize = 10;
+use crate::payload::{EVENTS_PER_BATCH, Identities, Payload};
 
 /// Benchmark Boson: send event batches, measure acceptance and webhook delivery.
 #[derive(Debug, Parser)]

@@ -21,13 +21,14 @@ use serde::Serialize;
 
 use crate::admin::{self, Admin};
 use crate::boson::Boson;
-use crate::cli::{Args, EVENTS_PER_BATCH, Failure};
+use crate::cli::{Args, Failure};
 use crate::clock::unix_micros;
 use crate::cluster::Cluster;
 use crate::cpu;
 use crate::endpoint::{self, Endpoint, Mode, Record};
 use crate::metrics;
 use crate::openloop::{self, Load, Sent, Start, events_of};
+use crate::payload::EVENTS_PER_BATCH;
 use crate::report::{Spread, ms, ratio};
 
 /// Offered load when `--rate` is not given: 100 batches/s.

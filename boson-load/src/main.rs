@@ -258,7 +258,7 @@ async fn measure(
 
     // The failing user's events never arrive: user 0 sends batches 0, N, 2N, …
     let never = match (args.failing_user, args.users) {
-        (true, Some(users)) => args.batches.div_ceil(users) * cli::EVENTS_PER_BATCH as u64,
+        (true, Some(users)) => args.batches.div_ceil(users) * payload::EVENTS_PER_BATCH as u64,
         _ => 0,
     };
     let cpu_sent = boson.cpu_secs().ok();

@@ -12,7 +12,7 @@ use reqwest::header::CONTENT_TYPE;
 use tokio::task::JoinSet;
 
 use crate::admin::InputCredentials;
-use crate::cli::EVENTS_PER_BATCH;
+use crate::payload::EVENTS_PER_BATCH;
 use crate::report::{Spread, ms};
 use crate::sender::batch_from;
 

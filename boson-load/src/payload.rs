@@ -9,7 +9,10 @@ use std::fmt::Write as _;
 use clap::ValueEnum;
 use serde::Serialize;
 
-use crate::cli::EVENTS_PER_BATCH;
+/// Number of custom events in every batch sent to `/v2/events`.
+///
+/// Fixed rather than a flag so results stay comparable between runs.
+pub(crate) const EVENTS_PER_BATCH: usize = 10;
 
 /// How big and how rich a batch is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Serialize)]

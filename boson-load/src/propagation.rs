@@ -25,9 +25,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::admin::{self, Admin};
-use crate::cli::{Args, EVENTS_PER_BATCH};
+use crate::cli::Args;
 use crate::cluster::Cluster;
 use crate::openloop::{self, Load, Sent, Start};
+use crate::payload::EVENTS_PER_BATCH;
 use crate::receiver::Receiver;
 use crate::report::{Spread, ms};
 

@@ -25,8 +25,8 @@ use hyper_util::rt::TokioExecutor;
 use tokio::task::JoinSet;
 
 use crate::admin::InputCredentials;
-use crate::cli::EVENTS_PER_BATCH;
 use crate::clock::unix_micros;
+use crate::payload::EVENTS_PER_BATCH;
 use crate::payload::{Shape, this_run};
 
 /// How many failed requests to describe on stderr before going quiet.
