@@ -11,10 +11,12 @@
 //! Public keys are public, so what one input can add is capped ([`LIMITS`]); data points past a
 //! cap are counted and dropped, and the first drop of an input is logged.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use hashbrown::hash_map::RawEntryMut;
+use hashbrown::{DefaultHashBuilder, HashMap};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -56,9 +58,10 @@ pub(crate) type BatchPoints = Vec<(PointKey, Option<ValueType>, i64)>;
 /// the schema does not know (which no filter rule can name) are left out.
 pub(crate) fn points_of(document: &Value) -> BatchPoints {
     // Keyed by names borrowed from the document: a batch repeats its events' names, so an owned
-    // key is made once per distinct data point, not per sighting. The map's order is
-    // `PointKey`'s (the same fields, compared the same way), so no sort is needed.
-    let mut points: BTreeMap<BorrowedKey<'_>, (Option<ValueType>, i64)> = BTreeMap::new();
+    // key is made once per distinct data point, not per sighting. A hash map, not an ordered
+    // one: a sighting costs one hash instead of several string comparisons (an SDK batch has a
+    // few distinct points and many sightings), and only the distinct points are sorted.
+    let mut points: HashMap<BorrowedKey<'_>, (Option<ValueType>, i64)> = HashMap::new();
     let mut add = |key, value: Option<&Value>| {
         let seen = points.entry(key).or_insert((None, 0));
         let value_type = value.map(ValueType::of);
@@ -102,7 +105,11 @@ pub(crate) fn points_of(document: &Value) -> BatchPoints {
             add((Kind::IdentityType, "", "", kind), None);
         }
     }
-    points
+    // `PointKey`'s order (the same fields, compared the same way): an event before its
+    // attributes, which `DataCatalog::record`'s caps rely on.
+    let mut sorted: Vec<_> = points.into_iter().collect();
+    sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    sorted
         .into_iter()
         .map(
             |((kind, event_type, event_name, name), (value_type, count))| {
@@ -125,10 +132,14 @@ pub(crate) struct DataCatalog {
     tally: Mutex<HashMap<InputId, InputTally>>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct InputTally {
+    /// Shared by `known` and `pending`, so a recorded key is hashed once for both lookups.
+    /// foldhash (hashbrown's default) is fast on short keys and seeded at random per process:
+    /// the keys come from clients, so a fixed-seed hash would let them aim for collisions.
+    hasher: DefaultHashBuilder,
     /// Every data point this node let in for the input (never forgotten, so the caps hold).
-    known: HashSet<PointKey>,
+    known: HashMap<PointKey, ()>,
     events: usize,
     event_attributes: usize,
     user_attributes: usize,
@@ -136,6 +147,22 @@ struct InputTally {
     pending: HashMap<PointKey, Seen>,
     /// Sightings refused by a cap.
     dropped: u64,
+}
+
+impl Default for InputTally {
+    fn default() -> Self {
+        let hasher = DefaultHashBuilder::default();
+        Self {
+            known: HashMap::with_hasher(hasher.clone()),
+            pending: HashMap::with_hasher(hasher.clone()),
+            hasher,
+            events: 0,
+            event_attributes: 0,
+            user_attributes: 0,
+            attributes_per_event: HashMap::default(),
+            dropped: 0,
+        }
+    }
 }
 
 impl InputTally {
@@ -153,7 +180,7 @@ impl InputTally {
             Kind::EventAttribute => {
                 let event = key.owning_event();
                 // Sorted before its attributes, the event was just admitted or refused.
-                self.known.contains(&event)
+                self.known.contains_key(&event)
                     && self.event_attributes < limits.event_attributes
                     && bump(
                         self.attributes_per_event.entry(event).or_default(),
@@ -166,7 +193,7 @@ impl InputTally {
             Kind::IdentityType => true,
         };
         if admitted {
-            self.known.insert(key.clone());
+            self.known.insert(key.clone(), ());
         }
         admitted
     }
@@ -186,7 +213,7 @@ impl InputTally {
             Kind::UserAttribute => self.user_attributes += 1,
             Kind::IdentityType => {}
         }
-        self.known.insert(key);
+        self.known.insert(key, ());
     }
 }
 
@@ -212,7 +239,7 @@ impl DataCatalog {
         let mut tally = self.lock();
         for (input, key) in stored {
             let input_tally = tally.entry(input).or_default();
-            if !input_tally.known.contains(&key) {
+            if !input_tally.known.contains_key(&key) {
                 input_tally.remember(key);
             }
         }
@@ -228,10 +255,20 @@ impl DataCatalog {
             return;
         }
         let mut tally = self.lock();
-        let input_tally = tally.entry(input.clone()).or_default();
+        // Looked up by reference: the input's id is cloned only the first time it is seen.
+        let input_tally = match tally.raw_entry_mut().from_key(input) {
+            RawEntryMut::Occupied(entry) => entry.into_mut(),
+            RawEntryMut::Vacant(entry) => entry.insert(input.clone(), InputTally::default()).1,
+        };
         let dropped_before = input_tally.dropped;
         for (key, value_type, count) in batches.into_iter().flatten() {
-            if !input_tally.known.contains(&key) && !input_tally.admit(&key, limits) {
+            let hash = input_tally.hasher.hash_one(&key);
+            let known = input_tally
+                .known
+                .raw_entry()
+                .from_key_hashed_nocheck(hash, &key)
+                .is_some();
+            if !known && !input_tally.admit(&key, limits) {
                 input_tally.dropped += u64::try_from(count).unwrap_or(u64::MAX);
                 continue;
             }
@@ -241,10 +278,11 @@ impl DataCatalog {
                 last_seen_ms: now,
                 value_type,
             };
-            match input_tally.pending.get_mut(&key) {
-                Some(pending) => pending.merge(&seen),
-                None => {
-                    input_tally.pending.insert(key, seen);
+            let pending = input_tally.pending.raw_entry_mut();
+            match pending.from_key_hashed_nocheck(hash, &key) {
+                RawEntryMut::Occupied(mut entry) => entry.get_mut().merge(&seen),
+                RawEntryMut::Vacant(entry) => {
+                    entry.insert_hashed_nocheck(hash, key, seen);
                 }
             }
         }
