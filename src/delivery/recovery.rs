@@ -2,7 +2,8 @@
 //! brought forward and claimed at the pace [`super::drain`] sets, oldest first, while its new
 //! jobs wait in the table behind them (the connection is *draining*, see [`super::Crowded`]).
 //! The drain ends when a claim found fewer due jobs than it asked for and the store then has
-//! none left that the drain could claim later: on a connection ordered per user a claim takes
+//! none left of the backlog (the jobs up to the newest one when the recovery began) that the
+//! drain could claim later: on a connection ordered per user a claim takes
 //! only each user's head, so a short claim alone does not mean the backlog is claimed. From
 //! then on new jobs are handed over at once again. A job accepted just before that moment but
 //! committed just after it waits for the poller, so it can arrive after a later one: the
@@ -36,7 +37,15 @@ impl Lanes {
                     0
                 }
             };
-            lanes.drain(&id, backlog, generation).await;
+            // Jobs accepted from now on wait behind the backlog but are not part of it.
+            let backlog_end = match lanes.ctx.store.last_job_of(&id).await {
+                Ok(end) => end,
+                Err(error) => {
+                    tracing::warn!(connection = %id, %error, "Could not tell where the backlog ends; the drain ends at its first short claim.");
+                    0
+                }
+            };
+            lanes.drain(&id, backlog, backlog_end, generation).await;
             if lanes.current_drain(&id) == Some(generation) {
                 lanes.crowded.set_draining(&id, false);
             }
@@ -47,7 +56,13 @@ impl Lanes {
     /// allow, until none is left to claim. Stops early if the endpoint fails
     /// again (the breaker holds the jobs back then), the connection is paused, a newer recovery
     /// took over, or delivery stops.
-    async fn drain(self: &Arc<Self>, connection_id: &ConnectionId, backlog: u64, generation: u64) {
+    async fn drain(
+        self: &Arc<Self>,
+        connection_id: &ConnectionId,
+        backlog: u64,
+        backlog_end: i64,
+        generation: u64,
+    ) {
         let mut drain = Drain::new(backlog, Instant::now());
         loop {
             tokio::select! {
@@ -90,7 +105,7 @@ impl Lanes {
             for job in jobs {
                 self.offer(job).await;
             }
-            if drain.claimed(asked, got) && !self.drain_left(connection_id).await {
+            if drain.claimed(asked, got) && !self.drain_left(connection_id, backlog_end).await {
                 tracing::info!(connection = %connection_id, "Recovered connection's backlog claimed; new deliveries go at once again.");
                 return;
             }
@@ -99,8 +114,13 @@ impl Lanes {
 
     /// Whether the store still has due jobs of the connection for the drain to claim. If it
     /// cannot tell, the drain ends: the poller then claims what is left.
-    async fn drain_left(&self, connection_id: &ConnectionId) -> bool {
-        match self.ctx.store.drain_left(connection_id, now_ms()).await {
+    async fn drain_left(&self, connection_id: &ConnectionId, backlog_end: i64) -> bool {
+        match self
+            .ctx
+            .store
+            .drain_left(connection_id, now_ms(), backlog_end)
+            .await
+        {
             Ok(left) => left,
             Err(error) => {
                 tracing::warn!(connection = %connection_id, %error, "Could not tell whether a recovering connection's backlog is claimed; the poller takes what is left.");

@@ -331,8 +331,10 @@ const DRAIN_LEFT: Sql = Sql::shared(
     "SELECT j.id FROM jobs j WHERE j.connection_id = $1 AND j.next_attempt_at <= $2 \
      AND j.lease_until <= $2 AND NOT EXISTS (SELECT 1 FROM jobs e \
      WHERE e.connection_id = j.connection_id AND e.mpid = j.mpid AND e.mpid IS NOT NULL \
-     AND e.id < j.id AND e.next_attempt_at > $2 AND e.lease_until <= $2) LIMIT 1",
+     AND e.id < j.id AND e.next_attempt_at > $2 AND e.lease_until <= $2) AND j.id <= $3 LIMIT 1",
 );
+/// `$1` connection: its newest job, where a recovery's backlog ends.
+const LAST_JOB: Sql = Sql::shared("SELECT MAX(id) FROM jobs WHERE connection_id = $1");
 const BATCH_EXISTS: Sql = Sql::shared("SELECT id FROM batches WHERE id = $1");
 const SELECT_BODIES: Sql = Sql::each(
     "SELECT id, body FROM batches WHERE id IN (SELECT value FROM json_each($1))",
@@ -391,15 +393,27 @@ impl Store {
     /// Whether a recovering connection still has due jobs nobody holds for its drain to claim
     /// (see `DRAIN_LEFT`). Read after the drain's claim committed, so the jobs it claimed are
     /// not counted, and every job committed before this read is.
+    /// Only jobs up to `backlog_end` count: under steady traffic on a connection ordered per
+    /// user some user nearly always has a job queued behind one in flight, so counting the jobs
+    /// accepted during the drain would keep it from ever ending.
     pub(crate) async fn drain_left(
         &self,
         connection_id: &ConnectionId,
         now: i64,
+        backlog_end: i64,
     ) -> StoreResult<bool> {
         let row: Option<(i64,)> = self
-            .fetch_optional(DRAIN_LEFT, args![connection_id, now])
+            .fetch_optional(DRAIN_LEFT, args![connection_id, now, backlog_end])
             .await?;
         Ok(row.is_some())
+    }
+
+    /// The id of a connection's newest job (0 if it has none): where the backlog a recovery
+    /// drains ends.
+    pub(crate) async fn last_job_of(&self, connection_id: &ConnectionId) -> StoreResult<i64> {
+        let row: Option<(Option<i64>,)> =
+            self.fetch_optional(LAST_JOB, args![connection_id]).await?;
+        Ok(row.and_then(|(id,)| id).unwrap_or(0))
     }
 
     /// Whether a batch is stored.

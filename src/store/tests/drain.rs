@@ -20,10 +20,21 @@ fn of_user(mpid: Option<i64>, at: i64) -> NewBatch {
 }
 
 async fn left(db: &TestStore) -> bool {
+    left_up_to(db, i64::MAX).await
+}
+
+async fn left_up_to(db: &TestStore, backlog_end: i64) -> bool {
     db.store
-        .drain_left(&ConnectionId::trusted("c1"), now_ms())
+        .drain_left(&ConnectionId::trusted("c1"), now_ms(), backlog_end)
         .await
         .expect("drain_left")
+}
+
+async fn last_job(db: &TestStore) -> i64 {
+    db.store
+        .last_job_of(&ConnectionId::trusted("c1"))
+        .await
+        .expect("last_job_of")
 }
 
 #[tokio::test]
@@ -62,4 +73,23 @@ async fn a_job_behind_its_users_job_in_flight_is_left_but_not_one_behind_a_backo
     a.crowd("c1", true);
     a.ingest(vec![of_user(None, now_ms())]).await;
     assert!(left(&db).await, "an unordered job, due and not held");
+}
+
+#[tokio::test]
+async fn a_job_accepted_after_the_backlog_ended_is_not_left_for_the_drain() {
+    let db = TestStore::open().await;
+    let a = db.node(LEASE);
+    a.crowd("c1", true);
+    assert_eq!(last_job(&db).await, 0, "no job yet");
+    a.ingest(vec![of_user(None, now_ms())]).await;
+    let backlog_end = last_job(&db).await;
+    assert!(backlog_end > 0);
+    assert!(left_up_to(&db, backlog_end).await, "the backlog's own job");
+
+    // A job accepted while the drain runs waits in the table too, but is not the backlog's:
+    // under steady traffic such jobs would keep the drain from ever ending.
+    a.ingest(vec![of_user(None, now_ms())]).await;
+    assert!(last_job(&db).await > backlog_end);
+    assert!(!left_up_to(&db, backlog_end - 1).await, "only newer jobs");
+    assert!(left_up_to(&db, backlog_end).await);
 }
