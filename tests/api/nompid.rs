@@ -6,7 +6,6 @@
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::helpers::{
@@ -26,14 +25,7 @@ fn unnamed(customer_id: &str) -> Value {
 /// The MPID that owns `customer_id`, as the admin API answers it.
 async fn owner_of(app: &TestApp, customer_id: &str) -> i64 {
     let path = format!("/api/v1/users?identity_type=customer_id&value={customer_id}");
-    let user: Value = app
-        .admin(Method::GET, &path)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let user: Value = app.read(&path).await;
     user["mpid"].as_str().expect("a user").parse().unwrap()
 }
 
@@ -128,14 +120,7 @@ async fn a_resolved_batch_gives_its_mpid_to_its_jobs_profile_and_consent() {
     assert_eq!(app.post_events(&input, batch).await.status(), 202);
     let jobs = format!("SELECT COUNT(*) FROM jobs WHERE mpid = {mpid}");
     assert_eq!(app.query_i64(&jobs).await, 2, "both jobs are the user's");
-    let user: Value = app
-        .admin(Method::GET, &format!("/api/v1/users/{mpid}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let user: Value = app.read(&format!("/api/v1/users/{mpid}")).await;
     assert_eq!(user["user_attributes"]["tier"], "silver", "{user}");
     assert_eq!(
         user["consent_state"]["ccpa"]["data_sale_opt_out"]["consented"], true,
