@@ -13,10 +13,10 @@
 //!
 //! The order matters: lease renewals first, so a release in the same group wins; then job
 //! updates, before claims, so a job finished in this group can never be claimed in it again;
-//! then the users of batches that came without one; then the group's batches, the profiles of their users and their jobs. A batch needs its own
-//! answer (stored, or a duplicate `source_request_id`) and `RETURNING` promises no order, so
-//! batch ids are allocated first and inserted explicitly: the ids that come back are the
-//! batches stored.
+//! then the users of batches that came without one; then the group's batches, the profiles of
+//! their users and their jobs. A batch needs its own answer (stored, or a duplicate
+//! `source_request_id`) and `RETURNING` promises no order, so batch ids are allocated first and
+//! inserted explicitly: the ids that come back are the batches stored.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
