@@ -9,7 +9,7 @@
 mod backend;
 mod catalog_changes;
 mod catalog_sql;
-mod coalesce_sql;
+pub(crate) mod coalesce_sql;
 pub(crate) mod data_catalog_sql;
 #[cfg(test)]
 pub(crate) mod faults;

@@ -29,11 +29,20 @@ pub(in crate::store) struct Log {
     pub(in crate::store) warm: Sql,
     /// `$1`, `$2` the first and last id of a range, `$3` the cutoff: deletes the range's old rows.
     pub(in crate::store) delete: Sql,
+    /// `$1`, `$2`, `$3` as for `delete`: locks the rows the delete may take, in a statement of
+    /// the delete's transaction before it, where a concurrent writer may add a row that keeps
+    /// them (see [`BATCHES`]); `None`: the delete runs alone.
+    pub(in crate::store) lock: Option<Sql>,
 }
 
 /// Batches: the newest old one is clamped below the first batch a pending job needs (see
 /// [`FIRST_NEEDED_BATCH`]), and each delete checks that bound again itself, so a job enqueued
-/// for an old batch (a replay) while the prune runs keeps its batch.
+/// for an old batch (a replay) while the prune runs keeps its batch. On PostgreSQL the delete
+/// alone would not be enough: under READ COMMITTED its job check reads the snapshot taken when
+/// it started, before it waited for a row a replay's job insert holds (`FOR KEY SHARE`, see
+/// `Store::enqueue_replayed_batch`). So the chunk's rows are first locked `FOR UPDATE` in a
+/// statement of their own; the delete that follows takes its snapshot after every such insert
+/// committed, and sees its job. (SQLite's one writer makes the two serial anyway.)
 pub(in crate::store) const BATCHES: Log = Log {
     last_old: Sql::shared(
         "SELECT id FROM batches WHERE received_at < $1 ORDER BY received_at DESC LIMIT 1",
@@ -47,6 +56,10 @@ pub(in crate::store) const BATCHES: Log = Log {
         "DELETE FROM batches WHERE id >= $1 AND id <= $2 AND received_at < $3 \
          AND id < (SELECT COALESCE(MIN(batch_id), 9223372036854775807) FROM jobs)",
     ),
+    lock: Some(Sql::postgres_only(
+        "SELECT id FROM batches WHERE id >= $1 AND id <= $2 AND received_at < $3 \
+         ORDER BY id FOR UPDATE",
+    )),
 };
 /// The smallest batch id a pending job references (through `jobs_batch`, migration 0021).
 pub(in crate::store) const FIRST_NEEDED_BATCH: Sql = Sql::shared("SELECT MIN(batch_id) FROM jobs");
@@ -60,6 +73,7 @@ pub(in crate::store) const ATTEMPTS: Log = Log {
         "SELECT COUNT(*) FROM attempts WHERE id >= $1 AND id <= $2 AND attempted_at < $3",
     ),
     delete: Sql::shared("DELETE FROM attempts WHERE id >= $1 AND id <= $2 AND attempted_at < $3"),
+    lock: None,
 };
 
 pub(in crate::store) const DEAD_LETTERS: Log = Log {
@@ -72,6 +86,7 @@ pub(in crate::store) const DEAD_LETTERS: Log = Log {
          AND substr(body, -1) IS NOT NULL",
     ),
     delete: Sql::shared("DELETE FROM dead_letters WHERE id >= $1 AND id <= $2 AND created_at < $3"),
+    lock: None,
 };
 
 /// Alias requests: nothing reads them but the admin's inspection, so age is the only rule.
@@ -84,6 +99,7 @@ pub(in crate::store) const ALIASES: Log = Log {
         "SELECT COUNT(*) FROM aliases WHERE id >= $1 AND id <= $2 AND created_at < $3",
     ),
     delete: Sql::shared("DELETE FROM aliases WHERE id >= $1 AND id <= $2 AND created_at < $3"),
+    lock: None,
 };
 
 /// Ids one delete covers. Small, because on SQLite the delete holds the write lock ingest
@@ -134,13 +150,30 @@ impl Store {
             let to = first.saturating_add(CHUNK - 1).min(last);
             let _: (i64,) = self.fetch_one(log.warm, args![first, to, cutoff]).await?;
             let started = Instant::now();
-            deleted += self.execute(log.delete, args![first, to, cutoff]).await?;
+            deleted += self.delete_chunk(log, (first, to), cutoff).await?;
             if to == i64::MAX {
                 break;
             }
             from = to + 1;
             tokio::time::sleep(started.elapsed().max(MIN_PAUSE)).await;
         }
+        Ok(deleted)
+    }
+
+    /// Deletes one chunk of `log`, after locking its rows when the log asks for it.
+    async fn delete_chunk(
+        &self,
+        log: Log,
+        (first, to): (i64, i64),
+        cutoff: i64,
+    ) -> StoreResult<u64> {
+        let Some(lock) = log.lock else {
+            return Ok(self.execute(log.delete, args![first, to, cutoff]).await?);
+        };
+        let mut tx = self.begin().await?;
+        tx.execute(lock, args![first, to, cutoff]).await?;
+        let deleted = tx.execute(log.delete, args![first, to, cutoff]).await?;
+        tx.commit().await?;
         Ok(deleted)
     }
 }
