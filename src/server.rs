@@ -416,7 +416,7 @@ async fn finish_by(
 /// alive; whatever they send from now on is not committed, which is safe: their jobs were
 /// released (or stay leased) and are delivered again after a restart.
 async fn drain_writer(writer: &Writer, task: tokio::task::JoinHandle<()>) {
-    let flushed = tokio::time::timeout(WRITER_DRAIN, writer.ingest(Vec::new())).await;
+    let flushed = tokio::time::timeout(WRITER_DRAIN, writer.flush()).await;
     if !matches!(flushed, Ok(Ok(_))) {
         tracing::warn!(
             "The writer did not drain in time; uncommitted job updates will be redone after restart."

@@ -13,6 +13,7 @@ mod files;
 mod forwarding;
 pub(super) mod harness;
 mod health;
+mod lanes;
 mod metrics;
 mod model;
 mod queue;
