@@ -150,6 +150,10 @@ async fn connect_sqlite(url: &str) -> anyhow::Result<SqlitePool> {
         .foreign_keys(true);
     SqlitePoolOptions::new()
         .max_connections(4)
+        // A ping before each use is a round trip to the connection's thread (two thread
+        // wake-ups) on every query and transaction, and checks nothing an embedded database
+        // can lose: a dead worker thread fails the query itself. sqlx still pings on release.
+        .test_before_acquire(false)
         .connect_with(options)
         .await
         .with_context(|| format!("failed to open SQLite database {path}"))
