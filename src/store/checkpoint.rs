@@ -5,7 +5,9 @@
 //! so the next group waits for the copy (4.9% of Boson's CPU at saturation, all of it on the
 //! one path that serialises ingest). Here a background task copies the WAL with a PASSIVE
 //! checkpoint, which neither waits for the writer nor holds it up, on a pool connection of its
-//! own, every [`INTERVAL`].
+//! own: every [`MIN_INTERVAL`] while the WAL grows by [`BUSY_FRAMES`] or more between two runs,
+//! less and less often (up to [`MAX_INTERVAL`]) while it grows slower, so that a quiet server
+//! does not sync its files ten times a second for a handful of pages.
 //!
 //! A passive checkpoint alone cannot bound the WAL under a steady stream of commits: SQLite
 //! starts the WAL over only when a write transaction begins and finds every frame copied, and
@@ -27,8 +29,13 @@ use super::Store;
 /// full ingest rate.
 pub(super) const BOUND_PAGES: u32 = 8192;
 
-/// How often the background task copies the WAL.
-const INTERVAL: Duration = Duration::from_millis(100);
+/// The shortest wait between two runs, under load.
+const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// The longest wait, when little is written.
+const MAX_INTERVAL: Duration = Duration::from_secs(5);
+/// New WAL frames since the last run that count as load (SQLite's default automatic
+/// checkpoint size): fewer, and the wait doubles.
+const BUSY_FRAMES: i64 = 1000;
 
 /// What one passive checkpoint did: the frames in the WAL, and how many of them are now in the
 /// database file (all, unless the writer appended while it ran).
@@ -56,19 +63,67 @@ impl Store {
     }
 }
 
-/// Checkpoints the WAL every [`INTERVAL`] until cancelled; returns at once on PostgreSQL.
+/// Checkpoints the WAL until cancelled; returns at once on PostgreSQL.
 pub(crate) async fn checkpoint_periodically(store: Store, cancel: CancellationToken) {
     if !matches!(store, Store::Sqlite(_)) {
         return;
     }
+    let mut interval = MIN_INTERVAL;
+    let mut last_frames = 0;
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = tokio::time::sleep(INTERVAL) => {}
+            () = tokio::time::sleep(interval) => {}
         }
-        if let Err(error) = store.checkpoint_wal().await {
+        match store.checkpoint_wal().await {
+            Ok(Some(done)) => {
+                interval = next_interval(interval, new_frames(last_frames, done.wal_frames));
+                last_frames = done.wal_frames;
+            }
+            Ok(None) => return,
             // The commit path's own checkpoint still bounds the WAL.
-            tracing::warn!(%error, "Checkpointing the WAL failed.");
+            Err(error) => tracing::warn!(%error, "Checkpointing the WAL failed."),
         }
+    }
+}
+
+/// The wait before the next run, after one that found `new_frames` frames written since the
+/// run before.
+fn next_interval(interval: Duration, new_frames: i64) -> Duration {
+    if new_frames >= BUSY_FRAMES {
+        MIN_INTERVAL
+    } else {
+        (interval * 2).min(MAX_INTERVAL)
+    }
+}
+
+/// Frames written between two runs that saw `before` and then `now` frames in the WAL; fewer
+/// now means a write transaction started the WAL over in between, so all of them are new.
+fn new_frames(before: i64, now: i64) -> i64 {
+    if now >= before { now - before } else { now }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interval_backs_off_while_little_is_written_and_returns_under_load() {
+        let mut interval = MIN_INTERVAL;
+        let mut waits = Vec::new();
+        for _ in 0..10 {
+            interval = next_interval(interval, BUSY_FRAMES - 1);
+            waits.push(interval);
+        }
+        assert_eq!(waits[0], MIN_INTERVAL * 2);
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
+        assert_eq!(waits[9], MAX_INTERVAL);
+        assert_eq!(next_interval(MAX_INTERVAL, BUSY_FRAMES), MIN_INTERVAL);
+    }
+
+    #[test]
+    fn new_frames_count_from_the_start_after_the_wal_started_over() {
+        assert_eq!(new_frames(100, 350), 250);
+        assert_eq!(new_frames(5000, 40), 40);
     }
 }
