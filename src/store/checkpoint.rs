@@ -5,9 +5,9 @@
 //! so the next group waits for the copy (4.9% of Boson's CPU at saturation, all of it on the
 //! one path that serialises ingest). Here a background task copies the WAL with a PASSIVE
 //! checkpoint, which neither waits for the writer nor holds it up, on a pool connection of its
-//! own: every [`MIN_INTERVAL`] while the WAL grows by [`BUSY_FRAMES`] or more between two runs,
-//! less and less often (up to [`MAX_INTERVAL`]) while it grows slower, so that a quiet server
-//! does not sync its files ten times a second for a handful of pages.
+//! own. The wait between two runs halves (down to [`MIN_INTERVAL`]) while each run finds
+//! [`BUSY_FRAMES`] or more new frames, and doubles (up to [`MAX_INTERVAL`]) while it finds fewer,
+//! so that a quiet server does not sync its files ten times a second for a handful of pages.
 //!
 //! A passive checkpoint alone cannot bound the WAL under a steady stream of commits: SQLite
 //! starts the WAL over only when a write transaction begins and finds every frame copied, and
@@ -33,9 +33,8 @@ pub(super) const BOUND_PAGES: u32 = 8192;
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
 /// The longest wait, when little is written.
 const MAX_INTERVAL: Duration = Duration::from_secs(5);
-/// New WAL frames since the last run that count as load (SQLite's default automatic
-/// checkpoint size): fewer, and the wait doubles.
-const BUSY_FRAMES: i64 = 1000;
+/// New WAL frames since the last run (2 MB) that count as load: fewer, and the wait doubles.
+const BUSY_FRAMES: i64 = 512;
 
 /// What one passive checkpoint did: the frames in the WAL, and how many of them are now in the
 /// database file (all, unless the writer appended while it ran).
@@ -91,7 +90,7 @@ pub(crate) async fn checkpoint_periodically(store: Store, cancel: CancellationTo
 /// run before.
 fn next_interval(interval: Duration, new_frames: i64) -> Duration {
     if new_frames >= BUSY_FRAMES {
-        MIN_INTERVAL
+        (interval / 2).max(MIN_INTERVAL)
     } else {
         (interval * 2).min(MAX_INTERVAL)
     }
@@ -118,7 +117,9 @@ mod tests {
         assert_eq!(waits[0], MIN_INTERVAL * 2);
         assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
         assert_eq!(waits[9], MAX_INTERVAL);
-        assert_eq!(next_interval(MAX_INTERVAL, BUSY_FRAMES), MIN_INTERVAL);
+        assert_eq!(next_interval(MAX_INTERVAL, BUSY_FRAMES), MAX_INTERVAL / 2);
+        assert_eq!(next_interval(MIN_INTERVAL * 2, BUSY_FRAMES), MIN_INTERVAL);
+        assert_eq!(next_interval(MIN_INTERVAL, 10 * BUSY_FRAMES), MIN_INTERVAL);
     }
 
     #[test]
