@@ -217,6 +217,11 @@ pub async fn run(
         store.clone(),
         cancel.clone(),
     ));
+    // SQLite: the WAL is copied back here rather than inside the writer's commits.
+    tokio::spawn(crate::store::checkpoint::checkpoint_periodically(
+        store.clone(),
+        cancel.clone(),
+    ));
     tokio::spawn(prune_periodically(
         store.clone(),
         config.retention.clone(),

@@ -9,6 +9,7 @@
 mod backend;
 mod catalog_changes;
 mod catalog_sql;
+pub(crate) mod checkpoint;
 pub(crate) mod coalesce_sql;
 pub(crate) mod data_catalog_sql;
 #[cfg(test)]
@@ -147,6 +148,8 @@ async fn connect_sqlite(url: &str) -> anyhow::Result<SqlitePool> {
         // makes its cost per group, not per request.
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(10))
+        // The WAL is copied back by a background task; a commit does it only past this bound.
+        .pragma("wal_autocheckpoint", checkpoint::BOUND_PAGES.to_string())
         .foreign_keys(true);
     SqlitePoolOptions::new()
         .max_connections(4)

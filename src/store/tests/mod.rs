@@ -4,6 +4,7 @@
 //! sequences of the queue.
 
 mod catalog;
+mod checkpoint;
 mod commit;
 mod consent;
 mod data_catalog;
