@@ -163,6 +163,7 @@ fn requests(
     let parts = filtered.iter().enumerate().map(|(at, (job, f))| {
         let parts = f.plan.payloads.iter().map(|p| Part {
             member: at,
+            accepted: job.batch_id.get(),
             body: p.body.clone(),
             events: p.event_indexes.clone(),
         });

@@ -2,9 +2,11 @@
 //! cap allows (pure, property-tested).
 //!
 //! Each part is one batch's body as `pipeline::filter::plan` cut it (Send as Batch: one body per
-//! batch, `{"events":[…],<batch fields>}`), in acceptance order. A request carries whole parts:
-//! their events, in order, with the batch fields (user and device fields, `batch_id`, …) of its
-//! newest part. Parts go into a request while its body stays within the cap; a part that alone
+//! batch, `{"events":[…],<batch fields>}`), in the group's order (its jobs' order). A request
+//! carries whole parts: their events, in that order, with the batch fields (user and device
+//! fields, `batch_id`, …) of its most recently accepted part. That part is usually the last, but
+//! not when a replay's job for an old batch joined a user's group behind newer live ones: the
+//! receiver must not be told the user's state of a month ago as the current one. Parts go into a request while its body stays within the cap; a part that alone
 //! is larger than the cap goes in a request of its own, since a batch is never cut.
 
 use serde_json::Value;
@@ -14,6 +16,8 @@ use serde_json::Value;
 pub(crate) struct Part {
     /// Which batch of the group (its place in id order).
     pub(crate) member: usize,
+    /// Grows with the batch's acceptance (its batch id): the newest part's fields go out.
+    pub(crate) accepted: i64,
     pub(crate) body: Vec<u8>,
     pub(crate) events: Vec<usize>,
 }
@@ -28,6 +32,7 @@ pub(crate) struct Merged {
 /// A part taken apart: its serialised events and its batch fields (a serialised object).
 struct Split {
     member: usize,
+    accepted: i64,
     indexes: Vec<usize>,
     events: Vec<Vec<u8>>,
     base: Vec<u8>,
@@ -69,6 +74,7 @@ fn split(part: &Part) -> Option<Split> {
     let events = events.iter().map(to_vec).collect();
     Some(Split {
         member: part.member,
+        accepted: part.accepted,
         indexes: part.events.clone(),
         events,
         base: to_vec(&Value::Object(object)),
@@ -95,7 +101,8 @@ fn body_len(count: usize, event_bytes: usize, base_len: usize) -> usize {
 }
 
 fn flush(chunk: &mut Vec<Split>, out: &mut Vec<Merged>) {
-    let Some(newest) = chunk.last() else {
+    // The last of the most recent, should two parts share an acceptance.
+    let Some(newest) = chunk.iter().max_by_key(|split| split.accepted) else {
         return;
     };
     let base = &newest.base;
@@ -148,9 +155,29 @@ mod tests {
         });
         Part {
             member,
+            accepted: i64::try_from(member).unwrap(),
             body: serde_json::to_vec(&body).unwrap(),
             events: (0..events).collect(),
         }
+    }
+
+    #[test]
+    fn an_older_batch_behind_a_newer_one_keeps_its_events_place_but_not_its_fields() {
+        // A replayed batch (accepted long ago) whose job joined the group after a live one.
+        let live = Part {
+            accepted: 900,
+            ..part(0, 1, 0)
+        };
+        let replayed = Part {
+            accepted: 3,
+            ..part(1, 1, 0)
+        };
+        let merged = merge(vec![live, replayed], 1 << 20);
+        assert_eq!(merged[0].events, [(0, 0), (1, 0)]);
+        assert_eq!(
+            fields(&merged[0].body)["user_attributes"],
+            json!({"member": 0})
+        );
     }
 
     #[test]
@@ -178,6 +205,7 @@ mod tests {
     fn a_body_that_is_not_a_batch_goes_as_it_is() {
         let odd = Part {
             member: 1,
+            accepted: 1,
             body: b"not json".to_vec(),
             events: vec![0],
         };

@@ -122,6 +122,8 @@ impl Gathering {
             .zip(sends.event_indexes)
             .map(|(body, events)| Part {
                 member,
+                // A replay's batches come in acceptance order, and a dry run has no live ones.
+                accepted: i64::try_from(member).unwrap_or(i64::MAX),
                 body,
                 events,
             });
