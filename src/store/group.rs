@@ -30,6 +30,7 @@ use super::queue::{
 };
 use super::steps::{self, AttemptRow, JobRow, ProfileRow, RetryRow};
 use super::{Store, StoreError, StoreResult};
+use super::prune_step::{self, PruneChunk};
 use super::{coalesce_sql, identity_steps};
 use crate::model::consent;
 use crate::model::ids::{BatchId, ConnectionId, Mpid};
@@ -57,6 +58,11 @@ pub(super) enum Command {
         of: ClaimOf,
         reply: oneshot::Sender<StoreResult<Vec<ClaimedJob>>>,
     },
+    /// A retention chunk to delete in the group (see [`prune_step`]); answers the rows deleted.
+    Prune {
+        chunk: PruneChunk,
+        reply: oneshot::Sender<StoreResult<u64>>,
+    },
 }
 
 /// Which jobs a claim takes.
@@ -79,6 +85,7 @@ pub(super) enum Done {
     Update,
     Renew(Renewed),
     Claim(Vec<ClaimedJob>),
+    Prune(u64),
 }
 
 impl std::fmt::Debug for Command {
@@ -88,6 +95,7 @@ impl std::fmt::Debug for Command {
             Command::Update { .. } => "Update",
             Command::Renew { .. } => "Renew",
             Command::Claim { .. } => "Claim",
+            Command::Prune { .. } => "Prune",
         })
     }
 }
@@ -173,12 +181,14 @@ async fn run_steps(
         HashMap::new()
     };
     let job_ids = steps::insert_jobs(tx, &new_jobs).await?;
+    let chunks = commands.iter().filter_map(Command::prune_chunk);
+    let pruned = prune_step::delete_chunks(tx, chunks).await?;
     let handed = Handed {
         job_ids: &job_ids,
         consents: &consents,
         lease_until,
     };
-    let done = answers(commands, claims, outcomes, &handed, &renewed);
+    let done = answers(commands, (claims, pruned), outcomes, &handed, &renewed);
     Ok((done, stored))
 }
 
@@ -227,6 +237,14 @@ impl Command {
         match self {
             Command::Ingest { batches, .. } => batches,
             _ => &[],
+        }
+    }
+
+    /// The chunk a prune command deletes.
+    fn prune_chunk(&self) -> Option<&PruneChunk> {
+        match self {
+            Command::Prune { chunk, .. } => Some(chunk),
+            _ => None,
         }
     }
 
@@ -327,11 +345,12 @@ struct Handed<'a> {
     lease_until: i64,
 }
 
-/// One answer per command, in order: claims get their jobs, renewals the jobs still held,
-/// ingest commands their outcomes and the leased jobs to hand to delivery.
+/// One answer per command, in order: claims get their jobs, prunes the rows they deleted,
+/// renewals the jobs still held, ingest commands their outcomes and the leased jobs to hand to
+/// delivery.
 fn answers(
     commands: &[Command],
-    claims: Vec<Vec<ClaimedJob>>,
+    (claims, pruned): (Vec<Vec<ClaimedJob>>, Vec<u64>),
     outcomes: Vec<Vec<IngestOutcome>>,
     handed: &Handed<'_>,
     renewed: &HashSet<i64>,
@@ -345,6 +364,7 @@ fn answers(
         .map(|(id, batch_id, connection, _)| ((*batch_id, connection), *id))
         .collect();
     let mut claims = claims.into_iter();
+    let mut pruned = pruned.into_iter();
     commands
         .iter()
         .zip(outcomes)
@@ -354,6 +374,7 @@ fn answers(
                 Done::Ingest(outcomes, jobs)
             }
             Command::Claim { .. } => Done::Claim(claims.next().unwrap_or_default()),
+            Command::Prune { .. } => Done::Prune(pruned.next().unwrap_or_default()),
             Command::Renew { job_ids, .. } => Done::Renew(Renewed {
                 job_ids: job_ids
                     .iter()

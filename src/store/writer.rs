@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::group::{ClaimOf, Command, Done, Failure, commit};
+use super::prune_step::PruneChunk;
 use super::queue::{ClaimedJob, IngestOutcome, Job, JobUpdate, NewBatch, Renewed};
 use super::{Store, StoreError, StoreResult};
 use crate::model::ids::{ConnectionId, Mpid};
@@ -137,6 +138,15 @@ impl Writer {
         answer.await.map_err(|_| closed())?
     }
 
+    /// Deletes a retention chunk inside a group commit, sharing its commit; answers the rows
+    /// deleted once committed. A chunk that fails fails alone: the group is retried command by
+    /// command, as for any other failing command.
+    pub(crate) async fn prune_chunk(&self, chunk: PruneChunk) -> StoreResult<u64> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Prune { chunk, reply }).await?;
+        answer.await.map_err(|_| closed())?
+    }
+
     /// Whether the writer task is still running (ingest cannot succeed without it).
     pub(crate) fn is_running(&self) -> bool {
         !self.commands.is_closed()
@@ -240,6 +250,12 @@ fn settle(
             let _ = reply.send(Err(e));
         }
         (Command::Renew { reply, .. }, Err(error)) => {
+            let _ = reply.send(Err(error));
+        }
+        (Command::Prune { reply, .. }, Ok(Some(Done::Prune(deleted)))) => {
+            let _ = reply.send(Ok(deleted));
+        }
+        (Command::Prune { reply, .. }, Err(error)) => {
             let _ = reply.send(Err(error));
         }
         (
