@@ -473,7 +473,9 @@ async fn prune_periodically(
         let now = crate::model::now_ms();
         // Each kind is pruned even when another one's statement failed.
         let results = [
-            store.prune_through(&writer, now.saturating_sub(keep_ms)).await,
+            store
+                .prune_through(&writer, now.saturating_sub(keep_ms))
+                .await,
             store
                 .prune_forwarding_stats(now.saturating_sub(retention.forwarding_stats_ms()))
                 .await,

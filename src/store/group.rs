@@ -25,12 +25,12 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::backend::Tx;
+use super::prune_step::{self, PruneChunk};
 use super::queue::{
     ClaimedJob, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, Renewed,
 };
 use super::steps::{self, AttemptRow, JobRow, ProfileRow, RetryRow};
 use super::{Store, StoreError, StoreResult};
-use super::prune_step::{self, PruneChunk};
 use super::{coalesce_sql, identity_steps};
 use crate::model::consent;
 use crate::model::ids::{BatchId, ConnectionId, Mpid};

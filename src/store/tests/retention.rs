@@ -9,8 +9,8 @@ use super::harness::{BatchRow, HOUR, TestStore, batch};
 use crate::model::ids::BatchId;
 use crate::store::Store;
 use crate::store::backend::Sql;
-use crate::store::queue::IngestOutcome;
 use crate::store::prune_step::PruneChunk;
+use crate::store::queue::IngestOutcome;
 use crate::store::{forwarding_sql, metrics_sql, retention_sql, sessions_sql};
 
 /// Every statement retention and the other maintenance run, with how many integer arguments
@@ -159,7 +159,12 @@ async fn a_prune_chunk_committed_by_the_writer_deletes_its_old_rows_but_not_what
     batches[7] = batch("in", None, old, &["c1"]);
     let all: Vec<_> = node.ingest(batches).await.into_iter().map(stored).collect();
 
-    let whole = chunk(retention_sql::BATCHES.delete, all[0], all[9], db.stored(HOUR));
+    let whole = chunk(
+        retention_sql::BATCHES.delete,
+        all[0],
+        all[9],
+        db.stored(HOUR),
+    );
     let deleted = node.writer().prune_chunk(whole).await.expect("prune chunk");
 
     // Batches 0-2 and 4-6 go; the young one stays, and so does everything from the one a job
