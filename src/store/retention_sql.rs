@@ -104,8 +104,8 @@ const CHUNK: i64 = 500;
 const MIN_PAUSE: Duration = Duration::from_millis(100);
 
 /// Ids one delete covers inside a group commit, where the delete adds to the group's latency.
-/// Measured at 5M rows (a group of one insert, sqlite3 in Python, README): 0.8 ms alone, 2.6 ms
-/// with a chunk of 100 (max 7.4 ms), 10.8 ms with a chunk of 500 (max 21.6 ms).
+/// At 5M rows (`retention-bench chunkcost`, README) a one-row commit with a chunk of 100 took
+/// at most 7–9 ms, with a chunk of 500 up to 22–37 ms.
 const CHUNK_IN_GROUP: i64 = 100;
 
 /// The least pause after a chunk the writer deleted in a group commit: no lock was taken
