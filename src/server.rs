@@ -217,6 +217,11 @@ pub async fn run(
         store.clone(),
         cancel.clone(),
     ));
+    // SQLite: the WAL is copied back here rather than inside the writer's commits.
+    tokio::spawn(crate::store::checkpoint::checkpoint_periodically(
+        store.clone(),
+        cancel.clone(),
+    ));
     tokio::spawn(prune_periodically(
         store.clone(),
         flusher.clone(),
@@ -417,7 +422,7 @@ async fn finish_by(
 /// alive; whatever they send from now on is not committed, which is safe: their jobs were
 /// released (or stay leased) and are delivered again after a restart.
 async fn drain_writer(writer: &Writer, task: tokio::task::JoinHandle<()>) {
-    let flushed = tokio::time::timeout(WRITER_DRAIN, writer.ingest(Vec::new())).await;
+    let flushed = tokio::time::timeout(WRITER_DRAIN, writer.flush()).await;
     if !matches!(flushed, Ok(Ok(_))) {
         tracing::warn!(
             "The writer did not drain in time; uncommitted job updates will be redone after restart."

@@ -70,7 +70,7 @@ function follow(target, replayId) {
     if (!document.body.contains(line)) return;
     try {
       const r = await api('GET', `/api/v1/replays/${replayId}`);
-      line.textContent = `Replay ${r.replay_id}: ${r.status} · ${r.batches} batches, ${r.events} events, ${r.requests} requests queued, ${r.sent} sent, ${r.failed} failed${r.error ? ` · ${r.error}` : ''}`;
+      line.textContent = `Replay ${r.replay_id}: ${r.status} · ${r.batches} batches, ${r.events} events, ${r.requests} requests queued, ${r.sent} sent, ${r.failed} failed${r.expired ? `, ${r.expired} expired (pruned before their turn)` : ''}${r.error ? ` · ${r.error}` : ''}`;
       if (r.status === 'running') setTimeout(tick, 1000); else cancel.remove();
     } catch (err) { line.replaceChildren(errorLine(err.message)); }
   };

@@ -15,6 +15,7 @@ use crate::model::ids::{ConnectionId, InputId, OutputId};
 use crate::model::now_ms;
 use crate::model::settings::{ConnectionSettings, ConnectionStatus, SettingsError, metadata_paths};
 use crate::state::AppState;
+use crate::store::queue::FailingJobs;
 use crate::store::{ConnectionRow, StoreError};
 
 #[derive(Debug, Deserialize)]
@@ -198,8 +199,9 @@ struct RetryingOut {
     failing_jobs: i64,
     /// The oldest failing delivery's next attempt (Unix ms).
     next_attempt_at: i64,
-    /// When the oldest failing delivery goes to the dead letters if it still fails: its
-    /// acceptance plus `delivery.retry_window_secs`.
+    /// When the oldest failing delivery goes to the dead letters if it still fails: where the
+    /// worker starts its retry window (its acceptance; for a coalesced group the end of its
+    /// batch window) plus `delivery.retry_window_secs`.
     gives_up_at: i64,
     last_error: Option<String>,
 }
@@ -213,21 +215,39 @@ pub(crate) async fn get(
     let window_ms = i64::try_from(state.config.delivery.retry_window_secs)
         .unwrap_or(i64::MAX)
         .saturating_mul(1000);
-    let retrying = state
-        .store
-        .failing_jobs(&id)
-        .await
-        .map_err(not_found)?
-        .map(|failing| RetryingOut {
+    let failing = state.store.failing_jobs(&id).await.map_err(not_found)?;
+    let retrying = match failing {
+        Some(failing) => Some(RetryingOut {
             failing_jobs: failing.failing_jobs,
             next_attempt_at: failing.next_attempt_at,
-            gives_up_at: failing.created_at.saturating_add(window_ms),
+            gives_up_at: retries_start(&state, &failing)
+                .await
+                .saturating_add(window_ms),
             last_error: failing.last_error,
-        });
+        }),
+        None => None,
+    };
     Ok(Json(ConnectionDetailOut {
         connection: connection.into(),
         retrying,
     }))
+}
+
+/// Where the worker counts the failing job's retry window from: its acceptance, or for a
+/// coalesced group the rule the group's worker uses ([`crate::delivery::coalesce::retries_start`]),
+/// with the window of the head's settings revision. An unreadable revision counts no window,
+/// as the worker does while it cannot read it.
+async fn retries_start(state: &AppState, failing: &FailingJobs) -> i64 {
+    if failing.coalesce_head.is_none() {
+        return failing.created_at;
+    }
+    let window_ms = match state.store.get_revision(failing.revision_id).await {
+        Ok(text) => ConnectionSettings::from_json_str(&text)
+            .map(|settings| settings.batch_window_ms())
+            .unwrap_or(0),
+        Err(_) => 0,
+    };
+    crate::delivery::coalesce::retries_start(failing.created_at, failing.newest_in_group, window_ms)
 }
 
 pub(crate) async fn update(

@@ -177,7 +177,7 @@ fn replay_out(row: &ReplayRow) -> Json<Value> {
         "from_ms": row.from_ms, "to_ms": row.to_ms, "event_types": event_types,
         "rate_per_second": row.rate_per_second, "status": row.status,
         "batches": row.batches, "events": row.events, "requests": row.requests,
-        "sent": row.sent, "failed": row.failed, "error": row.error,
+        "sent": row.sent, "failed": row.failed, "expired": row.expired, "error": row.error,
         "created_at": row.created_at, "updated_at": row.updated_at,
     }))
 }

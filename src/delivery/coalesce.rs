@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 
 use super::lane::LaneControl;
-use super::merge::{Part, merge};
+use super::merge::{Merged, Part, merge};
 use super::worker::{
     Attempt, Live, Member, Outgoing, Sending, missing_connection, profile_consent,
 };
@@ -46,8 +46,12 @@ pub(super) async fn work(
     // The group is first sent when its window ends, so its retry window counts from there
     // (and from its newest batch's acceptance, if later): counted from the head's acceptance,
     // a retry window shorter than the batch window would be over at the first failure.
-    let newest = members.iter().map(|job| job.created_at).max();
-    attempt.retries_counted_from(newest.unwrap_or(head.created_at));
+    let newest = members
+        .iter()
+        .map(|job| job.created_at)
+        .max()
+        .unwrap_or(head.created_at);
+    attempt.retries_counted_from(retries_start(head.created_at, newest, 0));
     let stored = || {
         members
             .iter()
@@ -64,10 +68,11 @@ pub(super) async fn work(
             return attempt.retry(head.progress, error, None, stored());
         }
     };
-    attempt.retries_counted_from(
-        head.created_at
-            .saturating_add(head_settings.batch_window_ms()),
-    );
+    attempt.retries_counted_from(retries_start(
+        head.created_at,
+        newest,
+        head_settings.batch_window_ms(),
+    ));
     let mut filtered = Vec::with_capacity(members.len());
     for job in &members {
         let settings = match ctx.catalog.revision(job.revision_id).await {
@@ -129,6 +134,16 @@ pub(super) async fn work(
     sending.send(attempt, &bodies).await
 }
 
+/// When a coalesced group's retry window starts (Unix ms): the end of its batch window (the
+/// head's acceptance plus the head revision's `window_ms`), or its newest batch's acceptance if
+/// later. The worker gives a group up once a retry would fall past this plus the retry window,
+/// and the admin API's `gives_up_at` is computed with this same rule.
+pub(crate) fn retries_start(head_created_at: i64, newest_created_at: i64, window_ms: i64) -> i64 {
+    head_created_at
+        .saturating_add(window_ms)
+        .max(newest_created_at)
+}
+
 /// The group's requests from member `progress` on (a request's index is the place of its first
 /// batch in the group). Requests are cut between runs of whole batches by their STORED sizes,
 /// not their filtered bodies: the cut must stay put when a retry filters differently (a consent
@@ -143,24 +158,18 @@ fn requests(
 ) -> Vec<Outgoing> {
     let cap = usize::try_from(settings.max_batch_bytes).unwrap_or(usize::MAX);
     let place: HashMap<i64, usize> = members.iter().enumerate().map(|(m, j)| (j.id, m)).collect();
-    let run_of = runs_by_size(members.iter().map(|job| job.body.len()), cap);
+    let sizes: Vec<usize> = members.iter().map(|job| job.body.len()).collect();
     let from = usize::try_from(progress).unwrap_or(0);
-    let mut runs: BTreeMap<usize, Vec<Part>> = BTreeMap::new();
-    for (at, (job, f)) in filtered.iter().enumerate() {
-        let member = place[&job.id];
-        if member < from {
-            continue;
-        }
-        runs.entry(run_of[member])
-            .or_default()
-            .extend(f.plan.payloads.iter().map(|p| Part {
-                member: at,
-                body: p.body.clone(),
-                events: p.event_indexes.clone(),
-            }));
-    }
-    runs.into_values()
-        .flat_map(|parts| merge(parts, usize::MAX))
+    let parts = filtered.iter().enumerate().map(|(at, (job, f))| {
+        let parts = f.plan.payloads.iter().map(|p| Part {
+            member: at,
+            body: p.body.clone(),
+            events: p.event_indexes.clone(),
+        });
+        (place[&job.id], parts.collect())
+    });
+    cut(&sizes, cap, from, parts)
+        .into_iter()
         .filter_map(|merged| {
             let (first, _) = merged.events.first()?;
             let index = place[&filtered[*first].0.id];
@@ -171,6 +180,28 @@ fn requests(
                 events: merged.events,
             })
         })
+        .collect()
+}
+
+/// A group's requests, in order: the filtered `parts` of each member (by its place in the
+/// group), from place `from` on, merged within runs of whole members whose STORED `sizes` fit
+/// `cap` (see [`requests`] for why stored sizes). Replay's dry run cuts its sample with it too.
+pub(crate) fn cut(
+    sizes: &[usize],
+    cap: usize,
+    from: usize,
+    parts: impl IntoIterator<Item = (usize, Vec<Part>)>,
+) -> Vec<Merged> {
+    let run_of = runs_by_size(sizes.iter().copied(), cap);
+    let mut runs: BTreeMap<usize, Vec<Part>> = BTreeMap::new();
+    for (member, parts) in parts {
+        if member < from {
+            continue;
+        }
+        runs.entry(run_of[member]).or_default().extend(parts);
+    }
+    runs.into_values()
+        .flat_map(|parts| merge(parts, usize::MAX))
         .collect()
 }
 

@@ -21,12 +21,12 @@
 pub(crate) mod alerts;
 mod breaker;
 mod claimed_consent;
-mod coalesce;
+pub(crate) mod coalesce;
 mod crowded;
 mod drain;
 pub(crate) mod health;
 mod lane;
-mod merge;
+pub(crate) mod merge;
 mod order;
 mod recovery;
 pub(crate) mod retry;

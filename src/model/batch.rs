@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 
 use super::consent::REGULATIONS;
 use super::event_type::EventType;
+use super::field_path::FieldPath;
 use super::identity::types::IdentityType;
 use super::identity::{NOT_STORABLE, is_storable};
 
@@ -27,8 +28,8 @@ pub(crate) struct BatchError {
 }
 
 impl BatchError {
-    fn new(field: impl Into<String>, problem: &str) -> Self {
-        let field = field.into();
+    fn new(field: impl std::fmt::Display, problem: &str) -> Self {
+        let field = field.to_string();
         Self {
             message: format!("Field \"{field}\" {problem}."),
             field,
@@ -76,13 +77,8 @@ pub(crate) fn normalize(
     let Value::Object(mut batch) = value else {
         return Err(BatchError::new(root(prefix), "must be a JSON object"));
     };
-    let at = |key: &str| {
-        if prefix.is_empty() {
-            key.to_owned()
-        } else {
-            format!("{prefix}.{key}")
-        }
-    };
+    let root_path = FieldPath::Root(prefix);
+    let at = |key: &'static str| root_path.key(key);
 
     let source_request_id = match batch.remove("source_request_id") {
         None | Some(Value::Null) => None,
@@ -96,10 +92,10 @@ pub(crate) fn normalize(
     batch.remove("unique_id");
     // Marks a stored alias request (`model::alias_request`); no batch may carry it.
     batch.remove("request_type");
-    let event_count = normalize_events(&mut batch, &at("events"), now_ms)?;
-    normalize_identities(&mut batch, &at("user_identities"), now_ms)?;
-    check_user_attributes(&batch, &at("user_attributes"))?;
-    normalize_mpid(&mut batch, &at("mpid"))?;
+    let event_count = normalize_events(&mut batch, at("events"), now_ms)?;
+    normalize_identities(&mut batch, at("user_identities"), now_ms)?;
+    check_user_attributes(&batch, at("user_attributes"))?;
+    normalize_mpid(&mut batch, at("mpid"))?;
     for key in [
         "device_info",
         "application_info",
@@ -107,12 +103,12 @@ pub(crate) fn normalize(
         "consent_state",
         "integration_attributes",
     ] {
-        expect_optional(&batch, key, &at(key), Value::is_object, "must be an object")?;
+        expect_optional(&batch, key, at(key), Value::is_object, "must be an object")?;
     }
-    check_deleted_attributes(&batch, &at("deleted_user_attributes"))?;
-    check_profile_consent(&batch, &at("consent_state"))?;
+    check_deleted_attributes(&batch, at("deleted_user_attributes"))?;
+    check_profile_consent(&batch, at("consent_state"))?;
     for key in ["ip", "mp_deviceid", "sdk_version"] {
-        expect_optional(&batch, key, &at(key), Value::is_string, "must be a string")?;
+        expect_optional(&batch, key, at(key), Value::is_string, "must be a string")?;
     }
     if batch
         .get("mp_deviceid")
@@ -138,7 +134,7 @@ pub(crate) fn normalize(
     // What mParticle adds on receipt (spec §1.8); read-only keys a client sent are overwritten.
     batch.insert("schema_version".into(), json!(2));
     batch.insert("timestamp_unixtime_ms".into(), json!(now_ms));
-    batch.insert("message_id".into(), json!(uuid::Uuid::new_v4().to_string()));
+    batch.insert("message_id".into(), new_message_id());
     batch.insert("message_type".into(), json!("events"));
     batch.insert("source_info".into(), json!({ "channel": channel.as_str() }));
     batch
@@ -150,6 +146,18 @@ pub(crate) fn normalize(
         source_request_id,
         event_count,
     })
+}
+
+/// A fresh `message_id`: a random UUID in its lowercase hyphenated form, written without the
+/// formatting machinery (run for every event that comes without one).
+fn new_message_id() -> Value {
+    let mut text = uuid::Uuid::encode_buffer();
+    Value::String(
+        uuid::Uuid::new_v4()
+            .hyphenated()
+            .encode_lower(&mut text)
+            .to_owned(),
+    )
 }
 
 /// A request id that every backend can store and index: bounded, no control characters (a NUL
@@ -178,7 +186,7 @@ fn is_integer(v: &Value) -> bool {
 fn expect_optional(
     batch: &Map<String, Value>,
     key: &str,
-    field: &str,
+    field: FieldPath<'_>,
     ok: fn(&Value) -> bool,
     problem: &str,
 ) -> Result<(), BatchError> {
@@ -199,7 +207,7 @@ fn parse_int64(v: &Value) -> Option<i64> {
     }
 }
 
-fn normalize_mpid(batch: &mut Map<String, Value>, field: &str) -> Result<(), BatchError> {
+fn normalize_mpid(batch: &mut Map<String, Value>, field: FieldPath<'_>) -> Result<(), BatchError> {
     match batch.get("mpid") {
         None | Some(Value::Null) => Ok(()),
         Some(v) => {
@@ -213,7 +221,7 @@ fn normalize_mpid(batch: &mut Map<String, Value>, field: &str) -> Result<(), Bat
 
 fn normalize_events(
     batch: &mut Map<String, Value>,
-    field: &str,
+    field: FieldPath<'_>,
     now_ms: i64,
 ) -> Result<usize, BatchError> {
     let events = match batch.get_mut("events") {
@@ -225,12 +233,12 @@ fn normalize_events(
         Some(_) => return Err(BatchError::new(field, "must be an array of events")),
     };
     for (i, event) in events.iter_mut().enumerate() {
-        normalize_event(event, &format!("{field}[{i}]"), now_ms)?;
+        normalize_event(event, field.index(i), now_ms)?;
     }
     Ok(events.len())
 }
 
-fn normalize_event(event: &mut Value, field: &str, now_ms: i64) -> Result<(), BatchError> {
+fn normalize_event(event: &mut Value, field: FieldPath<'_>, now_ms: i64) -> Result<(), BatchError> {
     let Value::Object(event) = event else {
         return Err(BatchError::new(
             field,
@@ -261,20 +269,23 @@ fn normalize_event(event: &mut Value, field: &str, now_ms: i64) -> Result<(), Ba
             "must be an object",
         ));
     };
-    let data_field = format!("{field}.data");
-    check_common_data(data, &data_field)?;
-    check_type_specific(&event_type, data, &data_field)?;
+    let data_field = field.key("data");
+    check_common_data(data, data_field)?;
+    check_type_specific(&event_type, data, data_field)?;
     // Server time when the client gave none (spec §1.5).
     if is_absent(data, "timestamp_unixtime_ms") {
         data.insert("timestamp_unixtime_ms".into(), json!(now_ms));
     }
     if is_absent(data, "message_id") {
-        data.insert("message_id".into(), json!(uuid::Uuid::new_v4().to_string()));
+        data.insert("message_id".into(), new_message_id());
     }
     Ok(())
 }
 
-fn check_common_data(data: &mut Map<String, Value>, field: &str) -> Result<(), BatchError> {
+fn check_common_data(
+    data: &mut Map<String, Value>,
+    field: FieldPath<'_>,
+) -> Result<(), BatchError> {
     for key in [
         "timestamp_unixtime_ms",
         "event_num",
@@ -297,7 +308,7 @@ fn check_common_data(data: &mut Map<String, Value>, field: &str) -> Result<(), B
         expect_optional(
             data,
             key,
-            &format!("{field}.{key}"),
+            field.key(key),
             Value::is_object,
             "must be an object",
         )?;
@@ -306,7 +317,7 @@ fn check_common_data(data: &mut Map<String, Value>, field: &str) -> Result<(), B
         expect_optional(
             data,
             key,
-            &format!("{field}.{key}"),
+            field.key(key),
             Value::is_string,
             "must be a string",
         )?;
@@ -327,7 +338,7 @@ fn check_common_data(data: &mut Map<String, Value>, field: &str) -> Result<(), B
 fn check_type_specific(
     event_type: &str,
     data: &mut Map<String, Value>,
-    field: &str,
+    field: FieldPath<'_>,
 ) -> Result<(), BatchError> {
     let required_string = |data: &Map<String, Value>, key: &str| match data.get(key) {
         Some(Value::String(s)) if !s.is_empty() => Ok(()),
@@ -346,7 +357,7 @@ fn check_type_specific(
             expect_optional(
                 data,
                 "screen_name",
-                &format!("{field}.screen_name"),
+                field.key("screen_name"),
                 Value::is_string,
                 "must be a string",
             )?;
@@ -356,7 +367,7 @@ fn check_type_specific(
                 expect_optional(
                     data,
                     key,
-                    &format!("{field}.{key}"),
+                    field.key(key),
                     Value::is_object,
                     "must be an object",
                 )?;
@@ -364,7 +375,7 @@ fn check_type_specific(
             expect_optional(
                 data,
                 "product_impressions",
-                &format!("{field}.product_impressions"),
+                field.key("product_impressions"),
                 Value::is_array,
                 "must be an array",
             )?;
@@ -374,7 +385,7 @@ fn check_type_specific(
             expect_optional(
                 data,
                 "session_duration_ms",
-                &format!("{field}.session_duration_ms"),
+                field.key("session_duration_ms"),
                 is_integer,
                 "must be an integer",
             )?;
@@ -409,7 +420,7 @@ fn truncate_event_name(data: &mut Map<String, Value>) {
 
 fn normalize_identities(
     batch: &mut Map<String, Value>,
-    field: &str,
+    field: FieldPath<'_>,
     now_ms: i64,
 ) -> Result<(), BatchError> {
     let identities = match batch.remove("user_identities") {
@@ -460,7 +471,10 @@ fn normalize_identities(
     Ok(())
 }
 
-fn check_user_attributes(batch: &Map<String, Value>, field: &str) -> Result<(), BatchError> {
+fn check_user_attributes(
+    batch: &Map<String, Value>,
+    field: FieldPath<'_>,
+) -> Result<(), BatchError> {
     let attributes = match batch.get("user_attributes") {
         None | Some(Value::Null) => return Ok(()),
         Some(Value::Object(map)) => map,
@@ -493,7 +507,10 @@ const NUL_IN_NAME: &str = "must not have names with NUL characters";
 
 /// Deleted attribute names become keys of the profile's attributes (see
 /// [`check_profile_consent`] for why a NUL is refused).
-fn check_deleted_attributes(batch: &Map<String, Value>, field: &str) -> Result<(), BatchError> {
+fn check_deleted_attributes(
+    batch: &Map<String, Value>,
+    field: FieldPath<'_>,
+) -> Result<(), BatchError> {
     let deleted = batch
         .get("deleted_user_attributes")
         .and_then(Value::as_array);
@@ -506,7 +523,10 @@ fn check_deleted_attributes(batch: &Map<String, Value>, field: &str) -> Result<(
 /// The user's profile keeps its attributes and the stated consent purposes as JSON, which
 /// PostgreSQL cannot hold with a U+0000 (see [`is_storable`]): a NUL there would fail the
 /// commit (a 503 the client retries for ever), so it is refused here, naming the field.
-fn check_profile_consent(batch: &Map<String, Value>, field: &str) -> Result<(), BatchError> {
+fn check_profile_consent(
+    batch: &Map<String, Value>,
+    field: FieldPath<'_>,
+) -> Result<(), BatchError> {
     let Some(Value::Object(consent)) = batch.get("consent_state") else {
         return Ok(());
     };
@@ -515,7 +535,7 @@ fn check_profile_consent(batch: &Map<String, Value>, field: &str) -> Result<(), 
         let Some(Value::Object(purposes)) = consent.get(regulation) else {
             continue;
         };
-        let field = format!("{field}.{regulation}");
+        let field = field.key(regulation);
         if purposes.keys().any(|name| !is_storable(name)) {
             return Err(BatchError::new(field, NUL_IN_NAME));
         }

@@ -10,6 +10,7 @@ pub(crate) mod data_filter;
 pub(crate) mod data_points;
 pub(crate) mod destination;
 pub(crate) mod event_type;
+mod field_path;
 pub(crate) mod forwarding;
 pub(crate) mod forwarding_rules;
 pub(crate) mod identity;

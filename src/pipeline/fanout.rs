@@ -104,7 +104,7 @@ pub(crate) fn jobs_for(routes: &[Route], mpid: Option<Mpid>, handoff: &dyn Hando
 }
 
 /// The batch's user: its MPID, unless missing or 0.
-fn user_of(document: &Value) -> Option<Mpid> {
+pub(crate) fn user_of(document: &Value) -> Option<Mpid> {
     Some(Mpid::new(
         document.get("mpid")?.as_i64().filter(|m| *m != 0)?,
     ))

@@ -14,7 +14,7 @@ use crate::delivery::webhook::WebhookClient;
 use crate::model::now_ms;
 use crate::model::settings::ConnectionSettings;
 use crate::pipeline::output::Output;
-use crate::store::replays_sql::{ReplayLease, ReplayRow, Step};
+use crate::store::replays_sql::{ReplayJob, ReplayLease, ReplayRow, Step};
 use crate::store::{ConnectionRow, Store, StoreError};
 
 /// How long a lease on a replay lasts; renewed at least every [`RENEW_EVERY`].
@@ -155,8 +155,19 @@ impl Driver {
                     requests,
                     ..Step::default()
                 };
-                // A batch that sends nothing under these settings only moves the cursor.
-                let job = (requests > 0).then_some((batch_id, &connection.id, revision_id));
+                // A batch that sends nothing under these settings only moves the cursor. The
+                // others are queued as a live batch accepted now would be: behind its user's
+                // waiting jobs where the settings order per user, gathered with them over the
+                // batch window where they coalesce.
+                let (mpid, window_ms) =
+                    plan::job_shape(&settings, &connection.id, revision_id, sends.user);
+                let job = (requests > 0).then_some(ReplayJob {
+                    batch_id,
+                    connection_id: &connection.id,
+                    revision_id,
+                    mpid: mpid.map(|m| m.get()),
+                    window_ms,
+                });
                 let lease = self.lease(replay.id);
                 if !self
                     .store
@@ -199,6 +210,7 @@ impl Driver {
                     requests: 1,
                     sent: i64::from(sent),
                     failed: i64::from(!sent),
+                    expired: 0,
                 };
                 let lease = self.lease(replay.id);
                 if !self

@@ -9,6 +9,7 @@
 //! breaker, signing), so what it sends is exactly what the worker would send for that batch.
 
 mod driver;
+mod gather;
 pub(crate) mod plan;
 
 pub(crate) use driver::run;
@@ -23,8 +24,6 @@ pub(crate) const DRY_RUN_SCAN_CAP: i64 = 10_000;
 /// Rows read per page.
 pub(crate) const PAGE: i64 = 200;
 
-/// What a replay of `source` over `[from_ms, to_ms]` would send under `settings`, without
-/// sending or storing anything; the flag says whether the whole range was read.
 /// What a stored batch sends under `settings`, with its user's consent read as the worker
 /// reads it; an unreadable batch sends nothing (the worker dead-letters it).
 pub(crate) async fn stored_sends(
@@ -49,6 +48,10 @@ pub(crate) async fn stored_sends(
     ))
 }
 
+/// What a replay of `source` over `[from_ms, to_ms]` would send under `settings`, without
+/// sending or storing anything; the flag says whether the whole range was read. Where the
+/// settings gather a user's batches, the requests and the sample are the gathered ones
+/// ([`gather`]).
 pub(crate) async fn dry_run(
     store: &Store,
     connection: &ConnectionRow,
@@ -65,6 +68,7 @@ pub(crate) async fn dry_run(
         limit: PAGE,
     };
     let mut scanned = 0;
+    let mut gathering = gather::Gathering::new(settings);
     loop {
         let rows = match source {
             Source::Batches => store.batches_in_range(&connection.input_id, page).await?,
@@ -76,6 +80,7 @@ pub(crate) async fn dry_run(
                 .collect(),
         };
         let Some((last, _)) = rows.last() else {
+            tally.add_requests(gathering.finish());
             return Ok((tally, true));
         };
         page.after = last.get();
@@ -83,12 +88,15 @@ pub(crate) async fn dry_run(
             match source {
                 Source::Batches => {
                     let sends = stored_sends(store, settings, webhook, id, &body).await?;
-                    tally.add(sends.events, sends.bodies);
+                    tally.add_batch(sends.events);
+                    let shape = plan::job_shape(settings, &connection.id, 0, sends.user);
+                    tally.add_requests(gathering.add(shape, body.len(), sends));
                 }
                 Source::DeadLetters => tally.add(plan::events_in_body(&body), vec![body]),
             }
             scanned += 1;
             if scanned >= DRY_RUN_SCAN_CAP {
+                tally.add_requests(gathering.finish());
                 return Ok((tally, false));
             }
         }

@@ -5,9 +5,10 @@ use serde_json::Value;
 
 use crate::model::data_filter::{DataFilter, DataFilterRule, DataPoint};
 use crate::model::event_type::EventType;
-use crate::model::ids::BatchId;
-use crate::model::settings::{ConnectionSettings, WebhookSettings};
-use crate::pipeline::filter;
+use crate::model::ids::{BatchId, ConnectionId, Mpid};
+use crate::model::settings::{ConnectionSettings, Ordering, WebhookSettings};
+use crate::pipeline::catalog::Route;
+use crate::pipeline::{Handoff, fanout, filter};
 
 /// Bodies a dry run shows.
 pub(crate) const SAMPLE_SIZE: usize = 5;
@@ -69,6 +70,41 @@ pub(crate) fn replay_settings(
 pub(crate) struct Sends {
     pub(crate) events: i64,
     pub(crate) bodies: Vec<Vec<u8>>,
+    /// Each body's events, as their indexes in the stored batch.
+    pub(crate) event_indexes: Vec<Vec<usize>>,
+    /// The batch's user (its MPID, unless missing or 0), as ingest reads it.
+    pub(crate) user: Option<Mpid>,
+}
+
+/// A replayed job is never handed to a worker at once: it waits in the table for a poller.
+#[derive(Debug)]
+struct LeftInTable;
+
+impl Handoff for LeftInTable {
+    fn takes_now(&self, _: &ConnectionId) -> bool {
+        false
+    }
+}
+
+/// The user a replayed batch's job carries and how long it is gathered (ms; 0: not), decided
+/// by the rule a live batch's job follows ([`fanout::jobs_for`]) under the replay's settings:
+/// the user where they order per user or gather a user's batches, a window only with a user.
+pub(crate) fn job_shape(
+    settings: &ConnectionSettings,
+    connection_id: &ConnectionId,
+    revision_id: i64,
+    user: Option<Mpid>,
+) -> (Option<Mpid>, i64) {
+    let route = Route {
+        connection_id: connection_id.clone(),
+        revision_id,
+        reads_consent: false,
+        per_user: settings.ordering == Ordering::PerUser,
+        window_ms: settings.batch_window_ms(),
+    };
+    fanout::jobs_for(&[route], user, &LeftInTable)
+        .pop()
+        .map_or((None, 0), |job| (job.mpid, job.window_ms))
 }
 
 /// What one stored batch (its parsed `document`) sends, deciding consent rules on `consent`
@@ -87,7 +123,13 @@ pub(crate) fn sends(
             .iter()
             .map(|p| i64::try_from(p.event_count).unwrap_or(0))
             .sum(),
+        event_indexes: plan
+            .payloads
+            .iter()
+            .map(|p| p.event_indexes.clone())
+            .collect(),
         bodies: plan.payloads.into_iter().map(|p| p.body).collect(),
+        user: fanout::user_of(document),
     }
 }
 
@@ -114,8 +156,18 @@ pub(crate) struct Tally {
 impl Tally {
     /// Counts one batch that sends `events` in `bodies`.
     pub(crate) fn add(&mut self, events: i64, bodies: Vec<Vec<u8>>) {
+        self.add_batch(events);
+        self.add_requests(bodies);
+    }
+
+    /// Counts one batch of `events` (its requests are counted as they go).
+    pub(crate) fn add_batch(&mut self, events: i64) {
         self.batches += 1;
         self.events += events;
+    }
+
+    /// Counts requests in the order they go, the first ones kept as the sample.
+    pub(crate) fn add_requests(&mut self, bodies: Vec<Vec<u8>>) {
         self.requests += i64::try_from(bodies.len()).unwrap_or(0);
         for body in bodies {
             if self.sample.len() == SAMPLE_SIZE {

@@ -11,6 +11,15 @@
 //! The identities of the group's batches without an MPID come between the job rows and the
 //! batch keys: their advisory locks in key order (see [`super::identity_steps`]).
 //!
+//! On PostgreSQL a node commits on two lanes at once (see [`super::writer`]): ingest groups
+//! (identities, batch keys, profiles, then inserting new job rows nobody else can see yet) and
+//! delivery groups (renewals, job updates, claims: existing job rows only, plus plain inserts of
+//! the attempts and dead letters they log). The two lock disjoint rows (an ingest only reads
+//! existing jobs, to leave a user's new job behind its earlier one), so neither lane ever waits
+//! for the other, and across nodes each lane
+//! keeps the order above: a delivery group waits only for job rows another node's delivery
+//! group holds, an ingest group only for another node's ingest group's keys and profiles.
+//!
 //! The order matters: lease renewals first, so a release in the same group wins; then job
 //! updates, before claims, so a job finished in this group can never be claimed in it again;
 //! then the users of batches that came without one; then the group's batches, the profiles of

@@ -9,7 +9,8 @@
 mod backend;
 mod catalog_changes;
 mod catalog_sql;
-mod coalesce_sql;
+pub(crate) mod checkpoint;
+pub(crate) mod coalesce_sql;
 pub(crate) mod data_catalog_sql;
 #[cfg(test)]
 pub(crate) mod faults;
@@ -148,9 +149,15 @@ async fn connect_sqlite(url: &str) -> anyhow::Result<SqlitePool> {
         // makes its cost per group, not per request.
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(10))
+        // The WAL is copied back by a background task; a commit does it only past this bound.
+        .pragma("wal_autocheckpoint", checkpoint::BOUND_PAGES.to_string())
         .foreign_keys(true);
     SqlitePoolOptions::new()
         .max_connections(4)
+        // A ping before each use is a round trip to the connection's thread (two thread
+        // wake-ups) on every query and transaction, and checks nothing an embedded database
+        // can lose: a dead worker thread fails the query itself. sqlx still pings on release.
+        .test_before_acquire(false)
         .connect_with(options)
         .await
         .with_context(|| format!("failed to open SQLite database {path}"))

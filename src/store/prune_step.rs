@@ -15,6 +15,9 @@ pub(crate) struct PruneChunk {
     /// `$1`, `$2` the first and last id, `$3` the cutoff (a `retention_sql::Log`'s `delete`,
     /// which re-checks what a pending job needs itself).
     pub(crate) delete: Sql,
+    /// Locks the rows the delete may take, run just before it (the log's `lock`; on
+    /// PostgreSQL only, see `retention_sql::BATCHES`).
+    pub(crate) lock: Option<Sql>,
     pub(crate) first: i64,
     pub(crate) last: i64,
     pub(crate) cutoff: i64,
@@ -29,6 +32,9 @@ pub(super) async fn delete_chunks<'a>(
     let mut deleted = Vec::new();
     for chunk in chunks {
         let range = args![chunk.first, chunk.last, chunk.cutoff];
+        if let Some(lock) = chunk.lock {
+            tx.execute(lock, range).await?;
+        }
         deleted.push(tx.execute(chunk.delete, range).await?);
     }
     Ok(deleted)

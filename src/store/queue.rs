@@ -217,6 +217,11 @@ pub(crate) struct ConnectionStats {
 pub(crate) struct FailingJobs {
     pub(crate) failing_jobs: i64,
     pub(crate) created_at: i64,
+    pub(crate) revision_id: i64,
+    /// Set when the oldest failing job heads a coalesced group (only heads are retried).
+    pub(crate) coalesce_head: Option<i64>,
+    /// The acceptance of the group's newest batch (the head's own for a lone job).
+    pub(crate) newest_in_group: i64,
     pub(crate) next_attempt_at: i64,
     pub(crate) last_error: Option<String>,
 }
@@ -352,7 +357,9 @@ const CONNECTION_STATS: Sql = Sql::shared(
 /// `$1` connection: its oldest job that failed at least once (none if no job failed).
 const OLDEST_FAILING_JOB: Sql = Sql::shared(
     "SELECT (SELECT COUNT(*) FROM jobs WHERE connection_id = $1 AND attempts > 0) AS failing_jobs, \
-     created_at, next_attempt_at, last_error FROM jobs \
+     created_at, revision_id, coalesce_head, \
+     COALESCE((SELECT MAX(m.created_at) FROM jobs m WHERE m.coalesce_head = j.id), created_at) \
+     AS newest_in_group, next_attempt_at, last_error FROM jobs j \
      WHERE connection_id = $1 AND attempts > 0 ORDER BY id LIMIT 1",
 );
 const DEAD_LETTER_BODY: Sql =

@@ -41,6 +41,8 @@ pub(crate) struct ReplayRow {
     pub(crate) requests: i64,
     pub(crate) sent: i64,
     pub(crate) failed: i64,
+    /// Batches pruned before their turn: read, but gone when their job was to be made.
+    pub(crate) expired: i64,
     pub(crate) error: Option<String>,
     pub(crate) created_at: i64,
     pub(crate) updated_at: i64,
@@ -56,6 +58,19 @@ pub(crate) struct Step {
     pub(crate) requests: i64,
     pub(crate) sent: i64,
     pub(crate) failed: i64,
+    pub(crate) expired: i64,
+}
+
+/// A replayed batch's job: on the replay's settings revision, with its user where those
+/// settings keep a user's batches in order or gather them, and gathered for `window_ms` like a
+/// live batch accepted now (0: sent at once).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReplayJob<'a> {
+    pub(crate) batch_id: BatchId,
+    pub(crate) connection_id: &'a ConnectionId,
+    pub(crate) revision_id: i64,
+    pub(crate) mpid: Option<i64>,
+    pub(crate) window_ms: i64,
 }
 
 /// The lease a node holds on a replay it drives.
@@ -77,7 +92,7 @@ const INSERT_REPLAY: Sql = Sql::shared(
 );
 const SELECT_REPLAY: Sql = Sql::shared(
     "SELECT id, connection_id, source, from_ms, to_ms, event_types, revision_id, \
-     rate_per_second, status, cursor_id, batches, events, requests, sent, failed, error, \
+     rate_per_second, status, cursor_id, batches, events, requests, sent, failed, expired, error, \
      created_at, updated_at FROM replays WHERE id = $1",
 );
 const CANCEL_REPLAY: Sql = Sql::shared(
@@ -88,13 +103,13 @@ const CLAIM_REPLAY: Sql = Sql::each(
     "UPDATE replays SET lease_until = $1, leased_by = $3 WHERE id = \
      (SELECT id FROM replays WHERE status = 'running' AND lease_until <= $2 ORDER BY id LIMIT 1) \
      RETURNING id, connection_id, source, from_ms, to_ms, event_types, revision_id, \
-     rate_per_second, status, cursor_id, batches, events, requests, sent, failed, error, \
+     rate_per_second, status, cursor_id, batches, events, requests, sent, failed, expired, error, \
      created_at, updated_at",
     "UPDATE replays SET lease_until = $1, leased_by = $3 WHERE id = \
      (SELECT id FROM replays WHERE status = 'running' AND lease_until <= $2 ORDER BY id LIMIT 1 \
       FOR UPDATE SKIP LOCKED) \
      RETURNING id, connection_id, source, from_ms, to_ms, event_types, revision_id, \
-     rate_per_second, status, cursor_id, batches, events, requests, sent, failed, error, \
+     rate_per_second, status, cursor_id, batches, events, requests, sent, failed, expired, error, \
      created_at, updated_at",
 );
 /// `$1` replay, `$2` node, `$3` lease end: renews a lease still held on a running replay.
@@ -105,7 +120,7 @@ const RENEW_REPLAY: Sql = Sql::shared(
 const ADVANCE_REPLAY: Sql = Sql::shared(
     "UPDATE replays SET lease_until = $3, cursor_id = $4, batches = batches + $5, \
      events = events + $6, requests = requests + $7, sent = sent + $8, failed = failed + $9, \
-     updated_at = $10 WHERE id = $1 AND leased_by = $2 AND status = 'running'",
+     updated_at = $10, expired = expired + $11 WHERE id = $1 AND leased_by = $2 AND status = 'running'",
 );
 const FINISH_REPLAY: Sql = Sql::shared(
     "UPDATE replays SET status = $3, error = $4, lease_until = 0, updated_at = $5 \
@@ -116,10 +131,16 @@ const RELEASE_REPLAYS: Sql =
 /// Every replay lease, at the start of the one process of an embedded database.
 const RELEASE_ALL_REPLAYS: Sql =
     Sql::shared("UPDATE replays SET lease_until = 0 WHERE status = 'running' AND lease_until > 0");
-/// A replayed batch's job: due now, held by no one, so the ordinary pollers deliver it.
-const INSERT_JOB: Sql = Sql::shared(
-    "INSERT INTO jobs (batch_id, connection_id, revision_id, created_at, next_attempt_at) \
-     VALUES ($1, $2, $3, $4, $4)",
+/// `$1` batch, `$2` connection, `$3` revision, `$4` now, `$5` due, `$6` user, `$7` coalescing
+/// mark: a replayed batch's job, held by no one, so the ordinary pollers deliver it. It is
+/// made only if its batch still exists, in the same statement (see
+/// [`Store::enqueue_replayed_batch`] for why that is enough against the retention's prune).
+pub(in crate::store) const INSERT_JOB: Sql = Sql::each(
+    "INSERT INTO jobs (batch_id, connection_id, revision_id, created_at, next_attempt_at, \
+     mpid, coalesce_head) SELECT id, $2, $3, $4, $5, $6, $7 FROM batches WHERE id = $1",
+    "INSERT INTO jobs (batch_id, connection_id, revision_id, created_at, next_attempt_at, \
+     mpid, coalesce_head) SELECT id, $2, $3, $4, $5, $6, $7 FROM batches WHERE id = $1 \
+     FOR KEY SHARE",
 );
 const DELETE_DEAD_LETTER: Sql = Sql::shared("DELETE FROM dead_letters WHERE id = $1");
 const BATCHES_IN_RANGE: Sql = Sql::shared(
@@ -210,23 +231,54 @@ impl Store {
         Ok(n == 1)
     }
 
-    /// Moves the cursor past a batch and, if it has requests to send, enqueues its job on
-    /// `revision_id`, in one transaction; false (nothing written) when the replay was cancelled
-    /// or another node holds it.
+    /// Enqueues a replayed batch's job (if it has requests to send) and moves the cursor past
+    /// the batch, in one transaction; false (nothing written) when the replay was cancelled or
+    /// another node holds it. A batch the retention pruned since the replay read it gets no job
+    /// and is counted `expired` instead of in `batches`, `events` and `requests`.
+    ///
+    /// Against the prune's chunk delete (`retention_sql::BATCHES`, which keeps every batch at or
+    /// above the smallest one a job references): the job is inserted by `INSERT … SELECT FROM
+    /// batches`, so it exists only if its batch still does. On SQLite one writer at a time
+    /// makes the two serial. On PostgreSQL (READ COMMITTED) the SELECT takes `FOR KEY SHARE` on
+    /// the batch row, which conflicts with the prune's `FOR UPDATE` on its chunk, taken in a
+    /// statement before its delete: if the prune locked first, this statement waits for its
+    /// commit and then finds the row deleted (no job); if this locked first, the prune waits for
+    /// this transaction's commit, and its delete, a later statement with a later snapshot, sees
+    /// the job and keeps the batch. (The delete alone would not do: its job check reads the
+    /// snapshot it took before waiting for the row.)
     pub(crate) async fn enqueue_replayed_batch(
         &self,
         lease: ReplayLease<'_>,
-        job: Option<(BatchId, &ConnectionId, i64)>,
-        step: Step,
+        job: Option<ReplayJob<'_>>,
+        mut step: Step,
         now: i64,
     ) -> StoreResult<bool> {
         let mut tx = self.begin().await?;
+        if let Some(job) = job {
+            let made = tx
+                .execute(
+                    INSERT_JOB,
+                    args![
+                        job.batch_id,
+                        job.connection_id,
+                        job.revision_id,
+                        now,
+                        now.saturating_add(job.window_ms),
+                        job.mpid,
+                        (job.window_ms > 0).then_some(0_i64)
+                    ],
+                )
+                .await?;
+            if made == 0 {
+                step = Step {
+                    cursor_id: step.cursor_id,
+                    expired: 1,
+                    ..Step::default()
+                };
+            }
+        }
         if advance(&mut tx, lease, step, now).await? != 1 {
             return Ok(false);
-        }
-        if let Some((batch_id, connection_id, revision_id)) = job {
-            tx.execute(INSERT_JOB, args![batch_id, connection_id, revision_id, now])
-                .await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -344,7 +396,8 @@ async fn advance(
             step.requests,
             step.sent,
             step.failed,
-            now
+            now,
+            step.expired
         ],
     )
     .await

@@ -34,11 +34,20 @@ pub(in crate::store) struct Log {
     pub(in crate::store) warm: Sql,
     /// `$1`, `$2` the first and last id of a range, `$3` the cutoff: deletes the range's old rows.
     pub(in crate::store) delete: Sql,
+    /// `$1`, `$2`, `$3` as for `delete`: locks the rows the delete may take, in a statement of
+    /// the delete's transaction before it, where a concurrent writer may add a row that keeps
+    /// them (see [`BATCHES`]); `None`: the delete runs alone.
+    pub(in crate::store) lock: Option<Sql>,
 }
 
 /// Batches: the newest old one is clamped below the first batch a pending job needs (see
 /// [`FIRST_NEEDED_BATCH`]), and each delete checks that bound again itself, so a job enqueued
-/// for an old batch (a replay) while the prune runs keeps its batch.
+/// for an old batch (a replay) while the prune runs keeps its batch. On PostgreSQL the delete
+/// alone would not be enough: under READ COMMITTED its job check reads the snapshot taken when
+/// it started, before it waited for a row a replay's job insert holds (`FOR KEY SHARE`, see
+/// `Store::enqueue_replayed_batch`). So the chunk's rows are first locked `FOR UPDATE` in a
+/// statement of their own; the delete that follows takes its snapshot after every such insert
+/// committed, and sees its job. (SQLite's one writer makes the two serial anyway.)
 pub(in crate::store) const BATCHES: Log = Log {
     last_old: Sql::shared(
         "SELECT id FROM batches WHERE received_at < $1 ORDER BY received_at DESC LIMIT 1",
@@ -52,6 +61,10 @@ pub(in crate::store) const BATCHES: Log = Log {
         "DELETE FROM batches WHERE id >= $1 AND id <= $2 AND received_at < $3 \
          AND id < (SELECT COALESCE(MIN(batch_id), 9223372036854775807) FROM jobs)",
     ),
+    lock: Some(Sql::postgres_only(
+        "SELECT id FROM batches WHERE id >= $1 AND id <= $2 AND received_at < $3 \
+         ORDER BY id FOR UPDATE",
+    )),
 };
 /// The smallest batch id a pending job references (through `jobs_batch`, migration 0021).
 pub(in crate::store) const FIRST_NEEDED_BATCH: Sql = Sql::shared("SELECT MIN(batch_id) FROM jobs");
@@ -65,6 +78,7 @@ pub(in crate::store) const ATTEMPTS: Log = Log {
         "SELECT COUNT(*) FROM attempts WHERE id >= $1 AND id <= $2 AND attempted_at < $3",
     ),
     delete: Sql::shared("DELETE FROM attempts WHERE id >= $1 AND id <= $2 AND attempted_at < $3"),
+    lock: None,
 };
 
 pub(in crate::store) const DEAD_LETTERS: Log = Log {
@@ -77,6 +91,7 @@ pub(in crate::store) const DEAD_LETTERS: Log = Log {
          AND substr(body, -1) IS NOT NULL",
     ),
     delete: Sql::shared("DELETE FROM dead_letters WHERE id >= $1 AND id <= $2 AND created_at < $3"),
+    lock: None,
 };
 
 /// Alias requests: nothing reads them but the admin's inspection, so age is the only rule.
@@ -89,6 +104,7 @@ pub(in crate::store) const ALIASES: Log = Log {
         "SELECT COUNT(*) FROM aliases WHERE id >= $1 AND id <= $2 AND created_at < $3",
     ),
     delete: Sql::shared("DELETE FROM aliases WHERE id >= $1 AND id <= $2 AND created_at < $3"),
+    lock: None,
 };
 
 /// Ids one delete covers. Small, because on SQLite the delete holds the write lock ingest
@@ -185,6 +201,7 @@ impl Store {
             let started = Instant::now();
             let chunk = PruneChunk {
                 delete: log.delete,
+                lock: log.lock,
                 first,
                 last: to,
                 cutoff,
@@ -203,28 +220,23 @@ impl Store {
         }
         Ok(deleted)
     }
-}
 
-/// Copies what the write-ahead log holds into the database file, without waiting for (or
-/// blocking) the writer. SQLite checkpoints on its own in the connection whose commit takes the
-/// log past 1,000 pages: a deleted chunk adds ~130 pages, so with chunks in group commits that
-/// was the writer, which then waited for the copy and its fsync before answering its group.
-const CHECKPOINT: Sql = Sql::each("PRAGMA wal_checkpoint(PASSIVE)", "");
-
-impl Store {
-    /// Deletes one chunk: in a group commit of `writer` if given, then checkpoints from this
-    /// connection (see [`CHECKPOINT`]); else on its own.
+    /// Deletes one chunk: in a group commit of `writer` if given (the deleted pages are copied
+    /// into the database file by the background checkpoint, `store/checkpoint.rs`, not by the
+    /// writer's commit); else in a transaction of its own, after locking its rows when the log
+    /// asks for it.
     async fn delete_chunk(&self, chunk: PruneChunk, writer: Option<&Writer>) -> StoreResult<u64> {
-        match writer {
-            Some(writer) => {
-                let deleted = writer.prune_chunk(chunk).await?;
-                let _: Option<(i64, i64, i64)> = self.fetch_optional(CHECKPOINT, &[]).await?;
-                Ok(deleted)
-            }
-            None => {
-                let range = args![chunk.first, chunk.last, chunk.cutoff];
-                Ok(self.execute(chunk.delete, range).await?)
-            }
+        if let Some(writer) = writer {
+            return writer.prune_chunk(chunk).await;
         }
+        let range = args![chunk.first, chunk.last, chunk.cutoff];
+        let Some(lock) = chunk.lock else {
+            return Ok(self.execute(chunk.delete, range).await?);
+        };
+        let mut tx = self.begin().await?;
+        tx.execute(lock, range).await?;
+        let deleted = tx.execute(chunk.delete, range).await?;
+        tx.commit().await?;
+        Ok(deleted)
     }
 }

@@ -224,10 +224,13 @@ const CLAIM_DRAIN: Sql = Sql::each(
 /// `$1` fresh batch ids, in increasing order. SQLite: the next ids after the largest ever used
 /// (AUTOINCREMENT keeps it in `sqlite_sequence`, also for explicit ids; the writer's
 /// `BEGIN IMMEDIATE` means no other connection commits between this read and the insert).
+/// The count bounds the recursion in a `WHERE`, not a `LIMIT $1`: SQLite plans with a bound
+/// LIMIT's value, so each new count re-prepared the statement (2.6% of the process's
+/// instructions at saturation, measured with callgrind).
 const ALLOCATE_BATCH_IDS: Sql = Sql::each(
-    "WITH RECURSIVE ids(id) AS ( \
-     SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'batches'), 0) + 1 \
-     UNION ALL SELECT id + 1 FROM ids LIMIT $1) SELECT id FROM ids",
+    "WITH RECURSIVE ids(id, n) AS ( \
+     SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'batches'), 0) + 1, 1 \
+     UNION ALL SELECT id + 1, n + 1 FROM ids WHERE n < $1) SELECT id FROM ids",
     "SELECT nextval(sequence) \
      FROM (SELECT pg_get_serial_sequence('batches', 'id') AS sequence) AS s, \
      generate_series(1, $1)",

@@ -1,8 +1,15 @@
-//! The group-commit writer: one task that owns hot-path writes. It takes whatever commands are
-//! queued (accepted batches, job updates, claims), runs them in one transaction and answers each
-//! only after the commit, so durability costs one sync per group instead of one per request.
-//! Measurements on this machine showed that waiting to fill a group makes things worse, so the
-//! writer never waits: it commits what is there.
+//! The group-commit writer: the tasks that own hot-path writes. Each takes whatever commands are
+//! queued on its lane (accepted batches, job updates, claims), runs them in one transaction and
+//! answers each only after the commit, so durability costs one sync per group instead of one per
+//! request. Measurements on this machine showed that waiting to fill a group makes things worse,
+//! so a writer never waits: it commits what is there.
+//!
+//! Lanes: on SQLite one task takes every command (one write lock anyway). On PostgreSQL ingest
+//! and delivery each have a lane of their own (a task and its transactions): a group of
+//! accepted batches never waits for a delivery statement (a claim scanning past a failing
+//! connection's jobs, a retry update waiting for a row another node's claim holds), so a
+//! failing connection cannot reach the time to a 202. See [`super::group`] for why two lanes
+//! cannot deadlock.
 //!
 //! If a group's transaction fails, each command is retried in a transaction of its own, so one
 //! bad command cannot fail the requests it happened to share a group with. A COMMIT that
@@ -12,6 +19,7 @@
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::task::AbortOnDropHandle;
 
 use super::group::{ClaimOf, Command, Done, Failure, commit};
 use super::prune_step::PruneChunk;
@@ -24,10 +32,21 @@ const MAX_GROUP: usize = 256;
 /// Commands waiting for the writer; beyond this, senders wait (back-pressure on ingest).
 const QUEUE_CAPACITY: usize = 8192;
 
-/// A handle to the writer task; cheap to clone.
+/// A handle to the writer's lanes; cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct Writer {
-    commands: mpsc::Sender<Command>,
+    /// Ingest commands.
+    ingest: mpsc::Sender<Command>,
+    /// Delivery's commands (job updates, renewals, claims): the same lane as `ingest` on
+    /// SQLite, a lane of its own on PostgreSQL.
+    delivery: mpsc::Sender<Command>,
+}
+
+/// Which lane a command goes to.
+#[derive(Debug, Clone, Copy)]
+enum Lane {
+    Ingest,
+    Delivery,
 }
 
 impl Writer {
@@ -39,15 +58,65 @@ impl Writer {
         lease: Duration,
         committed: mpsc::UnboundedSender<Vec<Job>>,
     ) -> (Self, tokio::task::JoinHandle<()>) {
-        let (commands, rx) = mpsc::channel(QUEUE_CAPACITY);
-        let task = tokio::spawn(run(store, lease, rx, committed));
-        (Self { commands }, task)
+        // Both lanes name their leases alike: they are one node.
+        let node = uuid::Uuid::now_v7().to_string();
+        let (ingest, rx) = mpsc::channel(QUEUE_CAPACITY);
+        let two_lanes = matches!(store, Store::Postgres(_));
+        let delivery_lane = two_lanes.then(|| {
+            let (delivery, rx) = mpsc::channel(QUEUE_CAPACITY);
+            let task = tokio::spawn(run(
+                store.clone(),
+                lease,
+                node.clone(),
+                rx,
+                committed.clone(),
+            ));
+            (delivery, task)
+        });
+        let ingest_task = tokio::spawn(run(store, lease, node, rx, committed));
+        match delivery_lane {
+            None => (
+                Self {
+                    delivery: ingest.clone(),
+                    ingest,
+                },
+                ingest_task,
+            ),
+            Some((delivery, delivery_task)) => {
+                // One handle for both: it ends when both lanes have, and aborting it aborts
+                // them (the handles abort their tasks when dropped).
+                let (ingest_task, delivery_task) = (
+                    AbortOnDropHandle::new(ingest_task),
+                    AbortOnDropHandle::new(delivery_task),
+                );
+                let task = tokio::spawn(async move {
+                    let _ = tokio::join!(ingest_task, delivery_task);
+                });
+                (Self { ingest, delivery }, task)
+            }
+        }
+    }
+
+    /// Answers once every command sent on any lane before it is committed (or has failed).
+    pub(crate) async fn flush(&self) -> StoreResult<()> {
+        let (ingest, delivery) =
+            tokio::join!(self.barrier(Lane::Ingest), self.barrier(Lane::Delivery));
+        ingest.and(delivery)
+    }
+
+    /// An empty command on `lane`, answered when the commands before it are.
+    async fn barrier(&self, lane: Lane) -> StoreResult<()> {
+        let (reply, answer) = oneshot::channel();
+        let batches = Vec::new();
+        self.send(lane, Command::Ingest { batches, reply }).await?;
+        answer.await.map_err(|_| closed())?.map(drop)
     }
 
     /// Stores an ingest request's batches atomically; answers after the commit.
     pub(crate) async fn ingest(&self, batches: Vec<NewBatch>) -> StoreResult<Vec<IngestOutcome>> {
         let (reply, answer) = oneshot::channel();
-        self.send(Command::Ingest { batches, reply }).await?;
+        self.send(Lane::Ingest, Command::Ingest { batches, reply })
+            .await?;
         answer.await.map_err(|_| closed())?
     }
 
@@ -56,10 +125,13 @@ impl Writer {
     /// leaves at most its in-flight limit of requests sent but not recorded.
     pub(crate) async fn update(&self, update: JobUpdate) -> StoreResult<()> {
         let (reply, answer) = oneshot::channel();
-        self.send(Command::Update {
-            update,
-            committed: Some(reply),
-        })
+        self.send(
+            Lane::Delivery,
+            Command::Update {
+                update,
+                committed: Some(reply),
+            },
+        )
         .await?;
         answer.await.map_err(|_| closed())?
     }
@@ -67,10 +139,13 @@ impl Writer {
     /// Queues a job update without waiting for its commit (giving a job back unworked: if it is
     /// lost, the job is only taken up again after its lease).
     pub(crate) async fn update_later(&self, update: JobUpdate) -> StoreResult<()> {
-        self.send(Command::Update {
-            update,
-            committed: None,
-        })
+        self.send(
+            Lane::Delivery,
+            Command::Update {
+                update,
+                committed: None,
+            },
+        )
         .await
     }
 
@@ -78,7 +153,8 @@ impl Writer {
     /// them; answers those ids. The others are no longer this node's to deliver.
     pub(crate) async fn renew(&self, job_ids: Vec<i64>) -> StoreResult<Renewed> {
         let (reply, answer) = oneshot::channel();
-        self.send(Command::Renew { job_ids, reply }).await?;
+        self.send(Lane::Delivery, Command::Renew { job_ids, reply })
+            .await?;
         answer.await.map_err(|_| closed())?
     }
 
@@ -90,11 +166,14 @@ impl Writer {
     ) -> StoreResult<Vec<ClaimedJob>> {
         let (reply, answer) = oneshot::channel();
         let skip = serde_json::to_string(&skip).unwrap_or_else(|_| "[]".to_owned());
-        self.send(Command::Claim {
-            limit,
-            of: ClaimOf::Due { skip },
-            reply,
-        })
+        self.send(
+            Lane::Delivery,
+            Command::Claim {
+                limit,
+                of: ClaimOf::Due { skip },
+                reply,
+            },
+        )
         .await?;
         answer.await.map_err(|_| closed())?
     }
@@ -109,14 +188,17 @@ impl Writer {
     ) -> StoreResult<Vec<ClaimedJob>> {
         let (reply, answer) = oneshot::channel();
         let avoid: Vec<i64> = avoid.iter().map(|mpid| mpid.get()).collect();
-        self.send(Command::Claim {
-            limit: 1,
-            of: ClaimOf::Probe {
-                connection_id,
-                avoid: serde_json::to_string(&avoid).unwrap_or_else(|_| "[]".to_owned()),
+        self.send(
+            Lane::Delivery,
+            Command::Claim {
+                limit: 1,
+                of: ClaimOf::Probe {
+                    connection_id,
+                    avoid: serde_json::to_string(&avoid).unwrap_or_else(|_| "[]".to_owned()),
+                },
+                reply,
             },
-            reply,
-        })
+        )
         .await?;
         answer.await.map_err(|_| closed())?
     }
@@ -129,11 +211,14 @@ impl Writer {
         limit: i64,
     ) -> StoreResult<Vec<ClaimedJob>> {
         let (reply, answer) = oneshot::channel();
-        self.send(Command::Claim {
-            limit,
-            of: ClaimOf::Drain(connection_id),
-            reply,
-        })
+        self.send(
+            Lane::Delivery,
+            Command::Claim {
+                limit,
+                of: ClaimOf::Drain(connection_id),
+                reply,
+            },
+        )
         .await?;
         answer.await.map_err(|_| closed())?
     }
@@ -143,17 +228,24 @@ impl Writer {
     /// command, as for any other failing command.
     pub(crate) async fn prune_chunk(&self, chunk: PruneChunk) -> StoreResult<u64> {
         let (reply, answer) = oneshot::channel();
-        self.send(Command::Prune { chunk, reply }).await?;
+        // Maintenance, not ingest: on PostgreSQL it keeps off the ingest lane (the server sends
+        // chunks to the writer on SQLite only, where there is one lane).
+        self.send(Lane::Delivery, Command::Prune { chunk, reply })
+            .await?;
         answer.await.map_err(|_| closed())?
     }
 
     /// Whether the writer task is still running (ingest cannot succeed without it).
     pub(crate) fn is_running(&self) -> bool {
-        !self.commands.is_closed()
+        !self.ingest.is_closed() && !self.delivery.is_closed()
     }
 
-    async fn send(&self, command: Command) -> StoreResult<()> {
-        self.commands.send(command).await.map_err(|_| closed())
+    async fn send(&self, lane: Lane, command: Command) -> StoreResult<()> {
+        let lane = match lane {
+            Lane::Ingest => &self.ingest,
+            Lane::Delivery => &self.delivery,
+        };
+        lane.send(command).await.map_err(|_| closed())
     }
 }
 
@@ -161,15 +253,16 @@ fn closed() -> StoreError {
     StoreError::WriterStopped
 }
 
+/// One lane's task: commits what is queued on it, group by group. `node` is this process's name
+/// on the leases it takes (each run is a node of its own).
 async fn run(
     store: Store,
     lease: Duration,
+    node: String,
     mut rx: mpsc::Receiver<Command>,
     committed: mpsc::UnboundedSender<Vec<Job>>,
 ) {
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
-    // This process's name on the leases it takes (each run is a node of its own).
-    let node = uuid::Uuid::now_v7().to_string();
     let mut group = Vec::with_capacity(MAX_GROUP);
     while rx.recv_many(&mut group, MAX_GROUP).await > 0 {
         match commit(&store, &mut group, lease_ms, &node).await {

@@ -262,3 +262,45 @@ async fn a_failing_connection_shows_its_next_attempt_and_when_it_gives_up() {
     );
     app.stop().await.unwrap();
 }
+
+/// A coalesced group is first sent when its batch window ends, and the worker counts its retry
+/// window from there (or from its newest batch, if later): the dashboard's "gives up at" must
+/// say the same, not the head's acceptance plus the retry window.
+#[tokio::test]
+async fn a_failing_coalesced_group_gives_up_when_the_worker_will() {
+    let app = spawn_app_with(|config| {
+        config.delivery.retry_window_secs = 3600;
+        config.delivery.initial_backoff_ms = 60_000;
+        config.delivery.max_backoff_secs = 120;
+    })
+    .await;
+    let mut receiver = Receiver::start().await;
+    receiver.script(&[(503, None)]);
+    let settings = json!({"send_as_batch": true, "batch_window_secs": 2});
+    let (input, connection) = app.pipeline(&receiver.url("/hook"), settings).await;
+    let path = format!("/api/v1/connections/{}", connection["id"].as_str().unwrap());
+    for _ in 0..2 {
+        let mut batch = batch_of(&["custom_event"]);
+        batch["mpid"] = json!(77);
+        assert_eq!(app.post_events(&input, batch).await.status(), 202);
+    }
+    assert_eq!(receiver.next().await.answered, 503);
+    wait_for(|| async {
+        app.query_i64("SELECT COUNT(*) FROM jobs WHERE attempts > 0")
+            .await
+            == 2
+    })
+    .await;
+    let head = app.query_i64("SELECT MIN(created_at) FROM jobs").await;
+    let newest = app.query_i64("SELECT MAX(created_at) FROM jobs").await;
+    let retrying = app.read(&path).await["retrying"].clone();
+    // The group waits as one: both its jobs count as failing.
+    assert_eq!(retrying["failing_jobs"], 2, "{retrying}");
+    let window_end = (head + 2_000).max(newest);
+    assert_eq!(
+        retrying["gives_up_at"],
+        window_end + 3_600_000,
+        "{retrying}"
+    );
+    app.stop().await.unwrap();
+}

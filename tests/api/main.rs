@@ -39,6 +39,7 @@ mod propagation;
 mod python_sdk;
 mod rate_limit;
 mod replay;
+mod replay_order;
 mod settings;
 mod shutdown;
 mod signing;

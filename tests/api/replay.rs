@@ -360,3 +360,41 @@ async fn a_replay_running_at_shutdown_keeps_its_progress_and_resumes_after_a_res
     assert_eq!(replayed, 6, "each batch delivered once by the replay");
     app.stop().await.unwrap();
 }
+
+/// A batch pruned (here: deleted) after the replay read its page but before its turn: its job
+/// would have no batch, so none is created and the progress counts it as expired.
+#[tokio::test]
+async fn a_batch_deleted_before_its_turn_is_counted_expired_and_gets_no_job() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let (input, connection) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    logged_batches(&app, &input, &mut receiver, (3, 3), &["custom_event"]).await;
+
+    let response = replay(
+        &app,
+        &connection,
+        json!({"from_ms": 0, "to_ms": 10_000, "source": "batches",
+               "rate_per_second": 1, "dry_run": false}),
+    )
+    .await;
+    assert_eq!(response.status(), 202);
+    let replay_id = response.json::<Value>().await.unwrap()["replay_id"].clone();
+    // The first batch goes at once; the last one's turn comes two seconds later.
+    receiver.next().await;
+    app.execute("DELETE FROM batches WHERE id = (SELECT MAX(id) FROM batches)")
+        .await;
+    wait_for(|| async { progress(&app, &replay_id).await["status"] == "done" }).await;
+    let done = progress(&app, &replay_id).await;
+    assert_eq!(done["batches"], 2, "{done}");
+    assert_eq!(done["expired"], 1, "{done}");
+    wait_for(|| async { app.count("jobs").await == 0 }).await;
+    assert_eq!(receiver.take(1).await.len(), 1);
+    assert!(
+        receiver
+            .next_within(Duration::from_millis(500))
+            .await
+            .is_none()
+    );
+    assert_eq!(app.count("dead_letters").await, 0);
+    app.stop().await.unwrap();
+}

@@ -30,7 +30,7 @@ pub(super) const HOUR: i64 = 60 * MINUTE;
 enum Database {
     /// The file goes with its directory.
     Sqlite {
-        _dir: tempfile::TempDir,
+        dir: tempfile::TempDir,
     },
     Postgres {
         server: String,
@@ -106,7 +106,7 @@ impl TestStore {
             None => {
                 let dir = tempfile::tempdir().expect("temporary directory");
                 let url = format!("sqlite://{}/boson.db", dir.path().display());
-                (url, Database::Sqlite { _dir: dir })
+                (url, Database::Sqlite { dir })
             }
         };
         let store = Store::connect(&url)
@@ -117,6 +117,14 @@ impl TestStore {
             database,
             base,
             advanced: 0,
+        }
+    }
+
+    /// The SQLite database file (none on PostgreSQL).
+    pub(super) fn sqlite_file(&self) -> Option<std::path::PathBuf> {
+        match &self.database {
+            Database::Sqlite { dir } => Some(dir.path().join("boson.db")),
+            Database::Postgres { .. } => None,
         }
     }
 

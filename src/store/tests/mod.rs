@@ -4,6 +4,7 @@
 //! sequences of the queue.
 
 mod catalog;
+mod checkpoint;
 mod commit;
 mod consent;
 mod data_catalog;
@@ -13,6 +14,7 @@ mod files;
 mod forwarding;
 pub(super) mod harness;
 mod health;
+mod lanes;
 mod metrics;
 mod model;
 mod queue;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::harness::{BatchRow, HOUR, TestStore, batch};
+use super::harness::{BatchRow, HOUR, TestStore, batch, on_postgres};
 use crate::model::ids::BatchId;
 use crate::store::Store;
 use crate::store::backend::Sql;
@@ -33,6 +33,9 @@ fn maintenance() -> Vec<(&'static str, Sql, usize)> {
         statements.push((name, log.first_from, 1));
         statements.push((name, log.warm, 3));
         statements.push((name, log.delete, 3));
+        if let Some(lock) = log.lock.filter(|_| on_postgres()) {
+            statements.push((name, lock, 3));
+        }
     }
     statements
 }
@@ -143,6 +146,7 @@ async fn a_prune_over_many_chunks_deletes_every_old_batch_before_the_first_one_n
 fn chunk(delete: Sql, first: BatchId, last: BatchId, cutoff: i64) -> PruneChunk {
     PruneChunk {
         delete,
+        lock: None,
         first: first.get(),
         last: last.get(),
         cutoff,
@@ -213,4 +217,51 @@ async fn a_prune_through_the_writer_deletes_every_old_batch_across_chunks() {
 
     assert_eq!(deleted.expect("prune"), 1_050);
     assert_eq!(ids(&db.batches().await), all[1_050..]);
+}
+
+/// A replay inserts a job for an old batch while a prune is deleting it: whichever takes the
+/// batch row first, the job and its batch end up both there or both gone. Here the replay's
+/// insert holds the row (uncommitted) when the prune reaches it; the prune waits, and must then
+/// see the committed job and keep the batch (on PostgreSQL a delete reads its job check from
+/// the snapshot it took before waiting, hence the lock statement before it).
+#[tokio::test]
+async fn a_replay_job_inserted_while_the_prune_waits_keeps_its_batch() {
+    use crate::store::backend::args;
+    let db = TestStore::open().await;
+    let node = db.node(Duration::from_secs(3600));
+    let old = db.stored(0);
+    let replayed = stored(
+        node.ingest(vec![batch("in", None, old, &[])])
+            .await
+            .remove(0),
+    );
+    let connection = crate::model::ids::ConnectionId::trusted("c1");
+
+    let mut replay = db.store.begin().await.expect("begin");
+    let made = replay
+        .execute(
+            crate::store::replays_sql::INSERT_JOB,
+            args![
+                replayed,
+                &connection,
+                10_i64,
+                old,
+                old,
+                None::<i64>,
+                None::<i64>
+            ],
+        )
+        .await
+        .expect("insert the replay's job");
+    assert_eq!(made, 1);
+    let store = db.store.clone();
+    let cutoff = db.stored(HOUR);
+    let prune = tokio::spawn(async move { store.prune(cutoff).await });
+    // Long enough for the prune to reach the batch row and wait for it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    replay.commit().await.expect("commit");
+    prune.await.expect("the prune task").expect("prune");
+
+    assert_eq!(ids(&db.batches().await), [replayed]);
+    assert_eq!(db.jobs().await[0].batch_id, replayed);
 }

@@ -1,0 +1,130 @@
+//! SQLite's WAL checkpoint, moved off the group-commit writer's path (issue 16 item 1).
+//!
+//! Left to its defaults, SQLite copies the WAL back into the database file from inside the
+//! COMMIT that takes the WAL past 1,000 pages, on the connection that committed: the writer's,
+//! so the next group waits for the copy (4.9% of Boson's CPU at saturation, all of it on the
+//! one path that serialises ingest). Here a background task copies the WAL with a PASSIVE
+//! checkpoint, which neither waits for the writer nor holds it up, on a pool connection of its
+//! own. The wait between two runs halves (down to [`MIN_INTERVAL`]) while each run finds
+//! [`BUSY_FRAMES`] or more new frames, and doubles (up to [`MAX_INTERVAL`]) while it finds fewer,
+//! so that a quiet server does not sync its files ten times a second for a handful of pages.
+//!
+//! A passive checkpoint alone cannot bound the WAL under a steady stream of commits: SQLite
+//! starts the WAL over only when a write transaction begins and finds every frame copied, and
+//! with the writer appending all the time the background copy is always a few frames behind.
+//! So the automatic checkpoint stays on the commit path as the bound, at [`BOUND_PAGES`] instead
+//! of 1,000: when a commit reaches it, the background task has already copied all but the
+//! frames of its last interval, the commit's checkpoint copies only those, and the next
+//! transaction starts the WAL over. If the background task falls behind or stops, the commit
+//! path does the whole copy, as before, and the WAL still ends at the bound.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::Store;
+
+/// How many WAL pages (4 KB each) the commit path lets the WAL grow to before it checkpoints
+/// itself: about 32 MB, well over what the background task leaves between two of its runs at
+/// full ingest rate.
+pub(super) const BOUND_PAGES: u32 = 8192;
+
+/// The shortest wait between two runs, under load.
+const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// The longest wait, when little is written.
+const MAX_INTERVAL: Duration = Duration::from_secs(5);
+/// New WAL frames since the last run (2 MB) that count as load: fewer, and the wait doubles.
+const BUSY_FRAMES: i64 = 512;
+
+/// What one passive checkpoint did: the frames in the WAL, and how many of them are now in the
+/// database file (all, unless the writer appended while it ran).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Checkpointed {
+    pub(crate) wal_frames: i64,
+    pub(crate) copied_frames: i64,
+}
+
+impl Store {
+    /// Copies what it can of the WAL into the database file without waiting for anyone (SQLite
+    /// only; PostgreSQL checkpoints itself).
+    pub(crate) async fn checkpoint_wal(&self) -> Result<Option<Checkpointed>, sqlx::Error> {
+        let Store::Sqlite(pool) = self else {
+            return Ok(None);
+        };
+        let (_busy, wal_frames, copied_frames): (i64, i64, i64) =
+            sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+                .fetch_one(pool)
+                .await?;
+        Ok(Some(Checkpointed {
+            wal_frames,
+            copied_frames,
+        }))
+    }
+}
+
+/// Checkpoints the WAL until cancelled; returns at once on PostgreSQL.
+pub(crate) async fn checkpoint_periodically(store: Store, cancel: CancellationToken) {
+    if !matches!(store, Store::Sqlite(_)) {
+        return;
+    }
+    let mut interval = MIN_INTERVAL;
+    let mut last_frames = 0;
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        match store.checkpoint_wal().await {
+            Ok(Some(done)) => {
+                interval = next_interval(interval, new_frames(last_frames, done.wal_frames));
+                last_frames = done.wal_frames;
+            }
+            Ok(None) => return,
+            // The commit path's own checkpoint still bounds the WAL.
+            Err(error) => tracing::warn!(%error, "Checkpointing the WAL failed."),
+        }
+    }
+}
+
+/// The wait before the next run, after one that found `new_frames` frames written since the
+/// run before.
+fn next_interval(interval: Duration, new_frames: i64) -> Duration {
+    if new_frames >= BUSY_FRAMES {
+        (interval / 2).max(MIN_INTERVAL)
+    } else {
+        (interval * 2).min(MAX_INTERVAL)
+    }
+}
+
+/// Frames written between two runs that saw `before` and then `now` frames in the WAL; fewer
+/// now means a write transaction started the WAL over in between, so all of them are new.
+fn new_frames(before: i64, now: i64) -> i64 {
+    if now >= before { now - before } else { now }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interval_backs_off_while_little_is_written_and_returns_under_load() {
+        let mut interval = MIN_INTERVAL;
+        let mut waits = Vec::new();
+        for _ in 0..10 {
+            interval = next_interval(interval, BUSY_FRAMES - 1);
+            waits.push(interval);
+        }
+        assert_eq!(waits[0], MIN_INTERVAL * 2);
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
+        assert_eq!(waits[9], MAX_INTERVAL);
+        assert_eq!(next_interval(MAX_INTERVAL, BUSY_FRAMES), MAX_INTERVAL / 2);
+        assert_eq!(next_interval(MIN_INTERVAL * 2, BUSY_FRAMES), MIN_INTERVAL);
+        assert_eq!(next_interval(MIN_INTERVAL, 10 * BUSY_FRAMES), MIN_INTERVAL);
+    }
+
+    #[test]
+    fn new_frames_count_from_the_start_after_the_wal_started_over() {
+        assert_eq!(new_frames(100, 350), 250);
+        assert_eq!(new_frames(5000, 40), 40);
+    }
+}

@@ -1,0 +1,72 @@
+//! The WAL checkpoint off the writer's commit path (issue 16 item 1): the commit path only
+//! checkpoints past a bound, a passive checkpoint copies everything once the writer is idle,
+//! and the next write then starts the WAL over, so it does not grow while both run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::harness::{TestStore, batch};
+use crate::store::Store;
+use crate::store::checkpoint::{BOUND_PAGES, Checkpointed};
+
+#[tokio::test]
+async fn the_commit_path_checkpoints_only_past_the_bound() {
+    let test = TestStore::open().await;
+    let Store::Sqlite(pool) = &test.store else {
+        assert_eq!(test.store.checkpoint_wal().await.unwrap(), None);
+        return;
+    };
+    // Every connection of the pool (the writer may commit on any of them).
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut connection = pool.acquire().await.unwrap();
+        let (pages,): (i64,) = sqlx::query_as("PRAGMA wal_autocheckpoint")
+            .fetch_one(&mut *connection)
+            .await
+            .unwrap();
+        assert_eq!(pages, i64::from(BOUND_PAGES));
+        held.push(connection);
+    }
+}
+
+#[tokio::test]
+async fn a_passive_checkpoint_copies_the_wal_and_the_next_write_starts_it_over() {
+    let test = TestStore::open().await;
+    let Some(file) = test.sqlite_file() else {
+        return;
+    };
+    let wal = file.with_file_name("boson.db-wal");
+    let node = test.node(Duration::from_secs(60));
+    // About 1 MB of WAL, far below the bound: only the passive checkpoint copies it.
+    let mut big = batch("in_1", Some("big"), 1, &[]);
+    big.body = Arc::from(vec![b' '; 1 << 20]);
+    node.ingest(vec![big]).await;
+    let grown = std::fs::metadata(&wal).unwrap().len();
+    assert!(grown > 1 << 20, "the WAL holds the batch: {grown} bytes");
+
+    let Some(Checkpointed {
+        wal_frames,
+        copied_frames,
+    }) = test.store.checkpoint_wal().await.unwrap()
+    else {
+        panic!("no checkpoint on SQLite");
+    };
+    assert!(wal_frames > 200, "{wal_frames} frames in the WAL");
+    assert_eq!(
+        copied_frames, wal_frames,
+        "an idle writer leaves nothing behind"
+    );
+
+    // Everything was copied, so the next transaction writes from the WAL's start again.
+    for i in 0..20 {
+        let request = format!("small-{i}");
+        node.ingest(vec![batch("in_1", Some(&request), 2, &[])])
+            .await;
+    }
+    assert_eq!(std::fs::metadata(&wal).unwrap().len(), grown);
+    let after = test.store.checkpoint_wal().await.unwrap().unwrap();
+    assert!(
+        after.wal_frames < 256,
+        "the WAL started over: {after:?} after {wal_frames} frames"
+    );
+}
