@@ -224,6 +224,7 @@ pub async fn run(
     ));
     tokio::spawn(prune_periodically(
         store.clone(),
+        flusher.clone(),
         config.retention.clone(),
         cancel.clone(),
     ));
@@ -462,7 +463,12 @@ fn operator_alerts(
 /// Deletes what is older than the retention, every `interval_secs`: the batch log, attempts
 /// and dead letters, and what public keys write outside batches (forwarding statistics,
 /// aliases), so none of it grows without end.
-async fn prune_periodically(store: Store, retention: RetentionConfig, cancel: CancellationToken) {
+async fn prune_periodically(
+    store: Store,
+    writer: Writer,
+    retention: RetentionConfig,
+    cancel: CancellationToken,
+) {
     let keep_ms = i64::try_from(retention.hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
     loop {
         tokio::select! {
@@ -472,12 +478,14 @@ async fn prune_periodically(store: Store, retention: RetentionConfig, cancel: Ca
         let now = crate::model::now_ms();
         // Each kind is pruned even when another one's statement failed.
         let results = [
-            store.prune(now.saturating_sub(keep_ms)).await,
+            store
+                .prune_through(&writer, now.saturating_sub(keep_ms))
+                .await,
             store
                 .prune_forwarding_stats(now.saturating_sub(retention.forwarding_stats_ms()))
                 .await,
             store
-                .prune_aliases(now.saturating_sub(retention.aliases_ms()))
+                .prune_aliases(&writer, now.saturating_sub(retention.aliases_ms()))
                 .await,
             store
                 .prune_minutes(now.saturating_sub(retention.metrics_ms()))

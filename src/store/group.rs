@@ -34,6 +34,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::backend::Tx;
+use super::prune_step::{self, PruneChunk};
 use super::queue::{
     ClaimedJob, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, Renewed,
 };
@@ -66,6 +67,11 @@ pub(super) enum Command {
         of: ClaimOf,
         reply: oneshot::Sender<StoreResult<Vec<ClaimedJob>>>,
     },
+    /// A retention chunk to delete in the group (see [`prune_step`]); answers the rows deleted.
+    Prune {
+        chunk: PruneChunk,
+        reply: oneshot::Sender<StoreResult<u64>>,
+    },
 }
 
 /// Which jobs a claim takes.
@@ -88,6 +94,7 @@ pub(super) enum Done {
     Update,
     Renew(Renewed),
     Claim(Vec<ClaimedJob>),
+    Prune(u64),
 }
 
 impl std::fmt::Debug for Command {
@@ -97,6 +104,7 @@ impl std::fmt::Debug for Command {
             Command::Update { .. } => "Update",
             Command::Renew { .. } => "Renew",
             Command::Claim { .. } => "Claim",
+            Command::Prune { .. } => "Prune",
         })
     }
 }
@@ -182,12 +190,14 @@ async fn run_steps(
         HashMap::new()
     };
     let job_ids = steps::insert_jobs(tx, &new_jobs).await?;
+    let chunks = commands.iter().filter_map(Command::prune_chunk);
+    let pruned = prune_step::delete_chunks(tx, chunks).await?;
     let handed = Handed {
         job_ids: &job_ids,
         consents: &consents,
         lease_until,
     };
-    let done = answers(commands, claims, outcomes, &handed, &renewed);
+    let done = answers(commands, (claims, pruned), outcomes, &handed, &renewed);
     Ok((done, stored))
 }
 
@@ -236,6 +246,14 @@ impl Command {
         match self {
             Command::Ingest { batches, .. } => batches,
             _ => &[],
+        }
+    }
+
+    /// The chunk a prune command deletes.
+    fn prune_chunk(&self) -> Option<&PruneChunk> {
+        match self {
+            Command::Prune { chunk, .. } => Some(chunk),
+            _ => None,
         }
     }
 
@@ -336,11 +354,12 @@ struct Handed<'a> {
     lease_until: i64,
 }
 
-/// One answer per command, in order: claims get their jobs, renewals the jobs still held,
-/// ingest commands their outcomes and the leased jobs to hand to delivery.
+/// One answer per command, in order: claims get their jobs, prunes the rows they deleted,
+/// renewals the jobs still held, ingest commands their outcomes and the leased jobs to hand to
+/// delivery.
 fn answers(
     commands: &[Command],
-    claims: Vec<Vec<ClaimedJob>>,
+    (claims, pruned): (Vec<Vec<ClaimedJob>>, Vec<u64>),
     outcomes: Vec<Vec<IngestOutcome>>,
     handed: &Handed<'_>,
     renewed: &HashSet<i64>,
@@ -354,6 +373,7 @@ fn answers(
         .map(|(id, batch_id, connection, _)| ((*batch_id, connection), *id))
         .collect();
     let mut claims = claims.into_iter();
+    let mut pruned = pruned.into_iter();
     commands
         .iter()
         .zip(outcomes)
@@ -363,6 +383,7 @@ fn answers(
                 Done::Ingest(outcomes, jobs)
             }
             Command::Claim { .. } => Done::Claim(claims.next().unwrap_or_default()),
+            Command::Prune { .. } => Done::Prune(pruned.next().unwrap_or_default()),
             Command::Renew { job_ids, .. } => Done::Renew(Renewed {
                 job_ids: job_ids
                     .iter()

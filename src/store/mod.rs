@@ -21,6 +21,7 @@ pub(crate) mod identity_sql;
 mod identity_steps;
 pub(crate) mod metrics_sql;
 mod private_files;
+pub(crate) mod prune_step;
 pub(crate) mod queue;
 pub(crate) mod replays_sql;
 mod retention_sql;

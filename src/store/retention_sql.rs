@@ -6,13 +6,18 @@
 //! older row has a smaller id, give or take a clock's skew), the primary key finds the oldest
 //! row, and each delete covers at most [`CHUNK`] consecutive ids. On SQLite every delete takes
 //! the database's one write lock, which the group-commit writer needs for every ingest, so the
-//! chunks are small and a pause follows each one, long enough for the writer to commit in
-//! between. A row whose id is in range but whose time is not old (a clock that went back) is
-//! left for a later prune: each delete still checks the time.
+//! server sends each chunk's delete to the writer ([`Store::prune_through`]), which runs it
+//! inside a group commit (see [`super::prune_step`]); on PostgreSQL, where a delete of old rows
+//! takes no lock an insert of new ones waits for, each chunk commits on its own. Chunks are
+//! small, so a group grows by a few milliseconds at most, and a pause follows each one. A row
+//! whose id is in range but whose time is not old (a clock that went back) is left for a later
+//! prune: each delete still checks the time.
 
 use std::time::{Duration, Instant};
 
 use super::backend::{Sql, args};
+use super::prune_step::PruneChunk;
+use super::writer::Writer;
 use super::{Store, StoreResult};
 
 /// A log that retention deletes oldest first, by id range.
@@ -103,7 +108,8 @@ pub(in crate::store) const ALIASES: Log = Log {
 };
 
 /// Ids one delete covers. Small, because on SQLite the delete holds the write lock ingest
-/// needs: 500 batches of ~4 KB took about 5 ms at 5M rows (README, "Retention at any size").
+/// needs (inside a group commit: adds to the group's latency): 500 batches of ~4 KB took about
+/// 5 ms at 5M rows (README, "Retention at any size").
 const CHUNK: i64 = 500;
 
 /// The least pause after each delete; the pause is never shorter than the delete took either.
@@ -113,27 +119,65 @@ const CHUNK: i64 = 500;
 /// table size"). 100 ms lets a waiting writer in before every next chunk.
 const MIN_PAUSE: Duration = Duration::from_millis(100);
 
+/// Ids one delete covers inside a group commit, where the delete adds to the group's latency.
+/// At 5M rows (`retention-bench chunkcost`, README) a one-row commit with a chunk of 100 took
+/// at most 7–9 ms, with a chunk of 500 up to 22–37 ms.
+const CHUNK_IN_GROUP: i64 = 100;
+
+/// The least pause after a chunk the writer deleted in a group commit: no lock was taken
+/// besides the writer's, so the pause only spreads the chunks over groups; a fifth of
+/// [`MIN_PAUSE`] for a fifth of [`CHUNK`] keeps the rate at which old rows go.
+const MIN_PAUSE_IN_GROUP: Duration = Duration::from_millis(20);
+
 impl Store {
     /// Deletes batches, attempts and dead letters older than `cutoff` (Unix ms); returns how
     /// many rows went. A batch some job still needs is never pruned: every batch id at or
     /// above the smallest one a pending job references is kept.
+    /// Each chunk is deleted in a transaction of its own (as on PostgreSQL).
+    #[cfg(test)]
     pub(crate) async fn prune(&self, cutoff: i64) -> StoreResult<u64> {
-        let (needed,): (Option<i64>,) = self.fetch_one(FIRST_NEEDED_BATCH, &[]).await?;
-        let below = needed.unwrap_or(i64::MAX);
-        let attempts = self.prune_log(ATTEMPTS, cutoff, i64::MAX).await?;
-        let letters = self.prune_log(DEAD_LETTERS, cutoff, i64::MAX).await?;
-        let batches = self.prune_log(BATCHES, cutoff, below).await?;
-        Ok(attempts + letters + batches)
+        self.prune_logs(cutoff, None).await
+    }
+
+    /// [`Store::prune`], with each chunk deleted in one of `writer`'s group commits on SQLite
+    /// (on PostgreSQL each in a transaction of its own all the same).
+    pub(crate) async fn prune_through(&self, writer: &Writer, cutoff: i64) -> StoreResult<u64> {
+        self.prune_logs(cutoff, self.deletes_in_groups(writer))
+            .await
     }
 
     /// Deletes alias requests that arrived before `cutoff` (Unix ms); returns how many went.
-    pub(crate) async fn prune_aliases(&self, cutoff: i64) -> StoreResult<u64> {
-        self.prune_log(ALIASES, cutoff, i64::MAX).await
+    pub(crate) async fn prune_aliases(&self, writer: &Writer, cutoff: i64) -> StoreResult<u64> {
+        let writer = self.deletes_in_groups(writer);
+        self.prune_log(ALIASES, cutoff, i64::MAX, writer).await
+    }
+
+    /// The writer to send chunk deletes to: on SQLite only, where a delete of its own would
+    /// hold the one write lock the writer needs.
+    fn deletes_in_groups<'a>(&self, writer: &'a Writer) -> Option<&'a Writer> {
+        matches!(self, Store::Sqlite(_)).then_some(writer)
+    }
+
+    async fn prune_logs(&self, cutoff: i64, writer: Option<&Writer>) -> StoreResult<u64> {
+        let (needed,): (Option<i64>,) = self.fetch_one(FIRST_NEEDED_BATCH, &[]).await?;
+        let below = needed.unwrap_or(i64::MAX);
+        let attempts = self.prune_log(ATTEMPTS, cutoff, i64::MAX, writer).await?;
+        let letters = self
+            .prune_log(DEAD_LETTERS, cutoff, i64::MAX, writer)
+            .await?;
+        let batches = self.prune_log(BATCHES, cutoff, below, writer).await?;
+        Ok(attempts + letters + batches)
     }
 
     /// Deletes `log`'s rows older than `cutoff` with an id below `below`, a chunk of ids at a
-    /// time with a pause after each.
-    async fn prune_log(&self, log: Log, cutoff: i64, below: i64) -> StoreResult<u64> {
+    /// time with a pause after each; each chunk in a group commit of `writer` if given.
+    async fn prune_log(
+        &self,
+        log: Log,
+        cutoff: i64,
+        below: i64,
+        writer: Option<&Writer>,
+    ) -> StoreResult<u64> {
         let newest: Option<(i64,)> = self.fetch_optional(log.last_old, args![cutoff]).await?;
         let Some(last) = newest.map(|(id,)| id.min(below.saturating_sub(1))) else {
             return Ok(0);
@@ -147,32 +191,51 @@ impl Store {
             if first > last {
                 break;
             }
-            let to = first.saturating_add(CHUNK - 1).min(last);
+            let size = if writer.is_some() {
+                CHUNK_IN_GROUP
+            } else {
+                CHUNK
+            };
+            let to = first.saturating_add(size - 1).min(last);
             let _: (i64,) = self.fetch_one(log.warm, args![first, to, cutoff]).await?;
             let started = Instant::now();
-            deleted += self.delete_chunk(log, (first, to), cutoff).await?;
+            let chunk = PruneChunk {
+                delete: log.delete,
+                lock: log.lock,
+                first,
+                last: to,
+                cutoff,
+            };
+            deleted += self.delete_chunk(chunk, writer).await?;
             if to == i64::MAX {
                 break;
             }
             from = to + 1;
-            tokio::time::sleep(started.elapsed().max(MIN_PAUSE)).await;
+            let least = if writer.is_some() {
+                MIN_PAUSE_IN_GROUP
+            } else {
+                MIN_PAUSE
+            };
+            tokio::time::sleep(started.elapsed().max(least)).await;
         }
         Ok(deleted)
     }
 
-    /// Deletes one chunk of `log`, after locking its rows when the log asks for it.
-    async fn delete_chunk(
-        &self,
-        log: Log,
-        (first, to): (i64, i64),
-        cutoff: i64,
-    ) -> StoreResult<u64> {
-        let Some(lock) = log.lock else {
-            return Ok(self.execute(log.delete, args![first, to, cutoff]).await?);
+    /// Deletes one chunk: in a group commit of `writer` if given (the deleted pages are copied
+    /// into the database file by the background checkpoint, `store/checkpoint.rs`, not by the
+    /// writer's commit); else in a transaction of its own, after locking its rows when the log
+    /// asks for it.
+    async fn delete_chunk(&self, chunk: PruneChunk, writer: Option<&Writer>) -> StoreResult<u64> {
+        if let Some(writer) = writer {
+            return writer.prune_chunk(chunk).await;
+        }
+        let range = args![chunk.first, chunk.last, chunk.cutoff];
+        let Some(lock) = chunk.lock else {
+            return Ok(self.execute(chunk.delete, range).await?);
         };
         let mut tx = self.begin().await?;
-        tx.execute(lock, args![first, to, cutoff]).await?;
-        let deleted = tx.execute(log.delete, args![first, to, cutoff]).await?;
+        tx.execute(lock, range).await?;
+        let deleted = tx.execute(chunk.delete, range).await?;
         tx.commit().await?;
         Ok(deleted)
     }

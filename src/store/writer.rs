@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::AbortOnDropHandle;
 
 use super::group::{ClaimOf, Command, Done, Failure, commit};
+use super::prune_step::PruneChunk;
 use super::queue::{ClaimedJob, IngestOutcome, Job, JobUpdate, NewBatch, Renewed};
 use super::{Store, StoreError, StoreResult};
 use crate::model::ids::{ConnectionId, Mpid};
@@ -222,6 +223,18 @@ impl Writer {
         answer.await.map_err(|_| closed())?
     }
 
+    /// Deletes a retention chunk inside a group commit, sharing its commit; answers the rows
+    /// deleted once committed. A chunk that fails fails alone: the group is retried command by
+    /// command, as for any other failing command.
+    pub(crate) async fn prune_chunk(&self, chunk: PruneChunk) -> StoreResult<u64> {
+        let (reply, answer) = oneshot::channel();
+        // Maintenance, not ingest: on PostgreSQL it keeps off the ingest lane (the server sends
+        // chunks to the writer on SQLite only, where there is one lane).
+        self.send(Lane::Delivery, Command::Prune { chunk, reply })
+            .await?;
+        answer.await.map_err(|_| closed())?
+    }
+
     /// Whether the writer task is still running (ingest cannot succeed without it).
     pub(crate) fn is_running(&self) -> bool {
         !self.ingest.is_closed() && !self.delivery.is_closed()
@@ -330,6 +343,12 @@ fn settle(
             let _ = reply.send(Err(e));
         }
         (Command::Renew { reply, .. }, Err(error)) => {
+            let _ = reply.send(Err(error));
+        }
+        (Command::Prune { reply, .. }, Ok(Some(Done::Prune(deleted)))) => {
+            let _ = reply.send(Ok(deleted));
+        }
+        (Command::Prune { reply, .. }, Err(error)) => {
             let _ = reply.send(Err(error));
         }
         (

@@ -326,6 +326,11 @@ pub(super) struct Node {
 }
 
 impl Node {
+    /// The node's writer itself, for what the suite sends it directly.
+    pub(super) fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
     /// Stores batches; their jobs are leased to this node unless their connection is crowded
     /// here (as the pipeline's fan-out decides).
     pub(super) async fn ingest(&self, mut batches: Vec<NewBatch>) -> Vec<IngestOutcome> {

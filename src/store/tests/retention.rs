@@ -9,6 +9,7 @@ use super::harness::{BatchRow, HOUR, TestStore, batch, on_postgres};
 use crate::model::ids::BatchId;
 use crate::store::Store;
 use crate::store::backend::Sql;
+use crate::store::prune_step::PruneChunk;
 use crate::store::queue::IngestOutcome;
 use crate::store::{forwarding_sql, metrics_sql, retention_sql, sessions_sql};
 
@@ -139,6 +140,83 @@ async fn a_prune_over_many_chunks_deletes_every_old_batch_before_the_first_one_n
     assert_eq!(db.jobs().await[0].batch_id, needed);
     // Nothing more is old enough, so a second prune deletes nothing.
     assert_eq!(db.store.prune(db.stored(HOUR)).await.expect("prune"), 0);
+}
+
+/// A chunk delete for the writer: `BATCHES`' ids `first..=last` older than `cutoff`.
+fn chunk(delete: Sql, first: BatchId, last: BatchId, cutoff: i64) -> PruneChunk {
+    PruneChunk {
+        delete,
+        lock: None,
+        first: first.get(),
+        last: last.get(),
+        cutoff,
+    }
+}
+
+#[tokio::test]
+async fn a_prune_chunk_committed_by_the_writer_deletes_its_old_rows_but_not_what_a_job_needs() {
+    let db = TestStore::open().await;
+    let node = db.node(Duration::from_secs(3600));
+    let (old, young) = (db.stored(0), db.stored(10 * HOUR));
+    let mut batches: Vec<_> = (0..10).map(|_| batch("in", None, old, &[])).collect();
+    batches[3] = batch("in", None, young, &[]);
+    batches[7] = batch("in", None, old, &["c1"]);
+    let all: Vec<_> = node.ingest(batches).await.into_iter().map(stored).collect();
+
+    let whole = chunk(
+        retention_sql::BATCHES.delete,
+        all[0],
+        all[9],
+        db.stored(HOUR),
+    );
+    let deleted = node.writer().prune_chunk(whole).await.expect("prune chunk");
+
+    // Batches 0-2 and 4-6 go; the young one stays, and so does everything from the one a job
+    // still needs on.
+    assert_eq!(deleted, 6);
+    assert_eq!(ids(&db.batches().await), [all[3], all[7], all[8], all[9]]);
+}
+
+#[tokio::test]
+async fn a_failing_prune_chunk_does_not_fail_the_ingests_of_its_group() {
+    let db = TestStore::open().await;
+    let node = db.node(Duration::from_secs(3600));
+    let old = db.stored(0);
+    let first = stored(node.ingest(vec![batch("in", None, old, &[])]).await[0]);
+    // A statement the database refuses, sent with ingests so the writer takes them as one
+    // group (the test's one thread runs the writer only once every command is queued).
+    let broken = Sql::shared("DELETE FROM no_such_table WHERE id >= $1 AND id <= $2 AND at < $3");
+    let writer = node.writer();
+    let (pruned, a, b) = tokio::join!(
+        writer.prune_chunk(chunk(broken, first, first, db.stored(HOUR))),
+        writer.ingest(vec![batch("in", Some("a"), old, &[])]),
+        writer.ingest(vec![batch("in", Some("b"), old, &["c1"])]),
+    );
+
+    assert!(pruned.is_err(), "the broken delete reports its error");
+    let a = stored(a.expect("ingest a")[0]);
+    let b = stored(b.expect("ingest b")[0]);
+    assert_eq!(ids(&db.batches().await), [first, a, b]);
+    assert_eq!(db.jobs().await[0].batch_id, b);
+}
+
+#[tokio::test]
+async fn a_prune_through_the_writer_deletes_every_old_batch_across_chunks() {
+    let db = TestStore::open().await;
+    let node = db.node(Duration::from_secs(3600));
+    let old = db.stored(0);
+    let mut batches: Vec<_> = (0..1_100).map(|_| batch("in", None, old, &[])).collect();
+    batches[1_050] = batch("in", None, old, &["c1"]);
+    let mut all = Vec::new();
+    for group in batches.chunks(100) {
+        all.extend(node.ingest(group.to_vec()).await.into_iter().map(stored));
+    }
+
+    let cutoff = db.stored(HOUR);
+    let deleted = db.store.prune_through(node.writer(), cutoff).await;
+
+    assert_eq!(deleted.expect("prune"), 1_050);
+    assert_eq!(ids(&db.batches().await), all[1_050..]);
 }
 
 /// A replay inserts a job for an old batch while a prune is deleting it: whichever takes the
