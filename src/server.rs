@@ -477,20 +477,28 @@ async fn prune_periodically(
         }
         let now = crate::model::now_ms();
         // Each kind is pruned even when another one's statement failed.
-        let results = [
-            store
-                .prune_through(&writer, now.saturating_sub(keep_ms))
-                .await,
-            store
-                .prune_forwarding_stats(now.saturating_sub(retention.forwarding_stats_ms()))
-                .await,
-            store
-                .prune_aliases(&writer, now.saturating_sub(retention.aliases_ms()))
-                .await,
-            store
-                .prune_minutes(now.saturating_sub(retention.metrics_ms()))
-                .await,
-        ];
+        let run = async {
+            [
+                store
+                    .prune_through(&writer, now.saturating_sub(keep_ms))
+                    .await,
+                store
+                    .prune_forwarding_stats(now.saturating_sub(retention.forwarding_stats_ms()))
+                    .await,
+                store
+                    .prune_aliases(&writer, now.saturating_sub(retention.aliases_ms()))
+                    .await,
+                store
+                    .prune_minutes(now.saturating_sub(retention.metrics_ms()))
+                    .await,
+            ]
+        };
+        // A shutdown stops a run between its chunks, before the writer it sends them to stops:
+        // a chunk cut short deleted nothing (its transaction rolls back) or all of itself.
+        let results = tokio::select! {
+            () = cancel.cancelled() => return,
+            results = run => results,
+        };
         let mut deleted = 0;
         for result in results {
             match result {

@@ -75,15 +75,24 @@ pub(crate) async fn checkpoint_periodically(store: Store, cancel: CancellationTo
             () = tokio::time::sleep(interval) => {}
         }
         match store.checkpoint_wal().await {
-            Ok(Some(done)) => {
-                interval = next_interval(interval, new_frames(last_frames, done.wal_frames));
-                last_frames = done.wal_frames;
-            }
+            Ok(Some(done)) => (interval, last_frames) = paced(interval, last_frames, done),
             Ok(None) => return,
             // The commit path's own checkpoint still bounds the WAL.
             Err(error) => tracing::warn!(%error, "Checkpointing the WAL failed."),
         }
     }
+}
+
+/// The wait before the next run and the frames to count from, after a run that did `done`
+/// following one that saw `last_frames`. A run that found the checkpoint busy (another one, the
+/// commit path's own, was copying: SQLite answers -1 frames) tells nothing of the load, so the
+/// pace stays as it was rather than slowing down in the middle of the busiest moments.
+fn paced(interval: Duration, last_frames: i64, done: Checkpointed) -> (Duration, i64) {
+    if done.wal_frames < 0 {
+        return (interval, last_frames);
+    }
+    let new = new_frames(last_frames, done.wal_frames);
+    (next_interval(interval, new), done.wal_frames)
 }
 
 /// The wait before the next run, after one that found `new_frames` frames written since the
@@ -120,6 +129,23 @@ mod tests {
         assert_eq!(next_interval(MAX_INTERVAL, BUSY_FRAMES), MAX_INTERVAL / 2);
         assert_eq!(next_interval(MIN_INTERVAL * 2, BUSY_FRAMES), MIN_INTERVAL);
         assert_eq!(next_interval(MIN_INTERVAL, 10 * BUSY_FRAMES), MIN_INTERVAL);
+    }
+
+    #[test]
+    fn a_busy_checkpoint_keeps_the_pace_and_the_count() {
+        let busy = Checkpointed {
+            wal_frames: -1,
+            copied_frames: -1,
+        };
+        assert_eq!(paced(MIN_INTERVAL, 3000, busy), (MIN_INTERVAL, 3000));
+        let loaded = Checkpointed {
+            wal_frames: 3000 + BUSY_FRAMES,
+            copied_frames: 3000,
+        };
+        assert_eq!(
+            paced(MIN_INTERVAL * 2, 3000, loaded),
+            (MIN_INTERVAL, 3000 + BUSY_FRAMES)
+        );
     }
 
     #[test]

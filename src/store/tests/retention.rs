@@ -179,6 +179,11 @@ async fn a_prune_chunk_committed_by_the_writer_deletes_its_old_rows_but_not_what
 
 #[tokio::test]
 async fn a_failing_prune_chunk_does_not_fail_the_ingests_of_its_group() {
+    // Only SQLite sends chunks to the writer, and only there do they share the ingests' group
+    // (on PostgreSQL ingests commit on a lane of their own).
+    if on_postgres() {
+        return;
+    }
     let db = TestStore::open().await;
     let node = db.node(Duration::from_secs(3600));
     let old = db.stored(0);
