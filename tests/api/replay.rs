@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::helpers::{Received, Receiver, TestApp, batch_of, spawn_app, wait_for};
 use crate::rate_limit::busiest_second;
 
-async fn replay(app: &TestApp, connection: &Value, body: Value) -> reqwest::Response {
+pub(crate) async fn replay(app: &TestApp, connection: &Value, body: Value) -> reqwest::Response {
     let path = format!(
         "/api/v1/connections/{}/replay",
         connection["id"].as_str().unwrap()

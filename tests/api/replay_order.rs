@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::helpers::{Receiver, TestApp, batch_of, spawn_app_with, wait_for};
+use crate::replay::replay;
 
 /// Batch `seq` of user `mpid`, its one event tagged `seq`.
 fn numbered(mpid: i64, seq: i64) -> Value {
@@ -29,18 +30,6 @@ fn seqs(body: &Value) -> Vec<String> {
                 .to_owned()
         })
         .collect()
-}
-
-async fn replay(app: &TestApp, connection: &Value, body: Value) -> reqwest::Response {
-    let path = format!(
-        "/api/v1/connections/{}/replay",
-        connection["id"].as_str().unwrap()
-    );
-    app.admin(reqwest::Method::POST, &path)
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
 }
 
 /// Posts batches `0..n` of user `mpid` and waits until `delivered` requests went out and no job
