@@ -241,12 +241,11 @@ async fn retries_start(state: &AppState, failing: &FailingJobs) -> i64 {
     if failing.coalesce_head.is_none() {
         return failing.created_at;
     }
-    let window_ms = match state.store.get_revision(failing.revision_id).await {
-        Ok(text) => ConnectionSettings::from_json_str(&text)
-            .map(|settings| settings.batch_window_ms())
-            .unwrap_or(0),
-        Err(_) => 0,
-    };
+    let window_ms = state
+        .catalog()
+        .revision(failing.revision_id)
+        .await
+        .map_or(0, |settings| settings.batch_window_ms());
     crate::delivery::coalesce::retries_start(failing.created_at, failing.newest_in_group, window_ms)
 }
 

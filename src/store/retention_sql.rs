@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use super::backend::{Sql, args};
-use super::prune_step::PruneChunk;
+use super::prune_step::{self, PruneChunk};
 use super::writer::Writer;
 use super::{Store, StoreResult};
 
@@ -182,6 +182,11 @@ impl Store {
         let Some(last) = newest.map(|(id,)| id.min(below.saturating_sub(1))) else {
             return Ok(0);
         };
+        let (size, least) = if writer.is_some() {
+            (CHUNK_IN_GROUP, MIN_PAUSE_IN_GROUP)
+        } else {
+            (CHUNK, MIN_PAUSE)
+        };
         let mut deleted = 0;
         let mut from = i64::MIN;
         while let Some((first,)) = self
@@ -191,11 +196,6 @@ impl Store {
             if first > last {
                 break;
             }
-            let size = if writer.is_some() {
-                CHUNK_IN_GROUP
-            } else {
-                CHUNK
-            };
             let to = first.saturating_add(size - 1).min(last);
             let _: (i64,) = self.fetch_one(log.warm, args![first, to, cutoff]).await?;
             let started = Instant::now();
@@ -211,11 +211,6 @@ impl Store {
                 break;
             }
             from = to + 1;
-            let least = if writer.is_some() {
-                MIN_PAUSE_IN_GROUP
-            } else {
-                MIN_PAUSE
-            };
             tokio::time::sleep(started.elapsed().max(least)).await;
         }
         Ok(deleted)
@@ -229,14 +224,14 @@ impl Store {
         if let Some(writer) = writer {
             return writer.prune_chunk(chunk).await;
         }
-        let range = args![chunk.first, chunk.last, chunk.cutoff];
-        let Some(lock) = chunk.lock else {
+        if chunk.lock.is_none() {
+            let range = args![chunk.first, chunk.last, chunk.cutoff];
             return Ok(self.execute(chunk.delete, range).await?);
-        };
+        }
+        // The lock and the delete in one transaction, as the writer's step runs them.
         let mut tx = self.begin().await?;
-        tx.execute(lock, range).await?;
-        let deleted = tx.execute(chunk.delete, range).await?;
+        let deleted = prune_step::delete_chunks(&mut tx, std::iter::once(&chunk)).await?;
         tx.commit().await?;
-        Ok(deleted)
+        Ok(deleted.into_iter().sum())
     }
 }
