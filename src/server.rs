@@ -483,13 +483,16 @@ async fn prune_periodically(
                     .prune_through(&writer, now.saturating_sub(keep_ms))
                     .await,
                 store
-                    .prune_forwarding_stats(now.saturating_sub(retention.forwarding_stats_ms()))
+                    .prune_forwarding_stats(
+                        &writer,
+                        now.saturating_sub(retention.forwarding_stats_ms()),
+                    )
                     .await,
                 store
                     .prune_aliases(&writer, now.saturating_sub(retention.aliases_ms()))
                     .await,
                 store
-                    .prune_minutes(now.saturating_sub(retention.metrics_ms()))
+                    .prune_minutes(&writer, now.saturating_sub(retention.metrics_ms()))
                     .await,
             ]
         };

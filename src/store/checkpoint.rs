@@ -4,8 +4,10 @@
 //! COMMIT that takes the WAL past 1,000 pages, on the connection that committed: the writer's,
 //! so the next group waits for the copy (4.9% of Boson's CPU at saturation, all of it on the
 //! one path that serialises ingest). Here a background task copies the WAL with a PASSIVE
-//! checkpoint, which neither waits for the writer nor holds it up, on a pool connection of its
-//! own. The wait between two runs halves (down to [`MIN_INTERVAL`]) while each run finds
+//! checkpoint, which neither waits for the writer nor holds it up, on a connection of its own
+//! outside the pool ([`Checkpointer`]): a checkpoint's copy and fsyncs take tens of
+//! milliseconds, and on a pool connection they kept one of the pool's four from the writer and
+//! the readers meanwhile. The wait between two runs halves (down to [`MIN_INTERVAL`]) while each run finds
 //! [`BUSY_FRAMES`] or more new frames, and doubles (up to [`MAX_INTERVAL`]) while it finds fewer,
 //! so that a quiet server does not sync its files ten times a second for a handful of pages.
 //!
@@ -18,8 +20,10 @@
 //! transaction starts the WAL over. If the background task falls behind or stops, the commit
 //! path does the whole copy, as before, and the WAL still ends at the bound.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use sqlx::ConnectOptions;
+use sqlx::sqlite::SqliteConnection;
 use tokio_util::sync::CancellationToken;
 
 use super::Store;
@@ -33,8 +37,16 @@ pub(super) const BOUND_PAGES: u32 = 8192;
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
 /// The longest wait, when little is written.
 const MAX_INTERVAL: Duration = Duration::from_secs(5);
-/// New WAL frames since the last run (2 MB) that count as load: fewer, and the wait doubles.
-const BUSY_FRAMES: i64 = 512;
+/// New WAL frames since the last run (256 KB) that count as load: fewer, and the wait doubles.
+/// Small, so that under a steady load each run copies little: a run's copy ends in an fsync
+/// of the database file, and the writer's commit, whose fsync of the WAL waits for the same
+/// disk, waited behind a copy of a few thousand scattered pages (at 2 MB, 500 events/s let
+/// the wait grow to seconds and each copy to 1,000-2,000 pages).
+const BUSY_FRAMES: i64 = 64;
+/// WAL pages past which every run follows at the shortest wait, whatever it found: the WAL
+/// only starts over once a run has copied all of it, and the commit path copies what is left
+/// itself at [`BOUND_PAGES`] (inside a commit ingest waits for); a quarter of it.
+const CATCH_UP_PAGES: i64 = 2048;
 
 /// What one passive checkpoint did: the frames in the WAL, and how many of them are now in the
 /// database file (all, unless the writer appended while it ran).
@@ -44,29 +56,48 @@ pub(crate) struct Checkpointed {
     pub(crate) copied_frames: i64,
 }
 
-impl Store {
-    /// Copies what it can of the WAL into the database file without waiting for anyone (SQLite
-    /// only; PostgreSQL checkpoints itself).
-    pub(crate) async fn checkpoint_wal(&self) -> Result<Option<Checkpointed>, sqlx::Error> {
-        let Store::Sqlite(pool) = self else {
+/// The checkpoint's own connection to the SQLite database, opened with the pool's options but
+/// not taken from the pool, so that the writer and the readers never wait for a connection
+/// while it copies and syncs.
+#[derive(Debug)]
+pub(crate) struct Checkpointer {
+    connection: SqliteConnection,
+}
+
+impl Checkpointer {
+    /// Opens the connection (SQLite only; PostgreSQL checkpoints itself).
+    pub(crate) async fn open(store: &Store) -> Result<Option<Self>, sqlx::Error> {
+        let Store::Sqlite(pool) = store else {
             return Ok(None);
         };
+        let connection = pool.connect_options().connect().await?;
+        Ok(Some(Self { connection }))
+    }
+
+    /// Copies what it can of the WAL into the database file without waiting for anyone.
+    pub(crate) async fn checkpoint(&mut self) -> Result<Checkpointed, sqlx::Error> {
         let (_busy, wal_frames, copied_frames): (i64, i64, i64) =
             sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
-                .fetch_one(pool)
+                .fetch_one(&mut self.connection)
                 .await?;
-        Ok(Some(Checkpointed {
+        Ok(Checkpointed {
             wal_frames,
             copied_frames,
-        }))
+        })
     }
 }
 
 /// Checkpoints the WAL until cancelled; returns at once on PostgreSQL.
 pub(crate) async fn checkpoint_periodically(store: Store, cancel: CancellationToken) {
-    if !matches!(store, Store::Sqlite(_)) {
-        return;
-    }
+    let mut checkpointer = match Checkpointer::open(&store).await {
+        Ok(Some(checkpointer)) => checkpointer,
+        Ok(None) => return,
+        Err(error) => {
+            // The commit path's own checkpoint still bounds the WAL.
+            tracing::warn!(%error, "Could not open the WAL checkpoint's connection.");
+            return;
+        }
+    };
     let mut interval = MIN_INTERVAL;
     let mut last_frames = 0;
     loop {
@@ -74,9 +105,18 @@ pub(crate) async fn checkpoint_periodically(store: Store, cancel: CancellationTo
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(interval) => {}
         }
-        match store.checkpoint_wal().await {
-            Ok(Some(done)) => (interval, last_frames) = paced(interval, last_frames, done),
-            Ok(None) => return,
+        let started = Instant::now();
+        match checkpointer.checkpoint().await {
+            Ok(done) => {
+                // How long a copy takes and how much it copied, to line up with slow commits.
+                tracing::debug!(
+                    wal_frames = done.wal_frames,
+                    copied_frames = done.copied_frames,
+                    ms = started.elapsed().as_secs_f64() * 1000.0,
+                    "Checkpointed the WAL."
+                );
+                (interval, last_frames) = paced(interval, last_frames, done);
+            }
             // The commit path's own checkpoint still bounds the WAL.
             Err(error) => tracing::warn!(%error, "Checkpointing the WAL failed."),
         }
@@ -90,6 +130,9 @@ pub(crate) async fn checkpoint_periodically(store: Store, cancel: CancellationTo
 fn paced(interval: Duration, last_frames: i64, done: Checkpointed) -> (Duration, i64) {
     if done.wal_frames < 0 {
         return (interval, last_frames);
+    }
+    if done.wal_frames >= CATCH_UP_PAGES {
+        return (MIN_INTERVAL, done.wal_frames);
     }
     let new = new_frames(last_frames, done.wal_frames);
     (next_interval(interval, new), done.wal_frames)
@@ -145,6 +188,28 @@ mod tests {
         assert_eq!(
             paced(MIN_INTERVAL * 2, 3000, loaded),
             (MIN_INTERVAL, 3000 + BUSY_FRAMES)
+        );
+    }
+
+    #[test]
+    fn a_long_wal_is_copied_at_the_shortest_wait_until_it_starts_over() {
+        // Few new frames, but the WAL is long: the next run follows at once, not later.
+        let long = Checkpointed {
+            wal_frames: CATCH_UP_PAGES + 10,
+            copied_frames: CATCH_UP_PAGES + 10,
+        };
+        assert_eq!(
+            paced(MAX_INTERVAL, CATCH_UP_PAGES, long),
+            (MIN_INTERVAL, CATCH_UP_PAGES + 10)
+        );
+        // Once it started over, the pace follows the load again.
+        let short = Checkpointed {
+            wal_frames: 10,
+            copied_frames: 10,
+        };
+        assert_eq!(
+            paced(MIN_INTERVAL, CATCH_UP_PAGES + 10, short).0,
+            MIN_INTERVAL * 2
         );
     }
 

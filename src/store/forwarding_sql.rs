@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sqlx::FromRow;
 
 use super::backend::{Sql, args};
+use super::writer::Writer;
 use super::{Store, StoreResult};
 use crate::model::forwarding::{Kit, cap_kits};
 use crate::model::ids::InputId;
@@ -63,8 +64,11 @@ const SELECT_PAGE: Sql = Sql::shared(
 );
 /// One statement: an input keeps at most its cap plus two rows, so even many inputs' stale
 /// rows are few.
-pub(in crate::store) const PRUNE: Sql =
-    Sql::shared("DELETE FROM forwarding_stats WHERE last_at < $1");
+/// `$1` the cutoff, `$2` the most rows (a chunk of `Store::prune_oldest`).
+pub(in crate::store) const PRUNE: Sql = Sql::shared(
+    "DELETE FROM forwarding_stats WHERE (input_id, module_id) IN (SELECT input_id, module_id \
+     FROM forwarding_stats WHERE last_at < $1 ORDER BY last_at LIMIT $2)",
+);
 
 impl Store {
     /// Adds a request's reports (`counts`, per kit) to an input's statistics in one
@@ -124,9 +128,13 @@ impl Store {
         Ok(ForwardingPage { items, next })
     }
 
-    /// Deletes the statistics of kits that have not reported since `cutoff` (Unix ms); returns
-    /// how many rows went.
-    pub(crate) async fn prune_forwarding_stats(&self, cutoff: i64) -> StoreResult<u64> {
-        Ok(self.execute(PRUNE, args![cutoff]).await?)
+    /// Deletes the statistics of kits that have not reported since `cutoff` (Unix ms), a chunk
+    /// at a time in `writer`'s group commits on SQLite; returns how many rows went.
+    pub(crate) async fn prune_forwarding_stats(
+        &self,
+        writer: &Writer,
+        cutoff: i64,
+    ) -> StoreResult<u64> {
+        self.prune_oldest(PRUNE, cutoff, writer).await
     }
 }

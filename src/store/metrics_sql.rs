@@ -5,6 +5,7 @@
 use sqlx::FromRow;
 
 use super::backend::{Sql, args};
+use super::writer::Writer;
 use super::{Store, StoreResult};
 use crate::model::ids::ConnectionId;
 use crate::model::metrics::{Figures, Latency, Subject};
@@ -61,10 +62,16 @@ const SELECT_LATENCY: Sql = Sql::shared(
     "SELECT subject, minute_ms, CAST(bucket AS BIGINT) AS bucket, count FROM metric_latency \
      WHERE minute_ms >= $1 AND minute_ms < $2 AND ($3 = '' OR subject = $3)",
 );
-pub(in crate::store) const PRUNE_MINUTES: Sql =
-    Sql::shared("DELETE FROM metric_minutes WHERE minute_ms < $1");
-pub(in crate::store) const PRUNE_LATENCY: Sql =
-    Sql::shared("DELETE FROM metric_latency WHERE minute_ms < $1");
+/// `$1` the cutoff, `$2` the most rows (a chunk of `Store::prune_oldest`).
+pub(in crate::store) const PRUNE_MINUTES: Sql = Sql::shared(
+    "DELETE FROM metric_minutes WHERE (subject, minute_ms) IN (SELECT subject, minute_ms \
+     FROM metric_minutes WHERE minute_ms < $1 ORDER BY minute_ms LIMIT $2)",
+);
+/// `$1` the cutoff, `$2` the most rows.
+pub(in crate::store) const PRUNE_LATENCY: Sql = Sql::shared(
+    "DELETE FROM metric_latency WHERE (subject, minute_ms, bucket) IN (SELECT subject, \
+     minute_ms, bucket FROM metric_latency WHERE minute_ms < $1 ORDER BY minute_ms LIMIT $2)",
+);
 const BACKLOG: Sql =
     Sql::shared("SELECT connection_id, COUNT(*) AS jobs FROM jobs GROUP BY connection_id");
 
@@ -187,10 +194,11 @@ impl Store {
             .collect())
     }
 
-    /// Deletes minutes before `cutoff` (Unix ms).
-    pub(crate) async fn prune_minutes(&self, cutoff: i64) -> StoreResult<u64> {
-        let minutes = self.execute(PRUNE_MINUTES, args![cutoff]).await?;
-        let buckets = self.execute(PRUNE_LATENCY, args![cutoff]).await?;
+    /// Deletes minutes before `cutoff` (Unix ms), a chunk at a time in `writer`'s group commits
+    /// on SQLite.
+    pub(crate) async fn prune_minutes(&self, writer: &Writer, cutoff: i64) -> StoreResult<u64> {
+        let minutes = self.prune_oldest(PRUNE_MINUTES, cutoff, writer).await?;
+        let buckets = self.prune_oldest(PRUNE_LATENCY, cutoff, writer).await?;
         Ok(minutes + buckets)
     }
 

@@ -5,22 +5,45 @@
 //! chunk is deleted inside the group's transaction instead: it shares the group's commit (no
 //! fsync of its own, no second holder of the lock) and adds only the delete itself to the
 //! group's latency, which [`super::retention_sql`] keeps small by bounding the chunk. The read
-//! steps (finding the range, reading its pages) stay outside the writer.
+//! steps (finding the range, reading its pages) stay outside the writer. The tables without an
+//! id to range over (forwarding statistics, metric minutes) are deleted the same way, a bounded
+//! number of their oldest rows at a time ([`Bounds::Oldest`]).
 
-use super::backend::{Sql, Tx, args};
+use super::backend::{Arg, Sql, Tx};
 
-/// One bounded delete: the rows of a log with ids from `first` to `last` older than `cutoff`.
+/// One bounded delete.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PruneChunk {
-    /// `$1`, `$2` the first and last id, `$3` the cutoff (a `retention_sql::Log`'s `delete`,
-    /// which re-checks what a pending job needs itself).
+    /// The delete, with the placeholders its [`Bounds`] say (a `retention_sql::Log`'s
+    /// `delete`, which re-checks what a pending job needs itself, or an `OldestFirst`'s).
     pub(crate) delete: Sql,
-    /// Locks the rows the delete may take, run just before it (the log's `lock`; on
-    /// PostgreSQL only, see `retention_sql::BATCHES`).
+    /// Locks the rows the delete may take, run just before it with the same arguments (the
+    /// log's `lock`; on PostgreSQL only, see `retention_sql::BATCHES`).
     pub(crate) lock: Option<Sql>,
-    pub(crate) first: i64,
-    pub(crate) last: i64,
-    pub(crate) cutoff: i64,
+    pub(crate) bounds: Bounds,
+}
+
+/// Which rows a chunk deletes, and so the delete's arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bounds {
+    /// `$1`, `$2`: the rows with ids from `first` to `last`; `$3`: older than `cutoff`.
+    Ids { first: i64, last: i64, cutoff: i64 },
+    /// `$1`: the rows older than `cutoff`; `$2`: at most `rows` of them, oldest first.
+    Oldest { cutoff: i64, rows: i64 },
+}
+
+impl Bounds {
+    /// The delete's arguments: the first `.1` of `.0`.
+    pub(super) fn args(self) -> ([Arg<'static>; 3], usize) {
+        match self {
+            Bounds::Ids {
+                first,
+                last,
+                cutoff,
+            } => ([Arg::Int(first), Arg::Int(last), Arg::Int(cutoff)], 3),
+            Bounds::Oldest { cutoff, rows } => ([Arg::Int(cutoff), Arg::Int(rows), Arg::Int(0)], 2),
+        }
+    }
 }
 
 /// Runs the group's chunk deletes, after its other steps, so the delete's check of the jobs
@@ -31,11 +54,12 @@ pub(super) async fn delete_chunks<'a>(
 ) -> Result<Vec<u64>, sqlx::Error> {
     let mut deleted = Vec::new();
     for chunk in chunks {
-        let range = args![chunk.first, chunk.last, chunk.cutoff];
+        let (values, n) = chunk.bounds.args();
+        let values = &values[..n];
         if let Some(lock) = chunk.lock {
-            tx.execute(lock, range).await?;
+            tx.execute(lock, values).await?;
         }
-        deleted.push(tx.execute(chunk.delete, range).await?);
+        deleted.push(tx.execute(chunk.delete, values).await?);
     }
     Ok(deleted)
 }

@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use super::backend::{Sql, args};
-use super::prune_step::{self, PruneChunk};
+use super::prune_step::{self, Bounds, PruneChunk};
 use super::writer::Writer;
 use super::{Store, StoreResult};
 
@@ -152,6 +152,40 @@ impl Store {
         self.prune_log(ALIASES, cutoff, i64::MAX, writer).await
     }
 
+    /// Deletes the rows `delete` finds older than `cutoff`, oldest first and a chunk at a time
+    /// with a pause after each, as the logs are; each chunk in a group commit of `writer` on
+    /// SQLite. For the tables with no id to range over (forwarding statistics, metric
+    /// minutes): `delete` takes `$1` the cutoff and `$2` the most rows (see [`Bounds::Oldest`]).
+    pub(in crate::store) async fn prune_oldest(
+        &self,
+        delete: Sql,
+        cutoff: i64,
+        writer: &Writer,
+    ) -> StoreResult<u64> {
+        let writer = self.deletes_in_groups(writer);
+        let (rows, least) = if writer.is_some() {
+            (CHUNK_IN_GROUP, MIN_PAUSE_IN_GROUP)
+        } else {
+            (CHUNK, MIN_PAUSE)
+        };
+        let mut deleted = 0;
+        loop {
+            let started = Instant::now();
+            let chunk = PruneChunk {
+                delete,
+                lock: None,
+                bounds: Bounds::Oldest { cutoff, rows },
+            };
+            let went = self.delete_chunk(chunk, writer).await?;
+            deleted += went;
+            // Fewer than a chunk: nothing older is left (new rows are not old).
+            if went < rows.unsigned_abs() {
+                return Ok(deleted);
+            }
+            tokio::time::sleep(started.elapsed().max(least)).await;
+        }
+    }
+
     /// The writer to send chunk deletes to: on SQLite only, where a delete of its own would
     /// hold the one write lock the writer needs.
     fn deletes_in_groups<'a>(&self, writer: &'a Writer) -> Option<&'a Writer> {
@@ -202,9 +236,11 @@ impl Store {
             let chunk = PruneChunk {
                 delete: log.delete,
                 lock: log.lock,
-                first,
-                last: to,
-                cutoff,
+                bounds: Bounds::Ids {
+                    first,
+                    last: to,
+                    cutoff,
+                },
             };
             deleted += self.delete_chunk(chunk, writer).await?;
             if to == i64::MAX {
@@ -225,8 +261,8 @@ impl Store {
             return writer.prune_chunk(chunk).await;
         }
         if chunk.lock.is_none() {
-            let range = args![chunk.first, chunk.last, chunk.cutoff];
-            return Ok(self.execute(chunk.delete, range).await?);
+            let (values, n) = chunk.bounds.args();
+            return Ok(self.execute(chunk.delete, &values[..n]).await?);
         }
         // The lock and the delete in one transaction, as the writer's step runs them.
         let mut tx = self.begin().await?;

@@ -97,6 +97,15 @@ impl Writer {
         }
     }
 
+    /// A writer whose commands come out of the returned receiver instead of being committed,
+    /// so a test sees what is sent to the writer and answers it itself.
+    #[cfg(test)]
+    pub(super) fn into_channel() -> (Self, mpsc::Receiver<Command>) {
+        let (ingest, rx) = mpsc::channel(QUEUE_CAPACITY);
+        let delivery = ingest.clone();
+        (Self { ingest, delivery }, rx)
+    }
+
     /// Answers once every command sent on any lane before it is committed (or has failed).
     pub(crate) async fn flush(&self) -> StoreResult<()> {
         let (ingest, delivery) =

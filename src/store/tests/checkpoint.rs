@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use super::harness::{TestStore, batch};
 use crate::store::Store;
-use crate::store::checkpoint::{BOUND_PAGES, Checkpointed};
+use crate::store::checkpoint::{BOUND_PAGES, Checkpointed, Checkpointer};
 
 #[tokio::test]
 async fn the_commit_path_checkpoints_only_past_the_bound() {
     let test = TestStore::open().await;
     let Store::Sqlite(pool) = &test.store else {
-        assert_eq!(test.store.checkpoint_wal().await.unwrap(), None);
+        let none = Checkpointer::open(&test.store).await.unwrap();
+        assert!(none.is_none(), "PostgreSQL checkpoints itself");
         return;
     };
     // Every connection of the pool (the writer may commit on any of them).
@@ -37,6 +38,7 @@ async fn a_passive_checkpoint_copies_the_wal_and_the_next_write_starts_it_over()
     };
     let wal = file.with_file_name("boson.db-wal");
     let node = test.node(Duration::from_secs(60));
+    let mut checkpointer = Checkpointer::open(&test.store).await.unwrap().unwrap();
     // About 1 MB of WAL, far below the bound: only the passive checkpoint copies it.
     let mut big = batch("in_1", Some("big"), 1, &[]);
     big.body = Arc::from(vec![b' '; 1 << 20]);
@@ -44,13 +46,10 @@ async fn a_passive_checkpoint_copies_the_wal_and_the_next_write_starts_it_over()
     let grown = std::fs::metadata(&wal).unwrap().len();
     assert!(grown > 1 << 20, "the WAL holds the batch: {grown} bytes");
 
-    let Some(Checkpointed {
+    let Checkpointed {
         wal_frames,
         copied_frames,
-    }) = test.store.checkpoint_wal().await.unwrap()
-    else {
-        panic!("no checkpoint on SQLite");
-    };
+    } = checkpointer.checkpoint().await.unwrap();
     assert!(wal_frames > 200, "{wal_frames} frames in the WAL");
     assert_eq!(
         copied_frames, wal_frames,
@@ -64,9 +63,32 @@ async fn a_passive_checkpoint_copies_the_wal_and_the_next_write_starts_it_over()
             .await;
     }
     assert_eq!(std::fs::metadata(&wal).unwrap().len(), grown);
-    let after = test.store.checkpoint_wal().await.unwrap().unwrap();
+    let after = checkpointer.checkpoint().await.unwrap();
     assert!(
         after.wal_frames < 256,
         "the WAL started over: {after:?} after {wal_frames} frames"
     );
+}
+
+#[tokio::test]
+async fn a_checkpoint_runs_while_every_pool_connection_is_taken() {
+    let test = TestStore::open().await;
+    let Store::Sqlite(pool) = &test.store else {
+        return;
+    };
+    let node = test.node(Duration::from_secs(60));
+    node.ingest(vec![batch("in_1", Some("a"), 1, &[])]).await;
+    let mut checkpointer = Checkpointer::open(&test.store).await.unwrap().unwrap();
+    // Readers and the writer hold every connection of the pool: the checkpoint, on a
+    // connection of its own, neither waits for them nor makes them wait for it.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(pool.acquire().await.unwrap());
+    }
+    let done = tokio::time::timeout(Duration::from_secs(20), checkpointer.checkpoint())
+        .await
+        .expect("the checkpoint waited for a pool connection");
+    let done = done.unwrap();
+    assert_eq!(done.copied_frames, done.wal_frames);
+    drop(held);
 }

@@ -51,6 +51,7 @@ async fn concurrent_requests_never_keep_more_kits_than_the_cap() {
 #[tokio::test]
 async fn statistics_are_pruned_by_their_last_report() {
     let db = TestStore::open().await;
+    let node = db.node(std::time::Duration::from_secs(60));
     let store = &db.store;
     let input = InputId::new();
     let record = |kit: i64, at: i64| {
@@ -60,6 +61,12 @@ async fn statistics_are_pruned_by_their_last_report() {
     record(1, 1_000).await.expect("record");
     record(2, 1_000).await.expect("record");
     record(2, 5_000).await.expect("a later report");
-    assert_eq!(store.prune_forwarding_stats(2_000).await.expect("prune"), 1);
+    assert_eq!(
+        store
+            .prune_forwarding_stats(node.writer(), 2_000)
+            .await
+            .expect("prune"),
+        1
+    );
     assert_eq!(rows(store, &input).await, vec![(Kit::Module(2), 2)]);
 }

@@ -9,8 +9,10 @@ use super::harness::{BatchRow, HOUR, TestStore, batch, on_postgres};
 use crate::model::ids::BatchId;
 use crate::store::Store;
 use crate::store::backend::Sql;
-use crate::store::prune_step::PruneChunk;
+use crate::store::group::Command;
+use crate::store::prune_step::{self, Bounds, PruneChunk};
 use crate::store::queue::IngestOutcome;
+use crate::store::writer::Writer;
 use crate::store::{forwarding_sql, metrics_sql, retention_sql, sessions_sql};
 
 /// Every statement retention and the other maintenance run, with how many integer arguments
@@ -18,10 +20,10 @@ use crate::store::{forwarding_sql, metrics_sql, retention_sql, sessions_sql};
 fn maintenance() -> Vec<(&'static str, Sql, usize)> {
     let mut statements = vec![
         ("first needed batch", retention_sql::FIRST_NEEDED_BATCH, 0),
-        ("metric minutes", metrics_sql::PRUNE_MINUTES, 1),
-        ("metric latency", metrics_sql::PRUNE_LATENCY, 1),
+        ("metric minutes", metrics_sql::PRUNE_MINUTES, 2),
+        ("metric latency", metrics_sql::PRUNE_LATENCY, 2),
         ("sessions", sessions_sql::PRUNE_SESSIONS, 1),
-        ("forwarding stats", forwarding_sql::PRUNE, 1),
+        ("forwarding stats", forwarding_sql::PRUNE, 2),
     ];
     for (name, log) in [
         ("batches", retention_sql::BATCHES),
@@ -147,9 +149,11 @@ fn chunk(delete: Sql, first: BatchId, last: BatchId, cutoff: i64) -> PruneChunk 
     PruneChunk {
         delete,
         lock: None,
-        first: first.get(),
-        last: last.get(),
-        cutoff,
+        bounds: Bounds::Ids {
+            first: first.get(),
+            last: last.get(),
+            cutoff,
+        },
     }
 }
 
@@ -269,4 +273,62 @@ async fn a_replay_job_inserted_while_the_prune_waits_keeps_its_batch() {
 
     assert_eq!(ids(&db.batches().await), [replayed]);
     assert_eq!(db.jobs().await[0].batch_id, replayed);
+}
+
+/// Metric minutes have no id range, yet their prune deletes a bounded number of the oldest at a
+/// time, each chunk sent to the writer (to share a group commit) rather than committed beside
+/// it: 250 old minutes go in chunks of 100, 100 and 50, the young one stays.
+#[tokio::test]
+async fn metric_minutes_are_pruned_in_bounded_chunks_sent_to_the_writer() {
+    // Only SQLite sends chunks to the writer (on PostgreSQL each commits on its own).
+    let db = TestStore::open().await;
+    let Store::Sqlite(pool) = &db.store else {
+        return;
+    };
+    sqlx::query(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 251) \
+         INSERT INTO metric_minutes (subject, minute_ms, received, forwarded, requests, \
+         failures, dead_letters, backlog) SELECT 'in_' || (i % 7), i * 60000, 1, 0, 0, 0, 0, 0 \
+         FROM n",
+    )
+    .execute(pool)
+    .await
+    .expect("minutes");
+    let cutoff = 251 * 60_000;
+
+    let (writer, mut commands) = Writer::into_channel();
+    let store = db.store.clone();
+    let prune = tokio::spawn(async move { store.prune_minutes(&writer, cutoff).await });
+    let mut chunks = Vec::new();
+    // The prune's writer handle is its only one: the commands end when the prune does.
+    while let Some(command) = commands.recv().await {
+        let Command::Prune { chunk, reply } = command else {
+            panic!("a prune sends only chunk deletes: {command:?}");
+        };
+        // Deleted in a transaction, as the writer's group does.
+        let mut tx = db.store.begin().await.expect("begin");
+        let deleted = prune_step::delete_chunks(&mut tx, std::iter::once(&chunk))
+            .await
+            .expect("delete");
+        tx.commit().await.expect("commit");
+        chunks.push((chunk.bounds, deleted[0]));
+        reply.send(Ok(deleted[0])).expect("the prune waits");
+    }
+
+    assert_eq!(prune.await.expect("task").expect("prune"), 250);
+    let oldest = |rows| Bounds::Oldest { cutoff, rows };
+    assert_eq!(
+        chunks,
+        [
+            (oldest(100), 100),
+            (oldest(100), 100),
+            (oldest(100), 50),
+            (oldest(100), 0), // metric latency: nothing there
+        ]
+    );
+    let (left,): (i64,) = sqlx::query_as("SELECT minute_ms FROM metric_minutes")
+        .fetch_one(pool)
+        .await
+        .expect("the young minute");
+    assert_eq!(left, cutoff);
 }
