@@ -64,6 +64,7 @@ pub(crate) fn fan_out_unnamed(
         identities: who.identities,
         device: who.device,
         may_create,
+        said_zero: who.said_zero,
         body: Arc::clone(&batch.body),
         user_jobs: jobs_for(routes, Some(TO_RESOLVE), handoff),
         anonymous_jobs: anonymous_jobs.clone(),

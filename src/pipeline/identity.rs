@@ -39,6 +39,8 @@ pub(crate) struct Unnamed {
     pub(crate) identities: Vec<(String, String)>,
     /// `device_application_stamp:…`, as the identity store keys devices.
     pub(crate) device: Option<String>,
+    /// Whether it said `"mpid": 0` (not known): if it gets no user, it keeps saying so.
+    pub(crate) said_zero: bool,
 }
 
 /// Who `document` is, if it has no MPID (0, what SDKs send before they have one, counts as
@@ -74,9 +76,15 @@ pub(crate) fn unnamed(document: &mut Value) -> Option<Unnamed> {
     if identities.is_empty() && device.is_none() {
         return None;
     }
-    // The commit writes the resolved one in front of the body.
-    document.remove("mpid");
-    Some(Unnamed { identities, device })
+    // The commit writes the resolved one (or the 0 it said) in front of the body.
+    let said_zero = document
+        .remove("mpid")
+        .is_some_and(|m| m.as_i64() == Some(0));
+    Some(Unnamed {
+        identities,
+        device,
+        said_zero,
+    })
 }
 
 #[cfg(test)]
@@ -97,6 +105,9 @@ mod tests {
         assert_eq!(who.identities, [("email".to_owned(), "a@x".to_owned())]);
         assert_eq!(who.device.as_deref(), Some("device_application_stamp:d1"));
         assert!(zero.get("mpid").is_none(), "0 is taken out: {zero}");
+        assert!(who.said_zero);
+        let mut missing = json!({"mp_deviceid": "d1"});
+        assert!(!unnamed(&mut missing).expect("unnamed").said_zero);
         let mut nobody = json!({"mpid": 0, "events": []});
         assert_eq!(unnamed(&mut nobody), None);
         assert_eq!(nobody["mpid"], 0);

@@ -36,6 +36,13 @@ const LOCK_KEYS: Sql = Sql::postgres_only(
     "SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) \
      FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS x(k, n) ORDER BY n",
 );
+/// `$1` batch keys as a JSON array of `{"i": input, "r": source_request_id}`: those stored.
+const STORED_KEYS: Sql = Sql::each(
+    "SELECT j.value ->> 'i', j.value ->> 'r' FROM json_each($1) AS j WHERE EXISTS \
+     (SELECT 1 FROM batches b WHERE b.input_id = j.value ->> 'i' AND b.source_request_id = j.value ->> 'r')",
+    "SELECT j.i, j.r FROM jsonb_to_recordset($1::jsonb) AS j(i text, r text) WHERE EXISTS \
+     (SELECT 1 FROM batches b WHERE b.input_id = j.i AND b.source_request_id = j.r)",
+);
 /// `$1` identities as a JSON array of `{"t": type, "v": value}`: the owners of those known.
 const OWNERS: Sql = Sql::each(
     "SELECT u.identity_type, u.identity, u.mpid FROM json_each($1) AS j \
@@ -96,6 +103,13 @@ struct Key<'a> {
     v: &'a str,
 }
 
+/// A batch's unique key as the duplicate check takes it.
+#[derive(Debug, Serialize)]
+struct BatchKey<'a> {
+    i: &'a str,
+    r: &'a str,
+}
+
 /// An identity given to a user.
 #[derive(Debug, Serialize)]
 struct Attach<'a> {
@@ -139,20 +153,34 @@ struct Writes<'a> {
 
 /// Gives every batch of `batches` that arrived without an MPID its user, in order, and
 /// writes what the decisions call for. A batch that would need a new user where it may not
-/// make one keeps none.
+/// make one keeps none. A duplicate (its `source_request_id` already stored, or taken by an
+/// earlier batch of the group) is stored as nothing, so it resolves nothing and writes nothing:
+/// whatever identities a resend names, only the batch first stored had its say.
 pub(super) async fn resolve_batches(
     tx: &mut Tx,
     batches: &mut [&mut NewBatch],
     now: i64,
 ) -> Result<(), sqlx::Error> {
-    let pending: Vec<&Unresolved> = batches
-        .iter()
-        .filter_map(|b| b.unresolved.as_deref())
-        .collect();
-    if pending.is_empty() {
+    if !batches.iter().any(|b| b.unresolved.is_some()) {
         return Ok(());
     }
-    lock_keys(tx, &pending).await?;
+    let mut resolving = firsts_of_their_key(batches);
+    let candidates: Vec<&Unresolved> = unresolved_of(batches, &resolving);
+    if candidates.is_empty() {
+        settle_all(batches, &resolving, Vec::new());
+        return Ok(());
+    }
+    // The locks first: a resend racing its original on another node (the same identities)
+    // waits here until the original commits, and the read below then finds it stored.
+    lock_keys(tx, &candidates).await?;
+    let stored = read_stored_keys(tx, batches, &resolving).await?;
+    for (flag, batch) in resolving.iter_mut().zip(batches.iter()) {
+        let key = batch_key(batch).map(|(i, r)| (i.to_owned(), r.to_owned()));
+        if key.is_some_and(|key| stored.contains(&key)) {
+            *flag = false;
+        }
+    }
+    let pending = unresolved_of(batches, &resolving);
     let mut known = read_known(tx, &pending).await?;
     let mut writes = Writes::default();
     let mut users = Vec::with_capacity(pending.len());
@@ -160,11 +188,74 @@ pub(super) async fn resolve_batches(
         users.push(decide_one(unresolved, &mut known, &mut writes));
     }
     write(tx, &writes, now).await?;
-    let unresolved = batches.iter_mut().filter(|b| b.unresolved.is_some());
-    for (batch, user) in unresolved.zip(users) {
+    settle_all(batches, &resolving, users);
+    Ok(())
+}
+
+/// A batch's unique key, as `batches` keys it; `None` without a `source_request_id` (never a
+/// duplicate).
+fn batch_key(batch: &NewBatch) -> Option<(&str, &str)> {
+    Some((batch.input_id.as_str(), batch.source_request_id.as_deref()?))
+}
+
+/// For each batch, whether it is unresolved and the first of the group with its key (the
+/// insert stores the first of a key and answers the others as duplicates: rows go in in the
+/// group's order, sorted stably by key).
+fn firsts_of_their_key(batches: &[&mut NewBatch]) -> Vec<bool> {
+    let mut seen: HashSet<(&str, &str)> = HashSet::new();
+    batches
+        .iter()
+        .map(|batch| {
+            let first = batch_key(batch).is_none_or(|key| seen.insert(key));
+            first && batch.unresolved.is_some()
+        })
+        .collect()
+}
+
+/// The unresolved parts of the batches `resolving` marks, in order.
+fn unresolved_of<'a>(batches: &'a [&mut NewBatch], resolving: &[bool]) -> Vec<&'a Unresolved> {
+    batches
+        .iter()
+        .zip(resolving)
+        .filter(|(_, resolve)| **resolve)
+        .filter_map(|(b, _)| b.unresolved.as_deref())
+        .collect()
+}
+
+/// Settles each resolved batch with its user (`users` in order) and every other unresolved
+/// batch with none (a duplicate: stored as nothing, whatever it is made into).
+fn settle_all(batches: &mut [&mut NewBatch], resolving: &[bool], users: Vec<Option<Mpid>>) {
+    let mut users = users.into_iter();
+    for (batch, resolve) in batches.iter_mut().zip(resolving) {
+        let user = if *resolve {
+            users.next().flatten()
+        } else {
+            None
+        };
         settle(batch, user);
     }
-    Ok(())
+}
+
+/// The keys of the batches `resolving` marks that are already stored.
+async fn read_stored_keys(
+    tx: &mut Tx,
+    batches: &[&mut NewBatch],
+    resolving: &[bool],
+) -> Result<HashSet<(String, String)>, sqlx::Error> {
+    let keys: Vec<BatchKey<'_>> = batches
+        .iter()
+        .zip(resolving)
+        .filter(|(_, resolve)| **resolve)
+        .filter_map(|(b, _)| batch_key(b))
+        .map(|(i, r)| BatchKey { i, r })
+        .collect();
+    if keys.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let rows: Vec<(String, String)> = tx
+        .fetch_all(STORED_KEYS, args![json(&keys).as_str()])
+        .await?;
+    Ok(rows.into_iter().collect())
 }
 
 /// PostgreSQL: the advisory lock of every identity and device of the group, in key order (the
@@ -315,6 +406,12 @@ pub(super) fn settle(batch: &mut NewBatch, user: Option<Mpid>) {
             };
             (with_mpid(&unresolved.body, mpid), jobs, Some(profile))
         }
+        // As it came: a batch that said "mpid": 0 (not known) still says so.
+        None if unresolved.said_zero => (
+            with_mpid(&unresolved.body, Mpid::new(0)),
+            unresolved.anonymous_jobs.clone(),
+            None,
+        ),
         None => (
             Arc::clone(&unresolved.body),
             unresolved.anonymous_jobs.clone(),

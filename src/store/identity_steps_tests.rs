@@ -65,6 +65,7 @@ fn unnamed(call: &Given<'_>) -> NewBatch {
         identities: pairs(call.0),
         device: device(call.1),
         may_create: call.2,
+        said_zero: false,
         body: Arc::clone(&body),
         user_jobs: vec![job(Some(Mpid::new(0))), job(None)],
         anonymous_jobs: vec![job(None), job(None)],
@@ -211,4 +212,50 @@ fn the_mpid_goes_in_front_of_any_object() {
         &*with_mpid(b"{ }", m),
         br#"{"mpid":9007199254740993 }"#.as_slice()
     );
+}
+
+/// A batch of `identities` under `request`, resolved and stored in one transaction, as the
+/// group commit runs the two steps; the ids the insert stored.
+async fn resolve_and_store(store: &Store, batches: &mut [NewBatch]) -> usize {
+    let mut tx = store.begin().await.expect("begin");
+    let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
+    resolve_batches(&mut tx, &mut refs, 1_000)
+        .await
+        .expect("resolve");
+    let ids = crate::store::steps::allocate_batch_ids(&mut tx, batches.len())
+        .await
+        .expect("ids");
+    let rows: Vec<_> = ids.iter().copied().zip(batches.iter()).collect();
+    let stored = crate::store::steps::insert_batches(&mut tx, &rows)
+        .await
+        .expect("insert");
+    tx.commit().await.expect("commit");
+    stored.len()
+}
+
+fn keyed(identity: &str, request: &str) -> NewBatch {
+    let mut batch = unnamed(&(&[("email", identity)], None, true));
+    batch.source_request_id = Some(request.to_owned());
+    batch
+}
+
+#[tokio::test]
+async fn a_duplicate_resolves_nothing_stored_before_or_earlier_in_its_group() {
+    let db = TestStore::open().await;
+    assert_eq!(
+        resolve_and_store(&db.store, &mut [keyed("a@x", "r1")]).await,
+        1
+    );
+    assert_eq!(users(&db.store).await, 1);
+    // A resend of r1 naming someone else, and r2 twice in one group: only r2's first is
+    // stored, and only it makes a user.
+    let mut group = [keyed("b@x", "r1"), keyed("c@x", "r2"), keyed("d@x", "r2")];
+    assert_eq!(resolve_and_store(&db.store, &mut group).await, 1);
+    assert_eq!(users(&db.store).await, 2, "a duplicate made a user");
+    let owners = owners(&db.store, &HashMap::new()).await;
+    let mut named: Vec<&str> = owners.keys().map(String::as_str).collect();
+    named.sort_unstable();
+    assert_eq!(named, ["email:a@x", "email:c@x"]);
+    assert!(group[0].profile.is_none() && group[2].profile.is_none());
+    assert!(group[1].profile.is_some());
 }

@@ -39,6 +39,8 @@ pub(crate) struct Unresolved {
     /// Whether a new user may be made for it (see `pipeline::identity`); if not and none is
     /// found, the batch keeps no user.
     pub(crate) may_create: bool,
+    /// Whether the batch said `"mpid": 0` (not known), which it keeps saying if it gets no user.
+    pub(crate) said_zero: bool,
     /// The body without `mpid`; the commit writes the resolved one in front.
     pub(crate) body: Arc<[u8]>,
     /// The jobs if the batch gets a user; each `mpid` set there is the resolved user's.

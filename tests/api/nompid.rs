@@ -137,3 +137,89 @@ async fn a_resolved_batch_gives_its_mpid_to_its_jobs_profile_and_consent() {
     }
     app.stop().await.unwrap();
 }
+
+/// The text of every stored batch's body that mentions `needle`, counted in the database.
+async fn stored_bodies_with(app: &TestApp, needle: &str) -> i64 {
+    let body = if app.database_url.starts_with("sqlite") {
+        "CAST(body AS TEXT)"
+    } else {
+        "convert_from(body, 'UTF8')"
+    };
+    app.query_i64(&format!(
+        "SELECT COUNT(*) FROM batches WHERE {body} LIKE '%{needle}%'"
+    ))
+    .await
+}
+
+#[tokio::test]
+async fn a_resent_batch_without_an_mpid_changes_no_identity() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let (input, _) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    let mut first = unnamed("dup-1");
+    first["source_request_id"] = json!("req-dup");
+    assert_eq!(app.post_events(&input, first).await.status(), 202);
+    receiver.take(1).await;
+    // The same request id again, as a client's retry, whatever it says now: it is a duplicate,
+    // so it is not stored, and who it names must not become a user either.
+    let mut again = unnamed("dup-2");
+    again["source_request_id"] = json!("req-dup");
+    assert_eq!(app.post_events(&input, again).await.status(), 202);
+    assert_eq!(app.count("batches").await, 1);
+    assert_eq!(app.count("users").await, 1, "the duplicate made a user");
+    assert_eq!(app.count("user_identities").await, 2);
+    assert_eq!(app.count("identity_changes").await, 2);
+    assert!(
+        receiver
+            .next_within(Duration::from_millis(300))
+            .await
+            .is_none()
+    );
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_batch_with_mpid_zero_is_stored_and_sent_with_its_resolved_mpid() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let (input, _) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    // 0 is what SDKs send before they know the user: "not known", as if the key were missing.
+    let mut batch = unnamed("zero-1");
+    batch["mpid"] = json!(0);
+    assert_eq!(app.post_events(&input, batch).await.status(), 202);
+    let got = receiver.next().await;
+    let mpid = owner_of(&app, "zero-1").await;
+    assert_eq!(got.body["mpid"], mpid, "{}", got.body);
+    let stored = stored_bodies_with(&app, &format!("\"mpid\":{mpid}")).await;
+    assert_eq!(stored, 1, "the stored body names the resolved MPID");
+    assert_eq!(stored_bodies_with(&app, "\"mpid\":0").await, 0);
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_batch_with_mpid_zero_that_gets_no_user_keeps_its_mpid_zero() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let (input, _) = app
+        .pipeline_for("web", &receiver.url("/hook"), json!({}))
+        .await;
+    let key = input["api_key"].as_str().unwrap();
+    // A Web SDK upload may not make a user (IDSync does), so an unknown identity resolves to
+    // none: the batch is stored and sent as it came, "mpid": 0 (not known) included.
+    let mut batch = unnamed("zero-web");
+    batch["mpid"] = json!(0);
+    let response = app
+        .client
+        .post(format!("{}/v3/JS/{key}/events", app.base))
+        .header("content-type", "text/plain;charset=UTF-8")
+        .body(batch.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let got = receiver.next().await;
+    assert_eq!(got.body["mpid"], 0, "{}", got.body);
+    assert_eq!(stored_bodies_with(&app, "\"mpid\":0").await, 1);
+    assert_eq!(app.count("users").await, 0);
+    app.stop().await.unwrap();
+}
