@@ -17,6 +17,9 @@ use std::collections::{HashMap, HashSet};
 use super::backend::{Sql, Tx, args};
 use super::queue::ClaimedJob;
 
+// On PostgreSQL ids and heads are matched with `= ANY(ARRAY(…))`, not `IN (…)` (see the note in
+// `super::steps`: `IN` could be planned as a sequential scan of `jobs`).
+
 /// Most jobs (batches) in one coalesced group; a user's later jobs form the next group.
 pub(crate) const MOST_IN_GROUP: i64 = 500;
 
@@ -70,7 +73,7 @@ const CLAIM_MATES: Sql = Sql::each(
      lease_until, mpid, coalesce_head",
     "UPDATE jobs SET lease_until = $1, leased_by = $2 WHERE id IN (SELECT id FROM jobs \
      WHERE coalesce_head IS NOT NULL \
-     AND coalesce_head IN (SELECT jsonb_array_elements_text($3::jsonb)::bigint) \
+     AND coalesce_head = ANY(ARRAY(SELECT jsonb_array_elements_text($3::jsonb)::bigint)) \
      AND id <> coalesce_head ORDER BY id FOR UPDATE SKIP LOCKED) \
      RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
      lease_until, mpid, coalesce_head",
@@ -82,7 +85,7 @@ const GROUP_SIZES: Sql = Sql::each(
      AND coalesce_head IN (SELECT value FROM json_each($1)) AND id <> coalesce_head \
      GROUP BY coalesce_head",
     "SELECT coalesce_head, COUNT(*) FROM jobs WHERE coalesce_head IS NOT NULL \
-     AND coalesce_head IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint) \
+     AND coalesce_head = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) \
      AND id <> coalesce_head GROUP BY coalesce_head",
 );
 /// `$1` JSON array of job ids this claim just leased, `$2` this node: unleased again (rows this
@@ -91,7 +94,8 @@ const GIVE_BACK: Sql = Sql::each(
     "UPDATE jobs SET lease_until = 0 WHERE id IN (SELECT value FROM json_each($1)) \
      AND leased_by = $2",
     "UPDATE jobs SET lease_until = 0 \
-     WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint) AND leased_by = $2",
+     WHERE id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) \
+     AND leased_by = $2",
 );
 /// `$1` JSON array of head ids, `$2` the new lease end, `$3` this node (fenced like a renewal).
 const RENEW_MATES: Sql = Sql::each(
@@ -99,7 +103,7 @@ const RENEW_MATES: Sql = Sql::each(
      WHERE coalesce_head IS NOT NULL AND coalesce_head IN (SELECT value FROM json_each($1)) \
      AND id <> coalesce_head AND lease_until > 0 AND leased_by = $3",
     "UPDATE jobs SET lease_until = $2 WHERE coalesce_head IS NOT NULL \
-     AND coalesce_head IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint) \
+     AND coalesce_head = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) \
      AND id <> coalesce_head AND lease_until > 0 AND leased_by = $3",
 );
 /// `$1` JSON array of head ids, `$2` this node.
@@ -108,7 +112,7 @@ const RELEASE_MATES: Sql = Sql::each(
      WHERE coalesce_head IS NOT NULL AND coalesce_head IN (SELECT value FROM json_each($1)) \
      AND id <> coalesce_head AND leased_by = $2",
     "UPDATE jobs SET lease_until = 0 WHERE coalesce_head IS NOT NULL \
-     AND coalesce_head IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint) \
+     AND coalesce_head = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) \
      AND id <> coalesce_head AND leased_by = $2",
 );
 

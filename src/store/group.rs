@@ -126,6 +126,7 @@ pub(super) async fn commit(
     node: &str,
 ) -> Result<Vec<Done>, Failure> {
     let mut tx = store.begin().await.map_err(rolled_back)?;
+    steps::prefer_indexes(&mut tx).await.map_err(rolled_back)?;
     let (done, stored) = run_steps(&mut tx, commands, lease_ms, node)
         .await
         .map_err(rolled_back)?;

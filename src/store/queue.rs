@@ -325,9 +325,9 @@ const BRING_FORWARD: Sql = Sql::each(
     "UPDATE jobs SET next_attempt_at = $2 \
      WHERE connection_id = $1 AND next_attempt_at > $2 AND lease_until <= $2 \
      AND (coalesce_head IS NULL OR attempts > 0)",
-    "UPDATE jobs SET next_attempt_at = $2 WHERE id IN (SELECT id FROM jobs \
+    "UPDATE jobs SET next_attempt_at = $2 WHERE id = ANY(ARRAY(SELECT id FROM jobs \
      WHERE connection_id = $1 AND next_attempt_at > $2 AND lease_until <= $2 \
-     AND (coalesce_head IS NULL OR attempts > 0) ORDER BY id FOR UPDATE SKIP LOCKED)",
+     AND (coalesce_head IS NULL OR attempts > 0) ORDER BY id FOR UPDATE SKIP LOCKED))",
 );
 /// `$1` the connection, `$2` now: one of its due jobs nobody holds, if any, that a drain will
 /// be able to claim once the jobs ahead of it are done: not one whose user has an earlier job
@@ -345,7 +345,8 @@ const LAST_JOB: Sql = Sql::shared("SELECT MAX(id) FROM jobs WHERE connection_id 
 const BATCH_EXISTS: Sql = Sql::shared("SELECT id FROM batches WHERE id = $1");
 const SELECT_BODIES: Sql = Sql::each(
     "SELECT id, body FROM batches WHERE id IN (SELECT value FROM json_each($1))",
-    "SELECT id, body FROM batches WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
+    "SELECT id, body FROM batches \
+     WHERE id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint))",
 );
 
 const CONNECTION_STATS: Sql = Sql::shared(

@@ -85,6 +85,13 @@ pub(super) struct RetryRow<'a> {
 // Fencing: every statement that changes a job a node worked on names the node (`leased_by`),
 // so a node that stalled past its lease cannot finish, retry, release or renew a job another
 // node has claimed since.
+//
+// On PostgreSQL a statement naming its rows by id says `id = ANY(ARRAY(SELECT …))`, not
+// `id IN (SELECT …)`: the planner guesses 100 ids from a JSON array and reads `IN` as a hash
+// semi-join, which it judged cheaper as a sequential scan of all of `jobs` than 100 primary-key
+// lookups. With a failing connection's thousands of waiting jobs in the table, every renewal,
+// finish, retry and claim then read all of them (11.6 million rows in 30 s on three nodes, the
+// jobs a few thousand). An array is one value: the plan is an index scan of the ids given.
 
 /// `$1` job ids, `$2` the new lease end, `$3` this node: released jobs (lease 0) stay released,
 /// and a lease another node has taken meanwhile stays that node's. Returns the ids renewed.
@@ -92,22 +99,22 @@ const RENEW_JOBS: Sql = Sql::each(
     "UPDATE jobs SET lease_until = $2 \
      WHERE id IN (SELECT value FROM json_each($1)) AND lease_until > 0 AND leased_by = $3 \
      RETURNING id",
-    "UPDATE jobs SET lease_until = $2 WHERE id IN \
-     (SELECT jsonb_array_elements_text($1::jsonb)::bigint) AND lease_until > 0 \
+    "UPDATE jobs SET lease_until = $2 WHERE id = ANY(ARRAY( \
+     SELECT jsonb_array_elements_text($1::jsonb)::bigint)) AND lease_until > 0 \
      AND leased_by = $3 RETURNING id",
 );
 /// `$1` job ids, `$2` this node.
 const DELETE_JOBS: Sql = Sql::each(
     "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each($1)) AND leased_by = $2",
-    "DELETE FROM jobs WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint) \
+    "DELETE FROM jobs WHERE id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) \
      AND leased_by = $2",
 );
 /// `$1` job ids, `$2` this node.
 const RELEASE_JOBS: Sql = Sql::each(
     "UPDATE jobs SET lease_until = 0 \
      WHERE id IN (SELECT value FROM json_each($1)) AND leased_by = $2",
-    "UPDATE jobs SET lease_until = 0 WHERE id IN \
-     (SELECT jsonb_array_elements_text($1::jsonb)::bigint) AND leased_by = $2",
+    "UPDATE jobs SET lease_until = 0 WHERE id = ANY(ARRAY( \
+     SELECT jsonb_array_elements_text($1::jsonb)::bigint)) AND leased_by = $2",
 );
 /// `$1` the retries as a JSON array of `RetryRow`s, `$2` this node.
 const RETRY_JOBS: Sql = Sql::each(
@@ -121,7 +128,8 @@ const RETRY_JOBS: Sql = Sql::each(
      next_attempt_at = r.next_attempt_at, lease_until = 0, last_error = r.error \
      FROM jsonb_to_recordset($1::jsonb) AS r(job_id bigint, progress bigint, attempts bigint, \
      next_attempt_at bigint, error text) \
-     WHERE jobs.id = r.job_id AND jobs.leased_by = $2",
+     WHERE jobs.id = r.job_id AND jobs.leased_by = $2 AND jobs.id = ANY(ARRAY( \
+     SELECT (x ->> 'job_id')::bigint FROM jsonb_array_elements($1::jsonb) AS x))",
 );
 const INSERT_ATTEMPTS: Sql = Sql::each(
     "INSERT INTO attempts \
@@ -150,75 +158,117 @@ macro_rules! user_is_free {
          AND e.mpid = j.mpid AND e.mpid IS NOT NULL AND e.id < j.id))"
     };
 }
+/// The columns a claim answers (see `ClaimedJob`).
+macro_rules! claimed_columns {
+    () => {
+        " RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
+         lease_until, mpid, coalesce_head"
+    };
+}
 /// `$1` lease end, `$2` now, `$3` limit, `$4` a JSON array of connection ids to skip (their
-/// lanes are full on this node), `$5` this node. On PostgreSQL `SKIP LOCKED` lets several nodes
-/// claim side by side without waiting on each other's rows.
+/// lanes are full on this node, their breaker is open, they are paused or draining), `$5` this
+/// node. On PostgreSQL `SKIP LOCKED` lets several nodes claim side by side without waiting on
+/// each other's rows.
+///
+/// On PostgreSQL a skipped connection's jobs are never read: the claim walks the connections
+/// that have jobs (`c`: one `jobs_connection` probe each, a loose index scan), drops the
+/// skipped ones, and takes up to the limit of each remaining connection's due jobs in due order
+/// through `jobs_connection_due` (its order exactly, so every plan uses it); the rows are then
+/// locked in due order, the limit over all connections. Walking `jobs_due` and filtering instead
+/// read every due job of a failing connection (thousands, all due: they are released as its
+/// breaker turns them away) on every poll of every node. SQLite keeps that walk: its planner
+/// would rather build a temporary index or a Bloom filter from the whole table for the join,
+/// and one process's in-memory walk is what the quiet SQLite runs met the 1.2× target with.
 const CLAIM_JOBS: Sql = Sql::each(
     concat!(
         "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
          (SELECT id FROM jobs j WHERE next_attempt_at <= $2 AND lease_until <= $2 \
           AND connection_id NOT IN (SELECT value FROM json_each($4)) AND ",
         user_is_free!(),
-        " ORDER BY next_attempt_at, id LIMIT $3) \
-         RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-         lease_until, mpid, coalesce_head"
+        " ORDER BY next_attempt_at, id LIMIT $3)",
+        claimed_columns!()
     ),
     concat!(
-        "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
-         (SELECT id FROM jobs j WHERE next_attempt_at <= $2 AND lease_until <= $2 \
-          AND connection_id NOT IN (SELECT jsonb_array_elements_text($4::jsonb)) AND ",
+        "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id = ANY(ARRAY( \
+         SELECT k.id FROM jobs k WHERE k.id = ANY(ARRAY( \
+         WITH RECURSIVE c(id) AS ( \
+         (SELECT connection_id FROM jobs ORDER BY connection_id LIMIT 1) UNION ALL \
+         SELECT (SELECT n.connection_id FROM jobs n WHERE n.connection_id > c.id \
+         ORDER BY n.connection_id LIMIT 1) FROM c WHERE c.id IS NOT NULL) \
+         SELECT d.id FROM c CROSS JOIN LATERAL (SELECT j.id FROM jobs j \
+         WHERE j.connection_id = c.id AND j.next_attempt_at <= $2 AND j.lease_until <= $2 AND ",
         user_is_free!(),
-        " ORDER BY next_attempt_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) \
-         RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-         lease_until, mpid, coalesce_head"
+        " ORDER BY j.next_attempt_at, j.id LIMIT $3) AS d WHERE c.id IS NOT NULL \
+         AND c.id NOT IN (SELECT jsonb_array_elements_text($4::jsonb)))) \
+         AND k.next_attempt_at <= $2 AND k.lease_until <= $2 \
+         ORDER BY k.next_attempt_at, k.id LIMIT $3 FOR UPDATE SKIP LOCKED))",
+        claimed_columns!()
     ),
 );
 /// `$1` lease end, `$2` now, `$3` the connection, `$4` this node, `$5` a JSON array of MPIDs
 /// that failed recently: the connection's oldest job nobody holds, due or not (a circuit
-/// breaker's probe: the endpoint may be back before the job's backoff is over), preferring a
-/// job whose user is not in `$5`. On a connection ordered per user the oldest job is often a
-/// user's the receiver keeps refusing; probing with it would keep every other user waiting.
+/// breaker's probe: the endpoint may be back before the job's backoff is over), of a user not
+/// in `$5`. On a connection ordered per user the oldest job is often a user's the receiver
+/// keeps refusing; probing with it would keep every other user waiting. If there is none,
+/// [`CLAIM_PROBE`] takes the oldest of any user. Each walks `jobs_connection` in id order and
+/// stops at the first job it can take (ordering by "avoided first" sorted all of the
+/// connection's jobs, on PostgreSQL after a sequential scan of the table).
+const CLAIM_PROBE_AVOIDING: Sql = Sql::each(
+    concat!(
+        "UPDATE jobs SET lease_until = $1, leased_by = $4 WHERE id = \
+         (SELECT id FROM jobs j WHERE connection_id = $3 AND lease_until <= $2 \
+          AND (j.mpid IS NULL OR j.mpid NOT IN (SELECT value FROM json_each($5))) AND ",
+        user_is_free!(),
+        " ORDER BY id LIMIT 1)",
+        claimed_columns!()
+    ),
+    concat!(
+        "UPDATE jobs SET lease_until = $1, leased_by = $4 WHERE id = \
+         (SELECT id FROM jobs j WHERE connection_id = $3 AND lease_until <= $2 \
+          AND (j.mpid IS NULL \
+          OR j.mpid NOT IN (SELECT jsonb_array_elements_text($5::jsonb)::bigint)) AND ",
+        user_is_free!(),
+        " ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)",
+        claimed_columns!()
+    ),
+);
+/// `$1` lease end, `$2` now, `$3` the connection, `$4` this node: the connection's oldest job
+/// nobody holds, due or not (see [`CLAIM_PROBE_AVOIDING`]).
 const CLAIM_PROBE: Sql = Sql::each(
     concat!(
         "UPDATE jobs SET lease_until = $1, leased_by = $4 WHERE id = \
          (SELECT id FROM jobs j WHERE connection_id = $3 AND lease_until <= $2 AND ",
         user_is_free!(),
-        " ORDER BY CASE WHEN j.mpid IN (SELECT value FROM json_each($5)) THEN 1 ELSE 0 END, id \
-         LIMIT 1) \
-         RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-         lease_until, mpid, coalesce_head"
+        " ORDER BY id LIMIT 1)",
+        claimed_columns!()
     ),
     concat!(
         "UPDATE jobs SET lease_until = $1, leased_by = $4 WHERE id = \
          (SELECT id FROM jobs j WHERE connection_id = $3 AND lease_until <= $2 AND ",
         user_is_free!(),
-        " ORDER BY CASE WHEN j.mpid IN (SELECT jsonb_array_elements_text($5::jsonb)::bigint) \
-         THEN 1 ELSE 0 END, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
-         RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-         lease_until, mpid, coalesce_head"
+        " ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)",
+        claimed_columns!()
     ),
 );
 /// `$1` lease end, `$2` now, `$3` limit, `$4` the connection, `$5` this node: a recovering
 /// connection's due jobs in the order they were accepted (id order: its backlog, brought
-/// forward, then the jobs accepted since, which wait behind it).
+/// forward, then the jobs accepted since, which wait behind it), through `jobs_connection`.
 const CLAIM_DRAIN: Sql = Sql::each(
     concat!(
         "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
          (SELECT id FROM jobs j WHERE connection_id = $4 AND next_attempt_at <= $2 \
           AND lease_until <= $2 AND ",
         user_is_free!(),
-        " ORDER BY id LIMIT $3) \
-         RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-         lease_until, mpid, coalesce_head"
+        " ORDER BY id LIMIT $3)",
+        claimed_columns!()
     ),
     concat!(
-        "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \
-         (SELECT id FROM jobs j WHERE connection_id = $4 AND next_attempt_at <= $2 \
+        "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id = ANY(ARRAY( \
+         SELECT id FROM jobs j WHERE connection_id = $4 AND next_attempt_at <= $2 \
           AND lease_until <= $2 AND ",
         user_is_free!(),
-        " ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
-         RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
-         lease_until, mpid, coalesce_head"
+        " ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED))",
+        claimed_columns!()
     ),
 );
 /// `$1` fresh batch ids, in increasing order. SQLite: the next ids after the largest ever used
@@ -315,6 +365,22 @@ const INSERT_JOBS: Sql = Sql::each(
      leased_by text, mpid bigint, next_attempt_at bigint, coalesce_head bigint) \
      RETURNING id, batch_id, connection_id, lease_until",
 );
+
+/// PostgreSQL plans a prepared statement once for all calls after its first few (a generic
+/// plan) and keeps that plan until the table's statistics change, which autovacuum does at
+/// most once a minute. `jobs` is a queue: a few hundred rows while every endpoint answers,
+/// thousands a minute later when one fails. A plan made while it was small reads it whole
+/// (cheaper then than an index), and goes on doing so at every renewal, finish, release and
+/// claim once it has grown: 16 million rows in the failure phase of a 60 s isolation run on
+/// three nodes, with `IN` fixed. In a group commit's transaction sequential scans are priced
+/// out, so whenever a plan is made it reads `jobs` through its indexes (a scan nothing else can
+/// answer still runs). SQLite plans each statement from the table as it is: nothing to do.
+const INDEXED_PLANS: Sql = Sql::postgres_only("SET LOCAL enable_seqscan = off");
+
+/// Makes the rest of `tx` read tables through their indexes where it can (see [`INDEXED_PLANS`]).
+pub(super) async fn prefer_indexes(tx: &mut Tx) -> Result<(), sqlx::Error> {
+    tx.execute(INDEXED_PLANS, args![]).await.map(|_| ())
+}
 
 /// Serialises rows for a JSON-array parameter (plain data: this cannot fail).
 fn json<T: Serialize + ?Sized>(rows: &T) -> String {
@@ -438,11 +504,19 @@ pub(super) async fn claim_probe(
     lease_until: i64,
     node: &str,
 ) -> Result<Vec<ClaimedJob>, sqlx::Error> {
-    tx.fetch_all(
-        CLAIM_PROBE,
-        args![lease_until, now, connection_id, node, avoid],
-    )
-    .await
+    if avoid != "[]" {
+        let avoiding = tx
+            .fetch_all(
+                CLAIM_PROBE_AVOIDING,
+                args![lease_until, now, connection_id, node, avoid],
+            )
+            .await?;
+        if !avoiding.is_empty() {
+            return Ok(avoiding);
+        }
+    }
+    tx.fetch_all(CLAIM_PROBE, args![lease_until, now, connection_id, node])
+        .await
 }
 
 /// Leases up to `limit` of `connection_id`'s due, unleased jobs to `node`, oldest first (a
@@ -622,3 +696,7 @@ pub(super) async fn insert_jobs(
 #[cfg(test)]
 #[path = "steps_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "steps_scan_tests.rs"]
+mod scan_tests;

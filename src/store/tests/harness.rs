@@ -61,7 +61,7 @@ fn postgres_server() -> Option<String> {
 }
 
 /// Whether this run was asked to test on PostgreSQL.
-pub(super) fn on_postgres() -> bool {
+pub(in crate::store) fn on_postgres() -> bool {
     postgres_server().is_some()
 }
 
