@@ -141,7 +141,7 @@ struct Writes<'a> {
 /// writes what the decisions call for. A batch that would need a new user where it may not
 /// make one keeps none.
 pub(super) async fn resolve_batches(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     batches: &mut [&mut NewBatch],
     now: i64,
 ) -> Result<(), sqlx::Error> {
@@ -169,7 +169,7 @@ pub(super) async fn resolve_batches(
 
 /// PostgreSQL: the advisory lock of every identity and device of the group, in key order (the
 /// keys [`Store::resolve_identity`](super::Store::resolve_identity) locks).
-async fn lock_keys(tx: &mut Tx, pending: &[&Unresolved]) -> Result<(), sqlx::Error> {
+async fn lock_keys(tx: &mut Tx<'_>, pending: &[&Unresolved]) -> Result<(), sqlx::Error> {
     let keys: Vec<String> = pending
         .iter()
         .flat_map(|u| {
@@ -184,7 +184,7 @@ async fn lock_keys(tx: &mut Tx, pending: &[&Unresolved]) -> Result<(), sqlx::Err
 
 /// The owners of the group's identities, its devices' users, and which of those users have a
 /// login.
-async fn read_known(tx: &mut Tx, pending: &[&Unresolved]) -> Result<Known, sqlx::Error> {
+async fn read_known(tx: &mut Tx<'_>, pending: &[&Unresolved]) -> Result<Known, sqlx::Error> {
     let keys: Vec<Key<'_>> = pending
         .iter()
         .flat_map(|u| u.identities.iter())
@@ -272,7 +272,7 @@ fn decide_one<'a>(
 }
 
 /// New users first: the identities and devices refer to them.
-async fn write(tx: &mut Tx, writes: &Writes<'_>, now: i64) -> Result<(), sqlx::Error> {
+async fn write(tx: &mut Tx<'_>, writes: &Writes<'_>, now: i64) -> Result<(), sqlx::Error> {
     if !writes.users.is_empty() {
         tx.execute(INSERT_USERS, args![json(&writes.users).as_str(), now])
             .await?;

@@ -324,7 +324,7 @@ fn json<T: Serialize + ?Sized>(rows: &T) -> String {
 /// Extends the leases `node` still holds on `job_ids` to `lease_until`; returns the ids it
 /// still held (the others were released, finished, or claimed by another node).
 pub(super) async fn renew_leases(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     job_ids: &[i64],
     lease_until: i64,
     node: &str,
@@ -341,7 +341,7 @@ pub(super) async fn renew_leases(
 
 /// Removes the finished jobs `node` holds from the queue.
 pub(super) async fn delete_jobs(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     job_ids: &[i64],
     node: &str,
 ) -> Result<u64, sqlx::Error> {
@@ -350,7 +350,7 @@ pub(super) async fn delete_jobs(
 
 /// Gives the jobs `node` holds back unworked: claimable again at once.
 pub(super) async fn release_jobs(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     job_ids: &[i64],
     node: &str,
 ) -> Result<u64, sqlx::Error> {
@@ -359,7 +359,12 @@ pub(super) async fn release_jobs(
 
 /// Runs `sql` (`$1` job ids as a JSON array, `$2` the node) on the jobs `node` holds; returns
 /// how many it changed.
-async fn fenced(tx: &mut Tx, sql: Sql, job_ids: &[i64], node: &str) -> Result<u64, sqlx::Error> {
+async fn fenced(
+    tx: &mut Tx<'_>,
+    sql: Sql,
+    job_ids: &[i64],
+    node: &str,
+) -> Result<u64, sqlx::Error> {
     if job_ids.is_empty() {
         return Ok(0);
     }
@@ -369,7 +374,7 @@ async fn fenced(tx: &mut Tx, sql: Sql, job_ids: &[i64], node: &str) -> Result<u6
 /// Records retries of jobs `node` holds, in one statement: progress, attempts, when to try
 /// again and why; the lease is let go. Returns how many jobs it changed.
 pub(super) async fn retry_jobs(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     retries: &[RetryRow<'_>],
     node: &str,
 ) -> Result<u64, sqlx::Error> {
@@ -382,7 +387,7 @@ pub(super) async fn retry_jobs(
 
 /// Appends to the attempt log.
 pub(super) async fn insert_attempts(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     attempts: &[AttemptRow<'_>],
 ) -> Result<(), sqlx::Error> {
     if !attempts.is_empty() {
@@ -394,7 +399,7 @@ pub(super) async fn insert_attempts(
 
 /// Keeps requests given up on, for inspection and replay.
 pub(super) async fn insert_dead_letters(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     letters: &[(&JobKey, &DeadLetter)],
     now: i64,
 ) -> Result<(), sqlx::Error> {
@@ -417,7 +422,7 @@ pub(super) async fn insert_dead_letters(
 /// Leases up to `limit` due, unleased jobs to `node` until `lease_until`, skipping the
 /// connections in `skip` (a JSON array of ids).
 pub(super) async fn claim_jobs(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     limit: i64,
     skip: &str,
     now: i64,
@@ -431,7 +436,7 @@ pub(super) async fn claim_jobs(
 /// Leases `connection_id`'s oldest job nobody holds to `node`, due or not (a probe), one of a
 /// user not in `avoid` (a JSON array of MPIDs) if there is one.
 pub(super) async fn claim_probe(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     connection_id: &ConnectionId,
     avoid: &str,
     now: i64,
@@ -448,7 +453,7 @@ pub(super) async fn claim_probe(
 /// Leases up to `limit` of `connection_id`'s due, unleased jobs to `node`, oldest first (a
 /// recovering connection's drain).
 pub(super) async fn claim_drain(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     connection_id: &ConnectionId,
     limit: i64,
     now: i64,
@@ -464,7 +469,7 @@ pub(super) async fn claim_drain(
 
 /// `count` fresh batch ids, increasing.
 pub(super) async fn allocate_batch_ids(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     count: usize,
 ) -> Result<Vec<BatchId>, sqlx::Error> {
     if count == 0 {
@@ -488,7 +493,7 @@ pub(super) async fn allocate_batch_ids(
 /// Inserts batches with their allocated ids; returns the ids stored (a batch whose
 /// `source_request_id` the input already used is not).
 pub(super) async fn insert_batches(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     batches: &[(BatchId, &NewBatch)],
 ) -> Result<HashSet<BatchId>, sqlx::Error> {
     let mut stored = HashSet::with_capacity(batches.len());
@@ -509,6 +514,72 @@ pub(super) async fn insert_batches(
         stored.extend(tx.fetch_ids::<BatchId>(statement, &values).await?);
     }
     Ok(stored)
+}
+
+/// SQLite: inserts batches in the order given, each chunk allocating its own ids in the same
+/// round trip to the database's thread (a separate allocation was a round trip of its own per
+/// group: two thread wake-ups). Returns the id given to each batch, in order, and the ids
+/// stored (a batch whose `source_request_id` the input already used is not). See
+/// [`sqlite_allocating_inserts`].
+pub(super) async fn insert_batches_allocating(
+    tx: &mut Tx<'_>,
+    batches: &[&NewBatch],
+) -> Result<(Vec<BatchId>, HashSet<BatchId>), sqlx::Error> {
+    let mut ids = Vec::with_capacity(batches.len());
+    let mut stored = HashSet::with_capacity(batches.len());
+    let mut rows = batches.iter();
+    for size in chunk_sizes(batches.len()) {
+        let mut values: Vec<Arg<'_>> = Vec::with_capacity(size * BATCH_COLUMNS);
+        for batch in rows.by_ref().take(size) {
+            values.extend([
+                Arg::from(&batch.input_id),
+                Arg::OptText(batch.source_request_id.as_deref()),
+                Arg::Int(batch.received_at),
+                Arg::Int(batch.event_count),
+                Arg::Bytes(&batch.body),
+            ]);
+        }
+        let statement = sqlite_allocating_inserts()[size.trailing_zeros() as usize];
+        let answered: Vec<i64> = tx.fetch_ids(statement, &values).await?;
+        let Some((&base, inserted)) = answered.split_first() else {
+            return Err(sqlx::Error::Protocol(
+                "no id base for a batch insert".into(),
+            ));
+        };
+        ids.extend((1..).take(size).map(|k: i64| BatchId::new(base + k)));
+        stored.extend(inserted.iter().copied().map(BatchId::new));
+    }
+    Ok((ids, stored))
+}
+
+/// For each chunk size, two statements sent as one query: the largest batch id ever used (the
+/// chunk's base; AUTOINCREMENT keeps it in `sqlite_sequence`, also for explicit ids), then the
+/// insert, which gives the chunk's k-th row the id base + k and returns the ids it stored. The
+/// insert reads the same base: SQLite writes `sqlite_sequence` only at the end of the statement,
+/// and the writer's `BEGIN IMMEDIATE` keeps every other connection from committing in between.
+/// The next chunk's base is then the largest id this one stored. PostgreSQL's statements stay
+/// [`ALLOCATE_BATCH_IDS`] and [`batch_inserts`]; this one is SQLite's only.
+fn sqlite_allocating_inserts() -> &'static [Sql] {
+    const BASE: &str = "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'batches'), 0)";
+    static STATEMENTS: std::sync::OnceLock<Vec<Sql>> = std::sync::OnceLock::new();
+    STATEMENTS.get_or_init(|| {
+        (0..=MAX_INSERT_ROWS.trailing_zeros())
+            .map(|bit| {
+                let rows: Vec<String> = (1..=1usize << bit)
+                    .map(|k| format!("({k}, ?, ?, ?, ?, ?)"))
+                    .collect();
+                let text = format!(
+                    "SELECT {BASE}; \
+                     INSERT INTO batches \
+                     (id, input_id, source_request_id, received_at, event_count, body) \
+                     SELECT {BASE} + v.column1, v.column2, v.column3, v.column4, v.column5, \
+                     v.column6 FROM (VALUES {}) AS v WHERE true{ON_CONFLICT_RETURNING_ID}",
+                    rows.join(", ")
+                );
+                Sql::each(text.leak(), "")
+            })
+            .collect()
+    })
 }
 
 /// The multi-row batch insert of every chunk size (1, 2, 4, … `MAX_INSERT_ROWS` rows), built
@@ -574,7 +645,7 @@ fn chunk_sizes(rows: usize) -> impl Iterator<Item = usize> {
 /// seen at `now` (creating the user if new). One row per user: PostgreSQL cannot update a row
 /// twice in one statement.
 pub(super) async fn upsert_profiles(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     profiles: &[ProfileRow],
     now: i64,
 ) -> Result<(), sqlx::Error> {
@@ -588,7 +659,7 @@ pub(super) async fn upsert_profiles(
 /// [`upsert_profiles`], answering each user's consent as the upsert left it (every regulation
 /// present), so the jobs handed over with the commit need not read it again.
 pub(super) async fn upsert_profiles_returning_consent(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     profiles: &[ProfileRow],
     now: i64,
 ) -> Result<HashMap<Mpid, Arc<serde_json::Value>>, sqlx::Error> {
@@ -610,7 +681,7 @@ pub(super) async fn upsert_profiles_returning_consent(
 /// Inserts jobs; returns `(job id, batch id, connection id, lease end)` of each (a lease end of
 /// 0: left in the table, to be claimed).
 pub(super) async fn insert_jobs(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     jobs: &[JobRow<'_>],
 ) -> Result<Vec<(i64, BatchId, ConnectionId, i64)>, sqlx::Error> {
     if jobs.is_empty() {
