@@ -6,8 +6,8 @@
 
 use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgRow, Postgres};
-use sqlx::sqlite::{Sqlite, SqliteRow};
-use sqlx::{Database, Decode, FromRow, Transaction, Type};
+use sqlx::sqlite::{Sqlite, SqliteConnection, SqliteRow};
+use sqlx::{Connection, Database, Decode, FromRow, Transaction, Type};
 
 use super::Store;
 use crate::model::ids::{BatchId, ConnectionId, InputId, Mpid, OutputId};
@@ -313,11 +313,12 @@ macro_rules! statements {
     };
 }
 
-/// A transaction on either backend.
+/// A transaction on either backend: on a connection from the pool (`'static`), or on one a
+/// writer keeps ([`WriterConnection`]).
 #[derive(Debug)]
-pub(crate) enum Tx {
-    Sqlite(Transaction<'static, Sqlite>),
-    Postgres(Transaction<'static, Postgres>),
+pub(crate) enum Tx<'c> {
+    Sqlite(Transaction<'c, Sqlite>),
+    Postgres(Transaction<'c, Postgres>),
 }
 
 /// SQLite must take the write lock up front: a transaction that reads first and writes later
@@ -327,7 +328,7 @@ const BEGIN: Sql = Sql::each("BEGIN IMMEDIATE", "BEGIN");
 
 impl Store {
     /// Starts a transaction that may write.
-    pub(crate) async fn begin(&self) -> Result<Tx, sqlx::Error> {
+    pub(crate) async fn begin(&self) -> Result<Tx<'static>, sqlx::Error> {
         Ok(match self {
             Store::Sqlite(pool) => Tx::Sqlite(pool.begin_with(BEGIN.sqlite).await?),
             Store::Postgres(pool) => Tx::Postgres(pool.begin_with(BEGIN.postgres).await?),
@@ -336,9 +337,87 @@ impl Store {
 }
 
 statements!(Store, [&self], self, Store::Sqlite(pool) => pool, Store::Postgres(pool) => pool);
-statements!(Tx, [&mut self], self, Tx::Sqlite(tx) => &mut **tx, Tx::Postgres(tx) => &mut **tx);
+statements!(Tx<'_>, [&mut self], self, Tx::Sqlite(tx) => &mut **tx, Tx::Postgres(tx) => &mut **tx);
 
-impl Tx {
+/// The connection a writer lane runs its group commits on. On SQLite the lane keeps one of its
+/// own, out of the pool: taking one from the pool and giving it back cost a ping (a round trip to
+/// the connection's thread, two thread wake-ups) and a spawned task per group, and one writer
+/// holds SQLite's write lock anyway. On PostgreSQL each group takes one from the pool, so a
+/// lost connection costs one group.
+#[derive(Debug)]
+pub(crate) enum WriterConnection {
+    /// Taken from the pool at the first group; dropped after a group fails, so a broken
+    /// connection is replaced at the next group.
+    Sqlite(Option<SqliteConnection>),
+    Pool,
+}
+
+impl Store {
+    /// The connection a new writer lane commits on (nothing is opened until its first group).
+    pub(crate) fn writer_connection(&self) -> WriterConnection {
+        match self {
+            Store::Sqlite(_) => WriterConnection::Sqlite(None),
+            Store::Postgres(_) => WriterConnection::Pool,
+        }
+    }
+}
+
+/// PostgreSQL plans a prepared statement once for all calls after its first few (a generic
+/// plan) and keeps that plan until the table's statistics change, which autovacuum does at
+/// most once a minute. `jobs` is a queue: a few hundred rows while every endpoint answers,
+/// thousands a minute later when one fails. A plan made while it was small reads it whole
+/// (cheaper then than an index), and goes on doing so at every renewal, finish, release and
+/// claim once it has grown: 16 million rows in the failure phase of a 60 s isolation run on
+/// three nodes, with `IN` fixed. In a group commit's transaction sequential scans are priced
+/// out, so whenever a plan is made it reads `jobs` through its indexes (a scan nothing else can
+/// answer still runs). Sent with the BEGIN (one simple query), it costs no round trip of its
+/// own. SQLite plans each statement from the table as it is: nothing to do.
+const GROUP_BEGIN_POSTGRES: &str = "BEGIN; SET LOCAL enable_seqscan = off";
+
+impl WriterConnection {
+    /// Starts a transaction that may write, on the kept connection (opened if needed) or on one
+    /// from `store`'s pool.
+    pub(crate) async fn begin<'c>(&'c mut self, store: &Store) -> Result<Tx<'c>, sqlx::Error> {
+        let (WriterConnection::Sqlite(held), Store::Sqlite(pool)) = (self, store) else {
+            return Ok(match store {
+                Store::Postgres(pool) => Tx::Postgres(pool.begin_with(GROUP_BEGIN_POSTGRES).await?),
+                Store::Sqlite(_) => store.begin().await?,
+            });
+        };
+        let connection = match held {
+            Some(connection) => connection,
+            // Detached: the pool opens another in its place for readers, and closing the pool
+            // does not wait for the writer's.
+            None => held.insert(pool.acquire().await?.detach()),
+        };
+        Ok(Tx::Sqlite(connection.begin_with(BEGIN.sqlite).await?))
+    }
+
+    /// Forgets the kept connection (after a failure: it may be broken); the next transaction
+    /// opens another.
+    pub(crate) fn reset(&mut self) {
+        if let WriterConnection::Sqlite(held) = self {
+            *held = None;
+        }
+    }
+
+    /// Closes the kept connection, if any.
+    pub(crate) async fn close(self) {
+        if let WriterConnection::Sqlite(Some(connection)) = self
+            && let Err(error) = connection.close().await
+        {
+            tracing::debug!(%error, "The writer's connection did not close cleanly.");
+        }
+    }
+}
+
+impl Tx<'_> {
+    /// Whether this is SQLite's transaction: the one writer, where a step may skip what only
+    /// concurrent writers need (a lock order, a separate id allocation).
+    pub(crate) fn is_sqlite(&self) -> bool {
+        matches!(self, Tx::Sqlite(_))
+    }
+
     /// The first column of every row (ids, mostly).
     pub(crate) async fn fetch_ids<I>(
         &mut self,

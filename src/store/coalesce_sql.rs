@@ -123,7 +123,7 @@ fn json(ids: &[i64]) -> String {
 /// Forms the groups of the coalesced heads among `claimed` that have none yet, and leases every
 /// claimed head's mates to `node`, appending them to `claimed` (see the module docs).
 pub(super) async fn claim_groups(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     claimed: &mut Vec<ClaimedJob>,
     lease_until: i64,
     node: &str,
@@ -215,7 +215,7 @@ fn incomplete_groups(claimed: &[ClaimedJob], sizes: &[(i64, i64)]) -> HashSet<i6
 
 /// Renews the mates of the groups headed by `job_ids` with their heads.
 pub(super) async fn renew_groups(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     job_ids: &[i64],
     lease_until: i64,
     node: &str,
@@ -232,7 +232,7 @@ pub(super) async fn renew_groups(
 
 /// Releases the mates of the groups headed by `job_ids` with their heads.
 pub(super) async fn release_groups(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     job_ids: &[i64],
     node: &str,
 ) -> Result<(), sqlx::Error> {

@@ -1,8 +1,11 @@
 //! Test-only faults injected into the store, for the failures a real database produces too
-//! rarely to test by waiting for them. Thread-local: `#[tokio::test]` runs a test and the writer
-//! it spawns on one thread, so tests running side by side do not see each other's faults.
+//! rarely to test by waiting for them. Per thread: `#[tokio::test]` runs a test on one thread, so
+//! tests running side by side do not see each other's faults. The SQLite writer runs on a thread
+//! of its own; it adopts the slot of the thread that started it ([`slot`], [`adopt`]), so a
+//! test's fault reaches its own writer and no other.
 
-use std::cell::Cell;
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
 
 /// How the next COMMIT on this thread goes wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,18 +17,35 @@ pub(crate) enum CommitFault {
     RolledBack,
 }
 
+/// Where a thread's next fault waits; shared with the writer thread a test starts.
+pub(crate) type Slot = Arc<Mutex<Option<CommitFault>>>;
+
 thread_local! {
-    static NEXT_COMMIT: Cell<Option<CommitFault>> = const { Cell::new(None) };
+    static NEXT_COMMIT: RefCell<Slot> = RefCell::default();
 }
 
-/// Makes the next COMMIT on this thread fail as `fault` says.
+/// Makes the next COMMIT on this thread (or its writer's) fail as `fault` says.
 pub(crate) fn inject_commit_fault(fault: CommitFault) {
-    NEXT_COMMIT.with(|next| next.set(Some(fault)));
+    NEXT_COMMIT.with(|slot| {
+        if let Ok(mut next) = slot.borrow().lock() {
+            *next = Some(fault);
+        }
+    });
 }
 
 /// The fault to apply to this COMMIT, if one was injected (once).
 pub(super) fn take_commit_fault() -> Option<CommitFault> {
-    NEXT_COMMIT.with(Cell::take)
+    NEXT_COMMIT.with(|slot| slot.borrow().lock().ok().and_then(|mut next| next.take()))
+}
+
+/// This thread's slot, for a thread it starts to [`adopt`].
+pub(super) fn slot() -> Slot {
+    NEXT_COMMIT.with(|slot| Arc::clone(&slot.borrow()))
+}
+
+/// Makes `slot` this thread's: faults injected on the thread it came from apply here.
+pub(super) fn adopt(slot: Slot) {
+    NEXT_COMMIT.with(|mine| *mine.borrow_mut() = slot);
 }
 
 /// The error a faulty COMMIT reports.

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::backend::Tx;
+use super::backend::{Tx, WriterConnection};
 use super::prune_step::{self, PruneChunk};
 use super::queue::{
     ClaimedJob, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, Renewed,
@@ -118,15 +118,16 @@ pub(super) enum Failure {
     Unknown(StoreError),
 }
 
-/// Runs a group's commands in one transaction and returns one `Done` per command, in order.
+/// Runs a group's commands in one transaction on the lane's `connection` and returns one `Done`
+/// per command, in order.
 pub(super) async fn commit(
     store: &Store,
+    connection: &mut WriterConnection,
     commands: &mut [Command],
     lease_ms: i64,
     node: &str,
 ) -> Result<Vec<Done>, Failure> {
-    let mut tx = store.begin().await.map_err(rolled_back)?;
-    steps::prefer_indexes(&mut tx).await.map_err(rolled_back)?;
+    let mut tx = connection.begin(store).await.map_err(rolled_back)?;
     let (done, stored) = run_steps(&mut tx, commands, lease_ms, node)
         .await
         .map_err(rolled_back)?;
@@ -143,7 +144,7 @@ fn rolled_back(error: sqlx::Error) -> Failure {
 /// The steps of one group, in order, inside `tx`; the answers, and the ids of the batches it
 /// stored.
 async fn run_steps(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     commands: &mut [Command],
     lease_ms: i64,
     node: &str,
@@ -179,9 +180,15 @@ async fn run_steps(
     identity_steps::resolve_batches(tx, &mut resolving, now).await?;
     let commands = &*commands;
     let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();
-    let ids = steps::allocate_batch_ids(tx, batches.len()).await?;
-    let rows = in_lock_order(ids.iter().copied().zip(batches).collect());
-    let stored = steps::insert_batches(tx, &rows).await?;
+    let (ids, stored) = if tx.is_sqlite() {
+        // One writer: no lock order to keep, and the ids come with the insert.
+        steps::insert_batches_allocating(tx, &batches).await?
+    } else {
+        let ids = steps::allocate_batch_ids(tx, batches.len()).await?;
+        let rows = in_lock_order(ids.iter().copied().zip(batches).collect());
+        let stored = steps::insert_batches(tx, &rows).await?;
+        (ids, stored)
+    };
     let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, lease_until, node);
     let profiles = profile_rows(commands, &outcomes);
     let consents = if hands_over_consent(commands) {
@@ -286,7 +293,7 @@ fn renewals(commands: &[Command]) -> Vec<i64> {
 /// Each change to a job is fenced by `node`: it applies only while the job is still this node's
 /// (the attempt and dead letters are logged either way, since the requests were made).
 async fn apply_updates(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     commands: &[Command],
     now: i64,
     node: &str,

@@ -135,7 +135,7 @@ pub(super) fn new_mpid() -> Mpid {
 }
 
 /// Reads the user's identities and commits: the answer to a resolution or a modify.
-async fn answer(mut tx: Tx, mpid: Mpid) -> StoreResult<Resolution> {
+async fn answer(mut tx: Tx<'_>, mpid: Mpid) -> StoreResult<Resolution> {
     let identities: Vec<(String, String)> = tx.fetch_all(IDENTITIES_OF, args![mpid]).await?;
     tx.commit().await?;
     Ok(Resolution {

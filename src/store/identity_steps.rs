@@ -157,7 +157,7 @@ struct Writes<'a> {
 /// earlier batch of the group) is stored as nothing, so it resolves nothing and writes nothing:
 /// whatever identities a resend names, only the batch first stored had its say.
 pub(super) async fn resolve_batches(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     batches: &mut [&mut NewBatch],
     now: i64,
 ) -> Result<(), sqlx::Error> {
@@ -238,7 +238,7 @@ fn settle_all(batches: &mut [&mut NewBatch], resolving: &[bool], users: Vec<Opti
 
 /// The keys of the batches `resolving` marks that are already stored.
 async fn read_stored_keys(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     batches: &[&mut NewBatch],
     resolving: &[bool],
 ) -> Result<HashSet<(String, String)>, sqlx::Error> {
@@ -260,7 +260,7 @@ async fn read_stored_keys(
 
 /// PostgreSQL: the advisory lock of every identity and device of the group, in key order (the
 /// keys [`Store::resolve_identity`](super::Store::resolve_identity) locks).
-async fn lock_keys(tx: &mut Tx, pending: &[&Unresolved]) -> Result<(), sqlx::Error> {
+async fn lock_keys(tx: &mut Tx<'_>, pending: &[&Unresolved]) -> Result<(), sqlx::Error> {
     let keys: Vec<String> = pending
         .iter()
         .flat_map(|u| {
@@ -275,7 +275,7 @@ async fn lock_keys(tx: &mut Tx, pending: &[&Unresolved]) -> Result<(), sqlx::Err
 
 /// The owners of the group's identities, its devices' users, and which of those users have a
 /// login.
-async fn read_known(tx: &mut Tx, pending: &[&Unresolved]) -> Result<Known, sqlx::Error> {
+async fn read_known(tx: &mut Tx<'_>, pending: &[&Unresolved]) -> Result<Known, sqlx::Error> {
     let keys: Vec<Key<'_>> = pending
         .iter()
         .flat_map(|u| u.identities.iter())
@@ -363,7 +363,7 @@ fn decide_one<'a>(
 }
 
 /// New users first: the identities and devices refer to them.
-async fn write(tx: &mut Tx, writes: &Writes<'_>, now: i64) -> Result<(), sqlx::Error> {
+async fn write(tx: &mut Tx<'_>, writes: &Writes<'_>, now: i64) -> Result<(), sqlx::Error> {
     if !writes.users.is_empty() {
         tx.execute(INSERT_USERS, args![json(&writes.users).as_str(), now])
             .await?;

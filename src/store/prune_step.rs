@@ -49,7 +49,7 @@ impl Bounds {
 /// Runs the group's chunk deletes, after its other steps, so the delete's check of the jobs
 /// still pending sees the jobs the group itself enqueued. Returns the rows each one deleted.
 pub(super) async fn delete_chunks<'a>(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     chunks: impl Iterator<Item = &'a PruneChunk>,
 ) -> Result<Vec<u64>, sqlx::Error> {
     let mut deleted = Vec::new();

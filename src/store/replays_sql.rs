@@ -379,7 +379,7 @@ impl Store {
 }
 
 async fn advance(
-    tx: &mut super::backend::Tx,
+    tx: &mut super::backend::Tx<'_>,
     lease: ReplayLease<'_>,
     step: Step,
     now: i64,

@@ -366,22 +366,6 @@ const INSERT_JOBS: Sql = Sql::each(
      RETURNING id, batch_id, connection_id, lease_until",
 );
 
-/// PostgreSQL plans a prepared statement once for all calls after its first few (a generic
-/// plan) and keeps that plan until the table's statistics change, which autovacuum does at
-/// most once a minute. `jobs` is a queue: a few hundred rows while every endpoint answers,
-/// thousands a minute later when one fails. A plan made while it was small reads it whole
-/// (cheaper then than an index), and goes on doing so at every renewal, finish, release and
-/// claim once it has grown: 16 million rows in the failure phase of a 60 s isolation run on
-/// three nodes, with `IN` fixed. In a group commit's transaction sequential scans are priced
-/// out, so whenever a plan is made it reads `jobs` through its indexes (a scan nothing else can
-/// answer still runs). SQLite plans each statement from the table as it is: nothing to do.
-const INDEXED_PLANS: Sql = Sql::postgres_only("SET LOCAL enable_seqscan = off");
-
-/// Makes the rest of `tx` read tables through their indexes where it can (see [`INDEXED_PLANS`]).
-pub(super) async fn prefer_indexes(tx: &mut Tx) -> Result<(), sqlx::Error> {
-    tx.execute(INDEXED_PLANS, args![]).await.map(|_| ())
-}
-
 /// Serialises rows for a JSON-array parameter (plain data: this cannot fail).
 fn json<T: Serialize + ?Sized>(rows: &T) -> String {
     serde_json::to_string(rows).unwrap_or_else(|_| "[]".to_owned())
@@ -390,7 +374,7 @@ fn json<T: Serialize + ?Sized>(rows: &T) -> String {
 /// Extends the leases `node` still holds on `job_ids` to `lease_until`; returns the ids it
 /// still held (the others were released, finished, or claimed by another node).
 pub(super) async fn renew_leases(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     job_ids: &[i64],
     lease_until: i64,
     node: &str,
@@ -407,7 +391,7 @@ pub(super) async fn renew_leases(
 
 /// Removes the finished jobs `node` holds from the queue.
 pub(super) async fn delete_jobs(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     job_ids: &[i64],
     node: &str,
 ) -> Result<u64, sqlx::Error> {
@@ -416,7 +400,7 @@ pub(super) async fn delete_jobs(
 
 /// Gives the jobs `node` holds back unworked: claimable again at once.
 pub(super) async fn release_jobs(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     job_ids: &[i64],
     node: &str,
 ) -> Result<u64, sqlx::Error> {
@@ -425,7 +409,12 @@ pub(super) async fn release_jobs(
 
 /// Runs `sql` (`$1` job ids as a JSON array, `$2` the node) on the jobs `node` holds; returns
 /// how many it changed.
-async fn fenced(tx: &mut Tx, sql: Sql, job_ids: &[i64], node: &str) -> Result<u64, sqlx::Error> {
+async fn fenced(
+    tx: &mut Tx<'_>,
+    sql: Sql,
+    job_ids: &[i64],
+    node: &str,
+) -> Result<u64, sqlx::Error> {
     if job_ids.is_empty() {
         return Ok(0);
     }
@@ -435,7 +424,7 @@ async fn fenced(tx: &mut Tx, sql: Sql, job_ids: &[i64], node: &str) -> Result<u6
 /// Records retries of jobs `node` holds, in one statement: progress, attempts, when to try
 /// again and why; the lease is let go. Returns how many jobs it changed.
 pub(super) async fn retry_jobs(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     retries: &[RetryRow<'_>],
     node: &str,
 ) -> Result<u64, sqlx::Error> {
@@ -448,7 +437,7 @@ pub(super) async fn retry_jobs(
 
 /// Appends to the attempt log.
 pub(super) async fn insert_attempts(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     attempts: &[AttemptRow<'_>],
 ) -> Result<(), sqlx::Error> {
     if !attempts.is_empty() {
@@ -460,7 +449,7 @@ pub(super) async fn insert_attempts(
 
 /// Keeps requests given up on, for inspection and replay.
 pub(super) async fn insert_dead_letters(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     letters: &[(&JobKey, &DeadLetter)],
     now: i64,
 ) -> Result<(), sqlx::Error> {
@@ -483,7 +472,7 @@ pub(super) async fn insert_dead_letters(
 /// Leases up to `limit` due, unleased jobs to `node` until `lease_until`, skipping the
 /// connections in `skip` (a JSON array of ids).
 pub(super) async fn claim_jobs(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     limit: i64,
     skip: &str,
     now: i64,
@@ -497,7 +486,7 @@ pub(super) async fn claim_jobs(
 /// Leases `connection_id`'s oldest job nobody holds to `node`, due or not (a probe), one of a
 /// user not in `avoid` (a JSON array of MPIDs) if there is one.
 pub(super) async fn claim_probe(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     connection_id: &ConnectionId,
     avoid: &str,
     now: i64,
@@ -522,7 +511,7 @@ pub(super) async fn claim_probe(
 /// Leases up to `limit` of `connection_id`'s due, unleased jobs to `node`, oldest first (a
 /// recovering connection's drain).
 pub(super) async fn claim_drain(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     connection_id: &ConnectionId,
     limit: i64,
     now: i64,
@@ -538,7 +527,7 @@ pub(super) async fn claim_drain(
 
 /// `count` fresh batch ids, increasing.
 pub(super) async fn allocate_batch_ids(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     count: usize,
 ) -> Result<Vec<BatchId>, sqlx::Error> {
     if count == 0 {
@@ -562,7 +551,7 @@ pub(super) async fn allocate_batch_ids(
 /// Inserts batches with their allocated ids; returns the ids stored (a batch whose
 /// `source_request_id` the input already used is not).
 pub(super) async fn insert_batches(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     batches: &[(BatchId, &NewBatch)],
 ) -> Result<HashSet<BatchId>, sqlx::Error> {
     let mut stored = HashSet::with_capacity(batches.len());
@@ -583,6 +572,72 @@ pub(super) async fn insert_batches(
         stored.extend(tx.fetch_ids::<BatchId>(statement, &values).await?);
     }
     Ok(stored)
+}
+
+/// SQLite: inserts batches in the order given, each chunk allocating its own ids in the same
+/// round trip to the database's thread (a separate allocation was a round trip of its own per
+/// group: two thread wake-ups). Returns the id given to each batch, in order, and the ids
+/// stored (a batch whose `source_request_id` the input already used is not). See
+/// [`sqlite_allocating_inserts`].
+pub(super) async fn insert_batches_allocating(
+    tx: &mut Tx<'_>,
+    batches: &[&NewBatch],
+) -> Result<(Vec<BatchId>, HashSet<BatchId>), sqlx::Error> {
+    let mut ids = Vec::with_capacity(batches.len());
+    let mut stored = HashSet::with_capacity(batches.len());
+    let mut rows = batches.iter();
+    for size in chunk_sizes(batches.len()) {
+        let mut values: Vec<Arg<'_>> = Vec::with_capacity(size * BATCH_COLUMNS);
+        for batch in rows.by_ref().take(size) {
+            values.extend([
+                Arg::from(&batch.input_id),
+                Arg::OptText(batch.source_request_id.as_deref()),
+                Arg::Int(batch.received_at),
+                Arg::Int(batch.event_count),
+                Arg::Bytes(&batch.body),
+            ]);
+        }
+        let statement = sqlite_allocating_inserts()[size.trailing_zeros() as usize];
+        let answered: Vec<i64> = tx.fetch_ids(statement, &values).await?;
+        let Some((&base, inserted)) = answered.split_first() else {
+            return Err(sqlx::Error::Protocol(
+                "no id base for a batch insert".into(),
+            ));
+        };
+        ids.extend((1..).take(size).map(|k: i64| BatchId::new(base + k)));
+        stored.extend(inserted.iter().copied().map(BatchId::new));
+    }
+    Ok((ids, stored))
+}
+
+/// For each chunk size, two statements sent as one query: the largest batch id ever used (the
+/// chunk's base; AUTOINCREMENT keeps it in `sqlite_sequence`, also for explicit ids), then the
+/// insert, which gives the chunk's k-th row the id base + k and returns the ids it stored. The
+/// insert reads the same base: SQLite writes `sqlite_sequence` only at the end of the statement,
+/// and the writer's `BEGIN IMMEDIATE` keeps every other connection from committing in between.
+/// The next chunk's base is then the largest id this one stored. PostgreSQL's statements stay
+/// [`ALLOCATE_BATCH_IDS`] and [`batch_inserts`]; this one is SQLite's only.
+fn sqlite_allocating_inserts() -> &'static [Sql] {
+    const BASE: &str = "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'batches'), 0)";
+    static STATEMENTS: std::sync::OnceLock<Vec<Sql>> = std::sync::OnceLock::new();
+    STATEMENTS.get_or_init(|| {
+        (0..=MAX_INSERT_ROWS.trailing_zeros())
+            .map(|bit| {
+                let rows: Vec<String> = (1..=1usize << bit)
+                    .map(|k| format!("({k}, ?, ?, ?, ?, ?)"))
+                    .collect();
+                let text = format!(
+                    "SELECT {BASE}; \
+                     INSERT INTO batches \
+                     (id, input_id, source_request_id, received_at, event_count, body) \
+                     SELECT {BASE} + v.column1, v.column2, v.column3, v.column4, v.column5, \
+                     v.column6 FROM (VALUES {}) AS v WHERE true{ON_CONFLICT_RETURNING_ID}",
+                    rows.join(", ")
+                );
+                Sql::each(text.leak(), "")
+            })
+            .collect()
+    })
 }
 
 /// The multi-row batch insert of every chunk size (1, 2, 4, … `MAX_INSERT_ROWS` rows), built
@@ -648,7 +703,7 @@ fn chunk_sizes(rows: usize) -> impl Iterator<Item = usize> {
 /// seen at `now` (creating the user if new). One row per user: PostgreSQL cannot update a row
 /// twice in one statement.
 pub(super) async fn upsert_profiles(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     profiles: &[ProfileRow],
     now: i64,
 ) -> Result<(), sqlx::Error> {
@@ -662,7 +717,7 @@ pub(super) async fn upsert_profiles(
 /// [`upsert_profiles`], answering each user's consent as the upsert left it (every regulation
 /// present), so the jobs handed over with the commit need not read it again.
 pub(super) async fn upsert_profiles_returning_consent(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     profiles: &[ProfileRow],
     now: i64,
 ) -> Result<HashMap<Mpid, Arc<serde_json::Value>>, sqlx::Error> {
@@ -684,7 +739,7 @@ pub(super) async fn upsert_profiles_returning_consent(
 /// Inserts jobs; returns `(job id, batch id, connection id, lease end)` of each (a lease end of
 /// 0: left in the table, to be claimed).
 pub(super) async fn insert_jobs(
-    tx: &mut Tx,
+    tx: &mut Tx<'_>,
     jobs: &[JobRow<'_>],
 ) -> Result<Vec<(i64, BatchId, ConnectionId, i64)>, sqlx::Error> {
     if jobs.is_empty() {

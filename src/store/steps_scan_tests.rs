@@ -24,7 +24,7 @@ const ANALYZE_JOBS: Sql = Sql::shared("ANALYZE jobs");
 /// five calls, when it finds the generic plan no worse): a claim must hold to it both ways.
 const GENERIC_PLANS: Sql = Sql::shared("SET LOCAL plan_cache_mode = force_generic_plan");
 
-async fn reads(tx: &mut Tx) -> (i64, i64, i64) {
+async fn reads(tx: &mut Tx<'_>) -> (i64, i64, i64) {
     tx.fetch_optional(JOBS_READS, &[])
         .await
         .expect("read statistics")
@@ -32,7 +32,7 @@ async fn reads(tx: &mut Tx) -> (i64, i64, i64) {
 }
 
 /// What was read since `before`.
-async fn since(tx: &mut Tx, before: (i64, i64, i64)) -> (i64, i64, i64) {
+async fn since(tx: &mut Tx<'_>, before: (i64, i64, i64)) -> (i64, i64, i64) {
     let now = reads(tx).await;
     (now.0 - before.0, now.1 - before.1, now.2 - before.2)
 }

@@ -169,6 +169,76 @@ async fn large_groups_are_inserted_in_chunks() {
     assert_eq!(stored, ids.iter().copied().collect::<HashSet<_>>());
 }
 
+/// SQLite allocates ids in the insert itself: each batch's id must be the one its row got,
+/// across chunks and around duplicates (which store nothing and keep no id).
+#[tokio::test]
+async fn sqlite_ids_allocated_in_the_insert_name_each_batch_across_chunks_and_duplicates() {
+    let db = TestStore::open().await;
+    let store = &db.store;
+    if !matches!(store, Store::Sqlite(_)) {
+        return;
+    }
+    let mut tx = store.begin().await.expect("begin");
+    let earlier: Vec<NewBatch> = (0..3)
+        .map(|i| batch("in_1", Some(&format!("r{i}"))))
+        .collect();
+    let earlier: Vec<&NewBatch> = earlier.iter().collect();
+    let (first_ids, _) = insert_batches_allocating(&mut tx, &earlier)
+        .await
+        .expect("insert");
+    // 70 rows (chunks of 64, 4 and 2): requests r0..r2 again at 1, 64 and 69, the last of the
+    // first chunk among them, so the next chunk starts below that chunk's last id.
+    let requests: Vec<String> = (0..70)
+        .map(|i| match i {
+            1 => "r0".to_owned(),
+            63 => "r1".to_owned(),
+            69 => "r2".to_owned(),
+            i => format!("new{i}"),
+        })
+        .collect();
+    let batches: Vec<NewBatch> = requests
+        .iter()
+        .map(|request| batch("in_1", Some(request)))
+        .collect();
+    let rows: Vec<&NewBatch> = batches.iter().collect();
+    let (ids, stored) = insert_batches_allocating(&mut tx, &rows)
+        .await
+        .expect("insert");
+    tx.commit().await.expect("commit");
+
+    assert_eq!(ids.len(), 70);
+    assert!(
+        ids[0] > first_ids[2],
+        "ids are never reused: {ids:?} after {first_ids:?}"
+    );
+    let unique: HashSet<BatchId> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), 70, "every row its own id: {ids:?}");
+    let duplicates: Vec<usize> = (0..70).filter(|i| !stored.contains(&ids[*i])).collect();
+    assert_eq!(
+        duplicates,
+        [1, 63, 69],
+        "the repeated requests are not stored"
+    );
+    let rows: Vec<(BatchId, String)> = store
+        .fetch_all(
+            Sql::shared("SELECT id, source_request_id FROM batches WHERE id > $1"),
+            args![first_ids[2]],
+        )
+        .await
+        .expect("read");
+    let by_id: HashMap<BatchId, String> = rows.into_iter().collect();
+    assert_eq!(by_id.len(), 67);
+    for (i, id) in ids.iter().enumerate() {
+        if stored.contains(id) {
+            assert_eq!(
+                by_id.get(id),
+                Some(&requests[i]),
+                "row {i} has its batch's id"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn inserted_jobs_are_leased_or_left_for_the_poller() {
     let db = TestStore::open().await;

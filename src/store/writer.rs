@@ -4,7 +4,8 @@
 //! request. Measurements on this machine showed that waiting to fill a group makes things worse,
 //! so a writer never waits: it commits what is there.
 //!
-//! Lanes: on SQLite one task takes every command (one write lock anyway). On PostgreSQL ingest
+//! Lanes: on SQLite one task takes every command (one write lock anyway), on a thread of its own
+//! with a runtime of its own ([`on_own_thread`]), and on a connection it keeps. On PostgreSQL ingest
 //! and delivery each have a lane of their own (a task and its transactions): a group of
 //! accepted batches never waits for a delivery statement (a claim scanning past a failing
 //! connection's jobs, a retry update waiting for a row another node's claim holds), so a
@@ -73,7 +74,11 @@ impl Writer {
             ));
             (delivery, task)
         });
-        let ingest_task = tokio::spawn(run(store, lease, node, rx, committed));
+        let ingest_task = if two_lanes {
+            tokio::spawn(run(store, lease, node, rx, committed))
+        } else {
+            on_own_thread(store, lease, node, rx, committed)
+        };
         match delivery_lane {
             None => (
                 Self {
@@ -272,15 +277,22 @@ async fn run(
     committed: mpsc::UnboundedSender<Vec<Job>>,
 ) {
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    let mut connection = store.writer_connection();
     let mut group = Vec::with_capacity(MAX_GROUP);
     while rx.recv_many(&mut group, MAX_GROUP).await > 0 {
-        match commit(&store, &mut group, lease_ms, &node).await {
+        let result = commit(&store, &mut connection, &mut group, lease_ms, &node).await;
+        if result.is_err() {
+            // Whatever failed may have been the kept connection itself: the next transaction
+            // starts on a fresh one.
+            connection.reset();
+        }
+        match result {
             Ok(done) => answer(std::mem::take(&mut group), done, &committed),
             Err(Failure::RolledBack(error)) if group.len() > 1 => {
                 tracing::warn!(%error, commands = group.len(), "Group commit failed; retrying its commands one by one.");
                 for mut command in std::mem::take(&mut group) {
                     let one = std::slice::from_mut(&mut command);
-                    let result = commit(&store, one, lease_ms, &node).await;
+                    let result = commit(&store, &mut connection, one, lease_ms, &node).await;
                     settle(command, result.map_err(Failure::into_error), &committed);
                 }
             }
@@ -297,7 +309,57 @@ async fn run(
             }
         }
     }
+    connection.close().await;
     tracing::debug!("Writer stopped: every handle was dropped.");
+}
+
+/// Runs the SQLite lane on a thread of its own, with a current-thread runtime of its own. The
+/// lane waits on the database's thread once per statement; on a shared Tokio worker each of
+/// those wake-ups waited for a worker busy parsing requests (and a blocked worker stalled every
+/// commit), while the bare group-commit program's writer is a thread that never waits for one.
+/// Returns a task that ends when the lane has; aborting it stops the lane, as aborting the
+/// lane's own task would.
+fn on_own_thread(
+    store: Store,
+    lease: Duration,
+    node: String,
+    rx: mpsc::Receiver<Command>,
+    committed: mpsc::UnboundedSender<Vec<Job>>,
+) -> tokio::task::JoinHandle<()> {
+    // `stop` is held by the returned task: dropped when it is aborted, which ends the lane.
+    let (stop, stopped) = oneshot::channel::<()>();
+    let (ended, end) = oneshot::channel::<()>();
+    #[cfg(test)]
+    let faults = super::faults::slot();
+    let lane = move || {
+        #[cfg(test)]
+        super::faults::adopt(faults);
+        match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime.block_on(async {
+                tokio::select! {
+                    () = run(store, lease, node, rx, committed) => {}
+                    _ = stopped => tracing::debug!("Writer stopped: its task was aborted."),
+                }
+            }),
+            // Every ingest then fails with `WriterStopped` (the receiver is gone), which the
+            // readiness check reports.
+            Err(error) => tracing::error!(%error, "The writer's runtime could not start."),
+        }
+        let _ = ended.send(());
+    };
+    if let Err(error) = std::thread::Builder::new()
+        .name("boson-writer".to_owned())
+        .spawn(lane)
+    {
+        tracing::error!(%error, "The writer's thread could not start.");
+    }
+    tokio::spawn(async move {
+        let _stop = stop;
+        let _ = end.await;
+    })
 }
 
 impl Failure {

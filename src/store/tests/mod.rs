@@ -20,3 +20,4 @@ mod model;
 mod queue;
 mod retention;
 mod sessions;
+mod sqlite_lane;
