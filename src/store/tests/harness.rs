@@ -38,6 +38,9 @@ enum Database {
     },
 }
 
+/// A node's ingest lanes on PostgreSQL, as `config.default.toml` has them.
+const LANES: usize = 4;
+
 /// A fresh, migrated database for one test.
 pub(in crate::store) struct TestStore {
     pub(in crate::store) store: Store,
@@ -132,7 +135,7 @@ impl TestStore {
     pub(super) fn node(&self, lease: Duration) -> Node {
         let (committed, handed_over) = mpsc::unbounded_channel();
         // The task ends when the node (its only writer handle) is dropped.
-        let (writer, _task) = Writer::spawn(self.store.clone(), lease, committed);
+        let (writer, _task) = Writer::spawn(self.store.clone(), lease, committed, LANES);
         Node {
             writer,
             handed_over,
