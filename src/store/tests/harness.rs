@@ -133,9 +133,15 @@ impl TestStore {
 
     /// Starts a writer on this store: a node of its own, whose new jobs are leased for `lease`.
     pub(super) fn node(&self, lease: Duration) -> Node {
+        self.node_with_lanes(lease, LANES)
+    }
+
+    /// [`Self::node`] with `lanes` ingest lanes on PostgreSQL (one: requests sent together are
+    /// committed in one group, as on SQLite).
+    pub(super) fn node_with_lanes(&self, lease: Duration, lanes: usize) -> Node {
         let (committed, handed_over) = mpsc::unbounded_channel();
         // The task ends when the node (its only writer handle) is dropped.
-        let (writer, _task) = Writer::spawn(self.store.clone(), lease, committed, LANES);
+        let (writer, _task) = Writer::spawn(self.store.clone(), lease, committed, lanes);
         Node {
             writer,
             handed_over,
