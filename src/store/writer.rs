@@ -95,37 +95,28 @@ impl Writer {
     ) -> (Self, tokio::task::JoinHandle<()>) {
         // Every lane names its leases alike: they are one node.
         let node = uuid::Uuid::now_v7().to_string();
-        let lane = |store: &Store| {
+        let postgres = matches!(store, Store::Postgres(_));
+        // SQLite: one lane for everything; PostgreSQL: delivery's, then the ingest lanes.
+        let count = if postgres { 1 + ingest_lanes.max(1) } else { 1 };
+        let mut lanes = std::iter::repeat_n((store, committed), count).map(|(store, committed)| {
             let (sender, rx) = mpsc::channel(QUEUE_CAPACITY);
-            let task = tokio::spawn(run(
-                store.clone(),
-                lease,
-                node.clone(),
-                rx,
-                committed.clone(),
-            ));
+            let task = tokio::spawn(run(store, lease, node.clone(), rx, committed));
             (sender, task)
+        });
+        let Some((delivery, delivery_task)) = lanes.next() else {
+            unreachable!("at least one lane is made");
         };
-        if !matches!(store, Store::Postgres(_)) {
-            let (sender, task) = lane(&store);
+        if !postgres {
             let ingest = IngestLane {
-                sender: sender.clone(),
+                sender: delivery.clone(),
                 waiting: AtomicUsize::new(0),
             };
             let ingest = Arc::from([ingest]);
-            return (
-                Self {
-                    ingest,
-                    delivery: sender,
-                },
-                task,
-            );
+            return (Self { ingest, delivery }, delivery_task);
         }
-        let (delivery, delivery_task) = lane(&store);
         let mut tasks = vec![AbortOnDropHandle::new(delivery_task)];
         let mut ingest = Vec::new();
-        for _ in 0..ingest_lanes.max(1) {
-            let (sender, task) = lane(&store);
+        for (sender, task) in lanes {
             tasks.push(AbortOnDropHandle::new(task));
             ingest.push(IngestLane {
                 sender,
