@@ -19,6 +19,9 @@ const ENV_PREFIX: &str = "BOSON_";
 /// checked on every request without throttling over the admin API, and is chosen by a person;
 /// 16 characters keep even a lowercase-and-digits token beyond guessing (36^16 ≈ 8·10^24).
 pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
+/// The most ingest lanes on PostgreSQL: each holds one of the store's 16 pooled connections
+/// while it commits, and delivery, the catalog and the admin API need some of them.
+pub const MAX_POSTGRES_LANES: usize = 8;
 /// Top-level keys the environment may set; anything else prefixed `BOSON_` is warned about.
 const KNOWN_KEYS: &[&str] = &[
     "retention",
@@ -186,6 +189,9 @@ pub struct IngestConfig {
     /// Most distinct client-side kits whose forwarding statistics an input keeps; reports of
     /// further kits are counted together in one overflow bucket.
     pub max_forwarding_kits_per_input: usize,
+    /// Ingest lanes of the group-commit writer on PostgreSQL: each commits its own groups on a
+    /// connection of its own, so this many commits can be in flight at once. SQLite has one.
+    pub postgres_lanes: usize,
 }
 
 /// Webhook delivery settings.
@@ -325,6 +331,9 @@ impl Config {
                  ingest.max_forwarding_kits_per_input must be positive"
             );
         }
+        if !(1..=MAX_POSTGRES_LANES).contains(&i.postgres_lanes) {
+            bail!("ingest.postgres_lanes must be from 1 to {MAX_POSTGRES_LANES}");
+        }
         if self.retention.forwarding_stats_days == 0
             || self.retention.aliases_days == 0
             || self.retention.metrics_days == 0
@@ -453,6 +462,7 @@ mod tests {
         assert_eq!(c.http.max_connections, 512);
         assert_eq!(c.ingest.max_events_per_batch, 1000);
         assert_eq!(c.ingest.max_forwarding_kits_per_input, 100);
+        assert_eq!(c.ingest.postgres_lanes, 1);
         assert_eq!(c.retention.forwarding_stats_ms(), 30 * 86_400_000);
         assert_eq!(c.retention.aliases_ms(), 30 * 86_400_000);
     }

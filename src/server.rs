@@ -137,7 +137,12 @@ pub async fn run(
     let lease = Duration::from_secs(config.delivery.lease_secs);
     let (committed, committed_jobs) = mpsc::unbounded_channel();
     let crowded = Arc::new(Crowded::default());
-    let (writer, writer_task) = Writer::spawn(store.clone(), lease, committed);
+    let (writer, writer_task) = Writer::spawn(
+        store.clone(),
+        lease,
+        committed,
+        config.ingest.postgres_lanes,
+    );
     // Kept to flush the writer at the end: other handles may outlive the deadline.
     let flusher = writer.clone();
     let client = WebhookClient::new(

@@ -473,7 +473,12 @@ async fn state(
     let live = Arc::new(LiveStream::default());
     let (committed, handed_over) = mpsc::unbounded_channel();
     let lease = Duration::from_secs(config.delivery.lease_secs);
-    let (writer, _task) = Writer::spawn(store.clone(), lease, committed);
+    let (writer, _task) = Writer::spawn(
+        store.clone(),
+        lease,
+        committed,
+        config.ingest.postgres_lanes,
+    );
     let pipeline = Pipeline::new(
         catalog,
         writer,

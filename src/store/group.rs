@@ -11,14 +11,19 @@
 //! The identities of the group's batches without an MPID come between the job rows and the
 //! batch keys: their advisory locks in key order (see [`super::identity_steps`]).
 //!
-//! On PostgreSQL a node commits on two lanes at once (see [`super::writer`]): ingest groups
-//! (identities, batch keys, profiles, then inserting new job rows nobody else can see yet) and
-//! delivery groups (renewals, job updates, claims: existing job rows only, plus plain inserts of
-//! the attempts and dead letters they log). The two lock disjoint rows (an ingest only reads
-//! existing jobs, to leave a user's new job behind its earlier one), so neither lane ever waits
-//! for the other, and across nodes each lane
-//! keeps the order above: a delivery group waits only for job rows another node's delivery
-//! group holds, an ingest group only for another node's ingest group's keys and profiles.
+//! On PostgreSQL a node commits on several lanes at once (see [`super::writer`]): ingest groups
+//! (identities, batch keys, profiles, then inserting new job rows nobody else can see yet), on
+//! `ingest.postgres_lanes` lanes, and delivery groups (renewals, job updates, claims: existing
+//! job rows only, plus plain inserts of the attempts and dead letters they log), on one. Ingest
+//! and delivery lock disjoint rows (an ingest only reads existing jobs, to leave a user's new
+//! job behind its earlier one), so neither kind ever waits for the other. Two ingest lanes of
+//! one node are to each other exactly what the ingest lanes of two nodes are: each group takes
+//! identity locks, then batch keys, then profiles, each class in key order, so a group waits
+//! only for a group that holds a lock earlier in that one order, and no cycle can form. A
+//! delivery group waits only for job rows another node's delivery group holds. The same order
+//! keeps a user's jobs in order across lanes: a group with a batch of a user another lane's
+//! open group also has waits at that user's profile row until the other commits, and only then
+//! inserts its job, which sees the earlier one and is left behind it.
 //!
 //! The order matters: lease renewals first, so a release in the same group wins; then job
 //! updates, before claims, so a job finished in this group can never be claimed in it again;

@@ -5,18 +5,27 @@
 //! so a writer never waits: it commits what is there.
 //!
 //! Lanes: on SQLite one task takes every command (one write lock anyway), on a thread of its own
-//! with a runtime of its own ([`on_own_thread`]), and on a connection it keeps. On PostgreSQL ingest
-//! and delivery each have a lane of their own (a task and its transactions): a group of
+//! with a runtime of its own ([`on_own_thread`]), and on a connection it keeps. On PostgreSQL
+//! ingest and delivery have lanes of their own (a task and its transactions): a group of
 //! accepted batches never waits for a delivery statement (a claim scanning past a failing
 //! connection's jobs, a retry update waiting for a row another node's claim holds), so a
-//! failing connection cannot reach the time to a 202. See [`super::group`] for why two lanes
-//! cannot deadlock.
+//! failing connection cannot reach the time to a 202. Ingest has several lanes there
+//! (`ingest.postgres_lanes`), each its own connection and transaction, so several commits are
+//! in flight at once: one lane commits while the next group is already written on another, and
+//! PostgreSQL flushes their commit records together. With one lane the node waited on its
+//! commits with half a core idle (issue 16). An ingest request goes to its user's lane, or to
+//! the lane with the fewest requests waiting ([`Writer::lane_for`]). Lanes of one node take
+//! their locks exactly as the lanes of two nodes do, so they cannot deadlock either: see
+//! [`super::group`].
 //!
 //! If a group's transaction fails, each command is retried in a transaction of its own, so one
 //! bad command cannot fail the requests it happened to share a group with. A COMMIT that
 //! reports an error is first checked: if it took effect after all, the group is answered as
-//! committed, so a retry never stores a batch twice (see [`super::group::commit`]).
+//! committed, so a retry never stores a batch twice (see [`super::group::commit`]). Each lane
+//! does this for its own groups.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -36,86 +45,141 @@ const QUEUE_CAPACITY: usize = 8192;
 /// A handle to the writer's lanes; cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct Writer {
-    /// Ingest commands.
-    ingest: mpsc::Sender<Command>,
-    /// Delivery's commands (job updates, renewals, claims): the same lane as `ingest` on
+    /// Ingest commands: one lane on SQLite, `ingest.postgres_lanes` on PostgreSQL.
+    ingest: Arc<[IngestLane]>,
+    /// Delivery's commands (job updates, renewals, claims): the same lane as the ingest lane on
     /// SQLite, a lane of its own on PostgreSQL.
     delivery: mpsc::Sender<Command>,
+}
+
+/// An ingest lane's queue, and how many ingest requests sent on it wait for their answer.
+#[derive(Debug)]
+struct IngestLane {
+    sender: mpsc::Sender<Command>,
+    waiting: AtomicUsize,
 }
 
 /// Which lane a command goes to.
 #[derive(Debug, Clone, Copy)]
 enum Lane {
-    Ingest,
+    /// The ingest lane of this index.
+    Ingest(usize),
     Delivery,
 }
 
+/// Counts an ingest request as waiting on its lane until it is dropped (answered, failed or
+/// given up on).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn on(lane: &'a IngestLane) -> Self {
+        lane.waiting.fetch_add(1, Ordering::Relaxed);
+        Self(&lane.waiting)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Writer {
-    /// Starts the writer. The jobs of committed batches that were to be leased are leased to
-    /// this node for `lease` and sent on `committed`, so they can be delivered at once without a
-    /// claim round trip.
+    /// Starts the writer, with `ingest_lanes` ingest lanes on PostgreSQL (at least one; SQLite
+    /// has one lane for everything). The jobs of committed batches that were to be leased are
+    /// leased to this node for `lease` and sent on `committed`, so they can be delivered at once
+    /// without a claim round trip.
     pub(crate) fn spawn(
         store: Store,
         lease: Duration,
         committed: mpsc::UnboundedSender<Vec<Job>>,
+        ingest_lanes: usize,
     ) -> (Self, tokio::task::JoinHandle<()>) {
-        // Both lanes name their leases alike: they are one node.
+        // Every lane names its leases alike: they are one node.
         let node = uuid::Uuid::now_v7().to_string();
-        let (ingest, rx) = mpsc::channel(QUEUE_CAPACITY);
-        let two_lanes = matches!(store, Store::Postgres(_));
-        let delivery_lane = two_lanes.then(|| {
-            let (delivery, rx) = mpsc::channel(QUEUE_CAPACITY);
-            let task = tokio::spawn(run(
-                store.clone(),
-                lease,
-                node.clone(),
-                rx,
-                committed.clone(),
-            ));
-            (delivery, task)
+        let postgres = matches!(store, Store::Postgres(_));
+        // SQLite: one lane for everything; PostgreSQL: delivery's, then the ingest lanes.
+        let count = if postgres { 1 + ingest_lanes.max(1) } else { 1 };
+        let mut lanes = std::iter::repeat_n((store, committed), count).map(|(store, committed)| {
+            let (sender, rx) = mpsc::channel(QUEUE_CAPACITY);
+            let node = node.clone();
+            let task = if postgres {
+                tokio::spawn(run(store, lease, node, rx, committed))
+            } else {
+                on_own_thread(store, lease, node, rx, committed)
+            };
+            (sender, task)
         });
-        let ingest_task = if two_lanes {
-            tokio::spawn(run(store, lease, node, rx, committed))
-        } else {
-            on_own_thread(store, lease, node, rx, committed)
+        let Some((delivery, delivery_task)) = lanes.next() else {
+            unreachable!("at least one lane is made");
         };
-        match delivery_lane {
-            None => (
-                Self {
-                    delivery: ingest.clone(),
-                    ingest,
-                },
-                ingest_task,
-            ),
-            Some((delivery, delivery_task)) => {
-                // One handle for both: it ends when both lanes have, and aborting it aborts
-                // them (the handles abort their tasks when dropped).
-                let (ingest_task, delivery_task) = (
-                    AbortOnDropHandle::new(ingest_task),
-                    AbortOnDropHandle::new(delivery_task),
-                );
-                let task = tokio::spawn(async move {
-                    let _ = tokio::join!(ingest_task, delivery_task);
-                });
-                (Self { ingest, delivery }, task)
-            }
+        if !postgres {
+            let ingest = IngestLane {
+                sender: delivery.clone(),
+                waiting: AtomicUsize::new(0),
+            };
+            let ingest = Arc::from([ingest]);
+            return (Self { ingest, delivery }, delivery_task);
         }
+        let mut tasks = vec![AbortOnDropHandle::new(delivery_task)];
+        let mut ingest = Vec::new();
+        for (sender, task) in lanes {
+            tasks.push(AbortOnDropHandle::new(task));
+            ingest.push(IngestLane {
+                sender,
+                waiting: AtomicUsize::new(0),
+            });
+        }
+        // One handle for all: it ends when every lane has, and aborting it aborts them (the
+        // handles abort their tasks when dropped).
+        let task = tokio::spawn(async move {
+            for task in tasks {
+                let _ = task.await;
+            }
+        });
+        let ingest = Arc::from(ingest);
+        (Self { ingest, delivery }, task)
+    }
+
+    /// The ingest lane for a request. A request whose first batch names its user goes to that
+    /// user's lane, so two lanes of this node never hold the same user's profile row at once: a
+    /// group that upserts a profile another lane's open group has locked waits for that commit,
+    /// and with 64 users spread over every lane that made 4 lanes slower than one (README,
+    /// Performance). Other requests go to the lane with the fewest requests waiting (the first
+    /// of those, so a quiet node commits on one lane).
+    fn lane_for(&self, batches: &[NewBatch]) -> usize {
+        let lanes = self.ingest.len();
+        if let Some(profile) = batches.first().and_then(|batch| batch.profile.as_ref()) {
+            let lanes = u64::try_from(lanes).unwrap_or(1).max(1);
+            // MPIDs are random 64-bit numbers; their remainder spreads users evenly.
+            return usize::try_from(profile.mpid.get().unsigned_abs() % lanes).unwrap_or(0);
+        }
+        self.ingest
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, lane)| lane.waiting.load(Ordering::Relaxed))
+            .map_or(0, |(index, _)| index)
     }
 
     /// A writer whose commands come out of the returned receiver instead of being committed,
     /// so a test sees what is sent to the writer and answers it itself.
     #[cfg(test)]
     pub(super) fn into_channel() -> (Self, mpsc::Receiver<Command>) {
-        let (ingest, rx) = mpsc::channel(QUEUE_CAPACITY);
-        let delivery = ingest.clone();
+        let (delivery, rx) = mpsc::channel(QUEUE_CAPACITY);
+        let ingest = Arc::from([IngestLane {
+            sender: delivery.clone(),
+            waiting: AtomicUsize::new(0),
+        }]);
         (Self { ingest, delivery }, rx)
     }
 
     /// Answers once every command sent on any lane before it is committed (or has failed).
     pub(crate) async fn flush(&self) -> StoreResult<()> {
-        let (ingest, delivery) =
-            tokio::join!(self.barrier(Lane::Ingest), self.barrier(Lane::Delivery));
-        ingest.and(delivery)
+        let lanes = (0..self.ingest.len())
+            .map(Lane::Ingest)
+            .chain([Lane::Delivery]);
+        let barriers = futures_util::future::join_all(lanes.map(|lane| self.barrier(lane))).await;
+        barriers.into_iter().collect()
     }
 
     /// An empty command on `lane`, answered when the commands before it are.
@@ -128,8 +192,11 @@ impl Writer {
 
     /// Stores an ingest request's batches atomically; answers after the commit.
     pub(crate) async fn ingest(&self, batches: Vec<NewBatch>) -> StoreResult<Vec<IngestOutcome>> {
+        let index = self.lane_for(&batches);
+        let lane = self.ingest.get(index).ok_or_else(closed)?;
+        let _waiting = Waiting::on(lane);
         let (reply, answer) = oneshot::channel();
-        self.send(Lane::Ingest, Command::Ingest { batches, reply })
+        self.send(Lane::Ingest(index), Command::Ingest { batches, reply })
             .await?;
         answer.await.map_err(|_| closed())?
     }
@@ -251,12 +318,12 @@ impl Writer {
 
     /// Whether the writer task is still running (ingest cannot succeed without it).
     pub(crate) fn is_running(&self) -> bool {
-        !self.ingest.is_closed() && !self.delivery.is_closed()
+        self.ingest.iter().all(|lane| !lane.sender.is_closed()) && !self.delivery.is_closed()
     }
 
     async fn send(&self, lane: Lane, command: Command) -> StoreResult<()> {
         let lane = match lane {
-            Lane::Ingest => &self.ingest,
+            Lane::Ingest(index) => &self.ingest.get(index).ok_or_else(closed)?.sender,
             Lane::Delivery => &self.delivery,
         };
         lane.send(command).await.map_err(|_| closed())

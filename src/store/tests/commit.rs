@@ -21,10 +21,11 @@ fn stored_ids(outcomes: &[IngestOutcome]) -> Vec<i64> {
 }
 
 /// Two ingests without `source_request_id` (nothing de-duplicates them) sent so that the writer
-/// takes them as one group, whose commit fails in the way `fault` says.
+/// takes them as one group (one ingest lane: on PostgreSQL several would commit them apart),
+/// whose commit fails in the way `fault` says.
 async fn two_ingests_with(fault: CommitFault) -> (TestStore, Vec<i64>, usize) {
     let db = TestStore::open().await;
-    let mut node = db.node(LEASE);
+    let mut node = db.node_with_lanes(LEASE, 1);
     inject_commit_fault(fault);
     let (first, second) = tokio::join!(
         node.ingest(vec![batch("in_a", None, 1_000, &["conn_a"])]),

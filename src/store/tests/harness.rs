@@ -38,6 +38,10 @@ enum Database {
     },
 }
 
+/// A node's ingest lanes on PostgreSQL, as `config.default.toml` has them (the tests of several
+/// lanes ask for them with `node_with_lanes`).
+const LANES: usize = 1;
+
 /// A fresh, migrated database for one test.
 pub(in crate::store) struct TestStore {
     pub(in crate::store) store: Store,
@@ -130,9 +134,15 @@ impl TestStore {
 
     /// Starts a writer on this store: a node of its own, whose new jobs are leased for `lease`.
     pub(super) fn node(&self, lease: Duration) -> Node {
+        self.node_with_lanes(lease, LANES)
+    }
+
+    /// [`Self::node`] with `lanes` ingest lanes on PostgreSQL (one: requests sent together are
+    /// committed in one group, as on SQLite).
+    pub(super) fn node_with_lanes(&self, lease: Duration, lanes: usize) -> Node {
         let (committed, handed_over) = mpsc::unbounded_channel();
         // The task ends when the node (its only writer handle) is dropped.
-        let (writer, _task) = Writer::spawn(self.store.clone(), lease, committed);
+        let (writer, _task) = Writer::spawn(self.store.clone(), lease, committed, lanes);
         Node {
             writer,
             handed_over,
