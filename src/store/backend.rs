@@ -369,8 +369,10 @@ impl Store {
 /// (cheaper then than an index), and goes on doing so at every renewal, finish, release and
 /// claim once it has grown: 16 million rows in the failure phase of a 60 s isolation run on
 /// three nodes, with `IN` fixed. In a group commit's transaction sequential scans are priced
-/// out, so whenever a plan is made it reads `jobs` through its indexes (a scan nothing else can
-/// answer still runs). Sent with the BEGIN (one simple query), it costs no round trip of its
+/// out, so a plan made in a group reads `jobs` through its indexes (a scan nothing else can
+/// answer still runs). A setting does not invalidate cached plans: a statement first planned
+/// on a pooled connection outside a group keeps its plan there; the group's statements are
+/// the ones that run at every poll. Sent with the BEGIN (one simple query), it costs no round trip of its
 /// own. SQLite plans each statement from the table as it is: nothing to do.
 const GROUP_BEGIN_POSTGRES: &str = "BEGIN; SET LOCAL enable_seqscan = off";
 

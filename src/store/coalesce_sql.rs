@@ -51,7 +51,7 @@ const FORM_GROUPS: Sql = Sql::each(
      SELECT m.id AS id, h.id AS head, ROW_NUMBER() OVER (PARTITION BY h.id ORDER BY m.id) AS n \
      FROM jobs h JOIN jobs m ON m.connection_id = h.connection_id AND m.mpid = h.mpid \
      AND m.coalesce_head = 0 AND m.id >= h.id \
-     WHERE h.id IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint) \
+     WHERE h.id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) \
      AND h.coalesce_head = 0 \
      AND NOT EXISTS (SELECT 1 FROM jobs o WHERE o.connection_id = h.connection_id \
      AND o.mpid = h.mpid AND o.id > h.id AND o.id < m.id AND o.coalesce_head IS NULL)) AS g \
@@ -71,10 +71,10 @@ const CLAIM_MATES: Sql = Sql::each(
      AND id <> coalesce_head \
      RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
      lease_until, mpid, coalesce_head",
-    "UPDATE jobs SET lease_until = $1, leased_by = $2 WHERE id IN (SELECT id FROM jobs \
+    "UPDATE jobs SET lease_until = $1, leased_by = $2 WHERE id = ANY(ARRAY(SELECT id FROM jobs \
      WHERE coalesce_head IS NOT NULL \
      AND coalesce_head = ANY(ARRAY(SELECT jsonb_array_elements_text($3::jsonb)::bigint)) \
-     AND id <> coalesce_head ORDER BY id FOR UPDATE SKIP LOCKED) \
+     AND id <> coalesce_head ORDER BY id FOR UPDATE SKIP LOCKED)) \
      RETURNING id, batch_id, connection_id, revision_id, progress, attempts, created_at, \
      lease_until, mpid, coalesce_head",
 );

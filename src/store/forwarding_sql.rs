@@ -64,10 +64,12 @@ const SELECT_PAGE: Sql = Sql::shared(
 );
 /// One statement: an input keeps at most its cap plus two rows, so even many inputs' stale
 /// rows are few.
-/// `$1` the cutoff, `$2` the most rows (a chunk of `Store::prune_oldest`).
+/// `$1` the cutoff, `$2` the most rows (a chunk of `Store::prune_oldest`). The cutoff is
+/// checked again on the row deleted: on PostgreSQL a kit reporting while the chunk waits for its
+/// row lock has a new `last_at` by then, and its fresh counts must stay.
 pub(in crate::store) const PRUNE: Sql = Sql::shared(
-    "DELETE FROM forwarding_stats WHERE (input_id, module_id) IN (SELECT input_id, module_id \
-     FROM forwarding_stats WHERE last_at < $1 ORDER BY last_at LIMIT $2)",
+    "DELETE FROM forwarding_stats WHERE last_at < $1 AND (input_id, module_id) IN \
+     (SELECT input_id, module_id FROM forwarding_stats WHERE last_at < $1 ORDER BY last_at LIMIT $2)",
 );
 
 impl Store {

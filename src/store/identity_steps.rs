@@ -155,7 +155,10 @@ struct Writes<'a> {
 /// writes what the decisions call for. A batch that would need a new user where it may not
 /// make one keeps none. A duplicate (its `source_request_id` already stored, or taken by an
 /// earlier batch of the group) is stored as nothing, so it resolves nothing and writes nothing:
-/// whatever identities a resend names, only the batch first stored had its say.
+/// whatever identities a resend names, only the batch first stored had its say. The stored
+/// keys are read without a lock on them: a resend racing its uncommitted original on another
+/// lane or node, with no identity or device in common (so no advisory lock between them),
+/// still resolves before its insert finds the duplicate.
 pub(super) async fn resolve_batches(
     tx: &mut Tx<'_>,
     batches: &mut [&mut NewBatch],

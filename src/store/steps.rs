@@ -174,7 +174,10 @@ macro_rules! claimed_columns {
 /// that have jobs (`c`: one `jobs_connection` probe each, a loose index scan), drops the
 /// skipped ones, and takes up to the limit of each remaining connection's due jobs in due order
 /// through `jobs_connection_due` (its order exactly, so every plan uses it); the rows are then
-/// locked in due order, the limit over all connections. Walking `jobs_due` and filtering instead
+/// locked in due order, the limit over all connections. Each connection offers twice the limit:
+/// `SKIP LOCKED` applies only to the candidates, and while another node's claim of the same
+/// connection's first jobs is uncommitted this claim takes the ones after them (with several
+/// such claims at once it may come out short until its next poll; it never waits). Walking `jobs_due` and filtering instead
 /// read every due job of a failing connection (thousands, all due: they are released as its
 /// breaker turns them away) on every poll of every node. SQLite keeps that walk: its planner
 /// would rather build a temporary index or a Bloom filter from the whole table for the join,
@@ -198,7 +201,7 @@ const CLAIM_JOBS: Sql = Sql::each(
          SELECT d.id FROM c CROSS JOIN LATERAL (SELECT j.id FROM jobs j \
          WHERE j.connection_id = c.id AND j.next_attempt_at <= $2 AND j.lease_until <= $2 AND ",
         user_is_free!(),
-        " ORDER BY j.next_attempt_at, j.id LIMIT $3) AS d WHERE c.id IS NOT NULL \
+        " ORDER BY j.next_attempt_at, j.id LIMIT 2 * $3) AS d WHERE c.id IS NOT NULL \
          AND c.id NOT IN (SELECT jsonb_array_elements_text($4::jsonb)))) \
          AND k.next_attempt_at <= $2 AND k.lease_until <= $2 \
          ORDER BY k.next_attempt_at, k.id LIMIT $3 FOR UPDATE SKIP LOCKED))",
@@ -615,7 +618,9 @@ pub(super) async fn insert_batches_allocating(
 /// insert, which gives the chunk's k-th row the id base + k and returns the ids it stored. The
 /// insert reads the same base: SQLite writes `sqlite_sequence` only at the end of the statement,
 /// and the writer's `BEGIN IMMEDIATE` keeps every other connection from committing in between.
-/// The next chunk's base is then the largest id this one stored. PostgreSQL's statements stay
+/// The next chunk's base is then the largest id this one tried: SQLite raises `sqlite_sequence`
+/// for a row `ON CONFLICT DO NOTHING` skipped too, so a duplicate's id is never given to the
+/// next chunk's first batch (a test covers a duplicate at a chunk's end). PostgreSQL's statements stay
 /// [`ALLOCATE_BATCH_IDS`] and [`batch_inserts`]; this one is SQLite's only.
 fn sqlite_allocating_inserts() -> &'static [Sql] {
     const BASE: &str = "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'batches'), 0)";

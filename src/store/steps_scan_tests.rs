@@ -4,6 +4,7 @@
 //! (`pg_stat_xact_user_tables`), so the test checks plans, not timings; on SQLite it checks
 //! only what the claims take.
 
+use super::tests::job_row;
 use super::*;
 use crate::store::backend::Sql;
 use crate::store::tests::harness::{TestStore, on_postgres};
@@ -37,20 +38,6 @@ async fn since(tx: &mut Tx<'_>, before: (i64, i64, i64)) -> (i64, i64, i64) {
     (now.0 - before.0, now.1 - before.1, now.2 - before.2)
 }
 
-fn row(batch_id: i64, connection_id: &ConnectionId, lease_until: i64) -> JobRow<'_> {
-    JobRow {
-        batch_id: BatchId::new(batch_id),
-        connection_id,
-        revision_id: 1,
-        created_at: 1_000,
-        lease_until,
-        leased_by: (lease_until > 0).then_some(NODE),
-        mpid: None,
-        next_attempt_at: 1_000,
-        coalesce_head: None,
-    }
-}
-
 /// The failure phase of the isolation scenario in small: a failing connection's jobs, all due
 /// and unleased (its breaker turns them away), oldest first; a healthy connection's few due
 /// jobs and the ones in flight; statistics as the server's autovacuum would have them.
@@ -58,9 +45,11 @@ async fn failure_phase() -> (TestStore, Vec<i64>, Vec<i64>) {
     let db = TestStore::open().await;
     let failing = ConnectionId::trusted("conn_failing");
     let healthy = ConnectionId::trusted("conn_healthy");
-    let mut rows: Vec<JobRow<'_>> = (1..=FAILING_JOBS).map(|b| row(b, &failing, 0)).collect();
-    rows.extend((1..=10).map(|b| row(FAILING_JOBS + b, &healthy, 0)));
-    rows.extend((11..=30).map(|b| row(FAILING_JOBS + b, &healthy, 900_000)));
+    let mut rows: Vec<JobRow<'_>> = (1..=FAILING_JOBS)
+        .map(|b| job_row(b, &failing, 0))
+        .collect();
+    rows.extend((1..=10).map(|b| job_row(FAILING_JOBS + b, &healthy, 0)));
+    rows.extend((11..=30).map(|b| job_row(FAILING_JOBS + b, &healthy, 900_000)));
     let mut tx = db.store.begin().await.expect("begin");
     let inserted = insert_jobs(&mut tx, &rows).await.expect("insert jobs");
     tx.commit().await.expect("commit");

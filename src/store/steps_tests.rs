@@ -44,7 +44,7 @@ fn batch(input: &str, request: Option<&str>) -> NewBatch {
     }
 }
 
-fn job_row(batch_id: i64, connection_id: &ConnectionId, lease_until: i64) -> JobRow<'_> {
+pub(super) fn job_row(batch_id: i64, connection_id: &ConnectionId, lease_until: i64) -> JobRow<'_> {
     JobRow {
         batch_id: BatchId::new(batch_id),
         connection_id,

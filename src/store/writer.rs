@@ -360,6 +360,9 @@ async fn run(
                 for mut command in std::mem::take(&mut group) {
                     let one = std::slice::from_mut(&mut command);
                     let result = commit(&store, &mut connection, one, lease_ms, &node).await;
+                    if result.is_err() {
+                        connection.reset();
+                    }
                     settle(command, result.map_err(Failure::into_error), &committed);
                 }
             }

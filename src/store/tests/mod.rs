@@ -5,6 +5,7 @@
 
 mod catalog;
 mod checkpoint;
+mod claims;
 mod commit;
 mod consent;
 mod data_catalog;

@@ -1,0 +1,54 @@
+//! The due claim beside another node's uncommitted claim of the same connection (PostgreSQL:
+//! `FOR UPDATE SKIP LOCKED`; on SQLite one writer holds the write lock, so there is no such
+//! moment). The claim must take the jobs after the locked ones, as another node would leave
+//! them, not come back empty while thousands are due.
+
+use std::time::Duration;
+
+use crate::model::now_ms;
+use crate::store::backend::{Sql, args};
+
+use super::harness::{MINUTE, TestStore, batch, on_postgres};
+
+const LEASE: Duration = Duration::from_secs(60);
+const STAY_IDLE: Sql = Sql::shared("SET LOCAL idle_in_transaction_session_timeout = 0");
+/// `$1` how many: locks the oldest due jobs, as another node's claim does until it commits.
+const LOCK_OLDEST: Sql =
+    Sql::shared("SELECT id FROM jobs ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE");
+
+#[tokio::test]
+async fn a_claim_takes_the_due_jobs_after_the_ones_another_claim_has_locked() {
+    if !on_postgres() {
+        return;
+    }
+    let db = TestStore::open().await;
+    let node = db.node(LEASE);
+    // New jobs stay in the table unleased, all due, oldest first.
+    node.crowd("c1", true);
+    let now = now_ms();
+    let batches = (0..4)
+        .map(|i| batch("in", None, now - (10 - i) * MINUTE, &["c1"]))
+        .collect();
+    node.ingest(batches).await;
+    let mut jobs = db.jobs().await;
+    jobs.sort_by_key(|job| (job.next_attempt_at, job.id));
+    let mut locker = db.store.begin().await.expect("begin");
+    locker
+        .execute(STAY_IDLE, &[])
+        .await
+        .expect("keep the locker's transaction open");
+    let locked: Vec<(i64,)> = locker
+        .fetch_all(LOCK_OLDEST, args![2_i64])
+        .await
+        .expect("lock the two oldest jobs");
+    assert_eq!(locked.len(), 2);
+
+    let mut claimed: Vec<i64> = node.claim(2, &[]).await.iter().map(|j| j.id).collect();
+    claimed.sort_unstable();
+    assert_eq!(
+        claimed,
+        [jobs[2].id, jobs[3].id],
+        "the two due jobs nobody has locked are claimed"
+    );
+    drop(locker);
+}
