@@ -215,7 +215,10 @@ async fn web_sdk_shopping_session_reaches_two_connections() {
     assert_eq!(batch["application_info"]["application_name"], "Higgs Shop");
     assert_eq!(batch["device_info"]["platform"], "web");
 
-    let commerce = of_type(&all, "commerce_event");
+    let mut commerce = of_type(&all, "commerce_event");
+    // In the order the page logged them: the SDK may upload them in two batches, and a
+    // connection not ordered per user delivers two batches in whatever order they finish.
+    commerce.sort_by_key(|(_, e)| e["data"]["timestamp_unixtime_ms"].as_i64());
     let actions: Vec<&Value> = commerce
         .iter()
         .map(|(_, e)| &e["data"]["product_action"]["action"])
