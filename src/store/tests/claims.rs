@@ -11,7 +11,6 @@ use crate::store::backend::{Sql, args};
 use super::harness::{MINUTE, TestStore, batch, on_postgres};
 
 const LEASE: Duration = Duration::from_secs(60);
-const STAY_IDLE: Sql = Sql::shared("SET LOCAL idle_in_transaction_session_timeout = 0");
 /// `$1` how many: locks the oldest due jobs, as another node's claim does until it commits.
 const LOCK_OLDEST: Sql =
     Sql::shared("SELECT id FROM jobs ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE");
@@ -32,11 +31,7 @@ async fn a_claim_takes_the_due_jobs_after_the_ones_another_claim_has_locked() {
     node.ingest(batches).await;
     let mut jobs = db.jobs().await;
     jobs.sort_by_key(|job| (job.next_attempt_at, job.id));
-    let mut locker = db.store.begin().await.expect("begin");
-    locker
-        .execute(STAY_IDLE, &[])
-        .await
-        .expect("keep the locker's transaction open");
+    let mut locker = db.idle_transaction().await;
     let locked: Vec<(i64,)> = locker
         .fetch_all(LOCK_OLDEST, args![2_i64])
         .await

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use crate::model::attempt::AttemptOutcome;
 use crate::model::ids::{BatchId, ConnectionId, InputId};
 use crate::store::Store;
-use crate::store::backend::{Sql, args};
+use crate::store::backend::{Sql, Tx, args};
 use crate::store::queue::{
     AttemptRecord, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, NewJob,
 };
@@ -85,6 +85,8 @@ fn database_url(server: &str, name: &str) -> String {
         None => format!("{root}/{name}"),
     }
 }
+
+const STAY_IDLE: Sql = Sql::postgres_only("SET LOCAL idle_in_transaction_session_timeout = 0");
 
 impl TestStore {
     /// Opens a fresh store. Panics when `TEST_DATABASE_URL` is set but its server cannot be
@@ -176,6 +178,17 @@ impl TestStore {
     /// the test has run.
     pub(super) fn elapsed(&self, stored: i64) -> i64 {
         stored - self.base + self.advanced
+    }
+
+    /// A transaction of another session that may stay open, idle, for as long as the test
+    /// needs (PostgreSQL: the store ends sessions idle in a transaction after a while), as
+    /// another node's would while it holds the rows it locks.
+    pub(super) async fn idle_transaction(&self) -> Tx<'static> {
+        let mut tx = self.store.begin().await.expect("begin");
+        tx.execute(STAY_IDLE, &[])
+            .await
+            .expect("keep the transaction open");
+        tx
     }
 
     pub(super) async fn jobs(&self) -> Vec<JobRow> {

@@ -25,7 +25,6 @@ const WAITING: Sql = Sql::shared(
     "SELECT pid::bigint FROM pg_stat_activity WHERE datname = current_database() \
      AND wait_event_type = 'Lock'",
 );
-const STAY_IDLE: Sql = Sql::shared("SET LOCAL idle_in_transaction_session_timeout = 0");
 const LOCK_JOB: Sql = Sql::shared("SELECT id FROM jobs WHERE id = $1 FOR UPDATE");
 /// `$1` a `source_request_id` of input `in`, taken (not committed) by another transaction.
 const TAKE_KEY: Sql = Sql::shared(
@@ -36,11 +35,7 @@ const TAKE_KEY: Sql = Sql::shared(
 /// A transaction that holds `request`'s unique key without committing, as another node's (or
 /// lane's) group storing the same request would: an insert of that key waits for it.
 async fn hold_key(db: &TestStore, request: &str) -> Tx<'static> {
-    let mut locker = db.store.begin().await.expect("begin");
-    locker
-        .execute(STAY_IDLE, &[])
-        .await
-        .expect("keep the locker's transaction open");
+    let mut locker = db.idle_transaction().await;
     locker
         .execute(TAKE_KEY, args![request])
         .await
@@ -82,12 +77,7 @@ async fn an_ingest_is_committed_while_a_job_update_waits_for_a_locked_row() {
         .expect("the first batch's job is leased");
 
     // Another transaction holds the job's row, as another node's uncommitted claim would.
-    let mut locker = db.store.begin().await.expect("begin");
-    // The store ends a session idle in a transaction after a while; this one must wait.
-    locker
-        .execute(STAY_IDLE, &[])
-        .await
-        .expect("keep the locker's transaction open");
+    let mut locker = db.idle_transaction().await;
     let locked: Vec<(i64,)> = locker
         .fetch_all(LOCK_JOB, args![job.id])
         .await
