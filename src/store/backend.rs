@@ -5,7 +5,7 @@
 //! [`Store`] (on the pool) or [`Tx`] (in a transaction) and never asks which backend it is on.
 
 use sqlx::error::BoxDynError;
-use sqlx::postgres::{PgRow, Postgres};
+use sqlx::postgres::{PgArguments, PgConnection, PgRow, Postgres};
 use sqlx::sqlite::{Sqlite, SqliteConnection, SqliteRow};
 use sqlx::{Connection, Database, Decode, FromRow, Transaction, Type};
 
@@ -33,12 +33,14 @@ impl Sql {
         Self { sqlite, postgres }
     }
 
-    /// The SQLite text (for building statements from parts).
+    /// The SQLite text (for tests that read a statement's plan).
+    #[cfg(test)]
     pub(in crate::store) const fn sqlite_text(self) -> &'static str {
         self.sqlite
     }
 
-    /// The PostgreSQL text (for building statements from parts).
+    /// The PostgreSQL text (for tests that read a statement's plan).
+    #[cfg(test)]
     pub(in crate::store) const fn postgres_text(self) -> &'static str {
         self.postgres
     }
@@ -261,6 +263,8 @@ macro_rules! statements {
                         // A statement only the other backend needs.
                         return Ok(0);
                     }
+                    #[cfg(test)]
+                    round_trips::count(1);
                     Ok(bind!(sqlx::query(text), args).execute(on).await?.rows_affected())
                 })
             }
@@ -276,6 +280,8 @@ macro_rules! statements {
                     if text.is_empty() {
                         return Ok(Vec::new());
                     }
+                    #[cfg(test)]
+                    round_trips::count(1);
                     bind!(sqlx::query_as(text), args).fetch_all(on).await
                 })
             }
@@ -291,6 +297,8 @@ macro_rules! statements {
                     if text.is_empty() {
                         return Ok(None);
                     }
+                    #[cfg(test)]
+                    round_trips::count(1);
                     bind!(sqlx::query_as(text), args).fetch_optional(on).await
                 })
             }
@@ -306,6 +314,8 @@ macro_rules! statements {
                     if text.is_empty() {
                         return Err(sqlx::Error::RowNotFound);
                     }
+                    #[cfg(test)]
+                    round_trips::count(1);
                     bind!(sqlx::query_as(text), args).fetch_one(on).await
                 })
             }
@@ -339,17 +349,19 @@ impl Store {
 statements!(Store, [&self], self, Store::Sqlite(pool) => pool, Store::Postgres(pool) => pool);
 statements!(Tx<'_>, [&mut self], self, Tx::Sqlite(tx) => &mut **tx, Tx::Postgres(tx) => &mut **tx);
 
-/// The connection a writer lane runs its group commits on. On SQLite the lane keeps one of its
-/// own, out of the pool: taking one from the pool and giving it back cost a ping (a round trip to
-/// the connection's thread, two thread wake-ups) and a spawned task per group, and one writer
-/// holds SQLite's write lock anyway. On PostgreSQL each group takes one from the pool, so a
-/// lost connection costs one group.
+/// The connection a writer lane runs its group commits on: one of its own, out of the pool, on
+/// either backend. Taking one from the pool and giving it back cost, per group, a ping (sqlx
+/// tests a connection before handing it out: a round trip, on SQLite to the connection's thread)
+/// and on SQLite a spawned task; on PostgreSQL the ping was one of ten round trips of a group of
+/// 45 ingests. A lane commits one group at a time, so it never needs a second connection.
 #[derive(Debug)]
 pub(crate) enum WriterConnection {
     /// Taken from the pool at the first group; dropped after a group fails, so a broken
-    /// connection is replaced at the next group.
+    /// connection is replaced at the next group (whose commands are the failed group's, retried
+    /// one by one: a connection the server closed while idle costs no request its answer).
     Sqlite(Option<SqliteConnection>),
-    Pool,
+    /// The same, on PostgreSQL.
+    Postgres(Option<PgConnection>),
 }
 
 impl Store {
@@ -357,7 +369,7 @@ impl Store {
     pub(crate) fn writer_connection(&self) -> WriterConnection {
         match self {
             Store::Sqlite(_) => WriterConnection::Sqlite(None),
-            Store::Postgres(_) => WriterConnection::Pool,
+            Store::Postgres(_) => WriterConnection::Postgres(None),
         }
     }
 }
@@ -377,37 +389,53 @@ impl Store {
 const GROUP_BEGIN_POSTGRES: &str = "BEGIN; SET LOCAL enable_seqscan = off";
 
 impl WriterConnection {
-    /// Starts a transaction that may write, on the kept connection (opened if needed) or on one
-    /// from `store`'s pool.
+    /// Starts a transaction that may write, on the kept connection (taken from `store`'s pool
+    /// first if there is none).
     pub(crate) async fn begin<'c>(&'c mut self, store: &Store) -> Result<Tx<'c>, sqlx::Error> {
-        let (WriterConnection::Sqlite(held), Store::Sqlite(pool)) = (self, store) else {
-            return Ok(match store {
-                Store::Postgres(pool) => Tx::Postgres(pool.begin_with(GROUP_BEGIN_POSTGRES).await?),
-                Store::Sqlite(_) => store.begin().await?,
-            });
-        };
-        let connection = match held {
-            Some(connection) => connection,
-            // Detached: the pool opens another in its place for readers, and closing the pool
-            // does not wait for the writer's.
-            None => held.insert(pool.acquire().await?.detach()),
-        };
-        Ok(Tx::Sqlite(connection.begin_with(BEGIN.sqlite).await?))
+        // Each kept connection is detached: the pool opens another in its place for readers,
+        // and closing the pool does not wait for the writer's.
+        #[cfg(test)]
+        round_trips::count(1);
+        match (self, store) {
+            (WriterConnection::Sqlite(held), Store::Sqlite(pool)) => {
+                let connection = match held {
+                    Some(connection) => connection,
+                    None => held.insert(pool.acquire().await?.detach()),
+                };
+                Ok(Tx::Sqlite(connection.begin_with(BEGIN.sqlite).await?))
+            }
+            (WriterConnection::Postgres(held), Store::Postgres(pool)) => {
+                let connection = match held {
+                    Some(connection) => connection,
+                    None => held.insert(pool.acquire().await?.detach()),
+                };
+                Ok(Tx::Postgres(
+                    connection.begin_with(GROUP_BEGIN_POSTGRES).await?,
+                ))
+            }
+            _ => Err(sqlx::Error::Configuration(
+                "a writer connection of the other backend".into(),
+            )),
+        }
     }
 
     /// Forgets the kept connection (after a failure: it may be broken); the next transaction
     /// opens another.
     pub(crate) fn reset(&mut self) {
-        if let WriterConnection::Sqlite(held) = self {
-            *held = None;
+        match self {
+            WriterConnection::Sqlite(held) => *held = None,
+            WriterConnection::Postgres(held) => *held = None,
         }
     }
 
     /// Closes the kept connection, if any.
     pub(crate) async fn close(self) {
-        if let WriterConnection::Sqlite(Some(connection)) = self
-            && let Err(error) = connection.close().await
-        {
+        let closed = match self {
+            WriterConnection::Sqlite(Some(connection)) => connection.close().await,
+            WriterConnection::Postgres(Some(connection)) => connection.close().await,
+            _ => Ok(()),
+        };
+        if let Err(error) = closed {
             tracing::debug!(%error, "The writer's connection did not close cleanly.");
         }
     }
@@ -418,6 +446,25 @@ impl Tx<'_> {
     /// concurrent writers need (a lock order, a separate id allocation).
     pub(crate) fn is_sqlite(&self) -> bool {
         matches!(self, Tx::Sqlite(_))
+    }
+
+    /// PostgreSQL only: every row of a query built with sqlx's own binds, for parameters SQLite
+    /// has no type for (arrays: a whole group's rows in one statement).
+    pub(crate) async fn fetch_all_postgres<R>(
+        &mut self,
+        query: sqlx::query::QueryAs<'_, Postgres, R, PgArguments>,
+    ) -> Result<Vec<R>, sqlx::Error>
+    where
+        R: for<'r> FromRow<'r, PgRow> + Send + Unpin,
+    {
+        let Tx::Postgres(tx) = self else {
+            return Err(sqlx::Error::Configuration(
+                "a PostgreSQL statement in a SQLite transaction".into(),
+            ));
+        };
+        #[cfg(test)]
+        round_trips::count(1);
+        query.fetch_all(&mut **tx).await
     }
 
     /// The first column of every row (ids, mostly).
@@ -434,6 +481,8 @@ impl Tx<'_> {
     }
 
     pub(crate) async fn commit(self) -> Result<(), sqlx::Error> {
+        #[cfg(test)]
+        round_trips::count(1);
         #[cfg(test)]
         if let Some(fault) = super::faults::take_commit_fault() {
             return self.commit_with(fault).await;
@@ -454,5 +503,27 @@ impl Tx<'_> {
             (CommitFault::RolledBack, Tx::Postgres(tx)) => tx.rollback().await?,
         }
         Err(commit_error())
+    }
+}
+
+/// Test-only: how many times this thread's code waited for the database (a statement, BEGIN
+/// with the pool's ping if the connection came from the pool, COMMIT), so a test can see what a
+/// group commit costs in round trips. Per thread, as `#[tokio::test]` runs a test and the tasks
+/// it spawns on one thread.
+#[cfg(test)]
+pub(crate) mod round_trips {
+    use std::cell::Cell;
+
+    thread_local! {
+        static COUNT: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(crate) fn count(trips: u64) {
+        COUNT.with(|count| count.set(count.get() + trips));
+    }
+
+    /// The round trips counted on this thread since the last call.
+    pub(crate) fn take() -> u64 {
+        COUNT.with(|count| count.replace(0))
     }
 }

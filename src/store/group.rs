@@ -4,7 +4,7 @@
 //! Lock order, so that nodes sharing one PostgreSQL never deadlock: a group first changes only
 //! job rows this node holds (every statement is fenced by `leased_by`; claims skip locked rows,
 //! so they wait for nobody), then takes the unique keys of its batches in key order
-//! ([`in_lock_order`]), then its users' profiles in MPID order. A node can wait for a job row
+//! ([`batch_steps::lock_order`]), then its users' profiles in MPID order. A node can wait for a job row
 //! only while another node's claim of it is uncommitted, and that claim waits for nothing of
 //! this node's jobs, so no cycle can form.
 //!
@@ -29,8 +29,9 @@
 //! updates, before claims, so a job finished in this group can never be claimed in it again;
 //! then the users of batches that came without one; then the group's batches, the profiles of
 //! their users and their jobs. A batch needs its own answer (stored, or a duplicate
-//! `source_request_id`) and `RETURNING` promises no order, so batch ids are allocated first and
-//! inserted explicitly: the ids that come back are the batches stored.
+//! `source_request_id`) and `RETURNING` promises no order, so each batch's id is drawn before
+//! its row is inserted (in the same statement: see [`batch_steps`]): the ids that come back are
+//! the batches stored.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -45,7 +46,7 @@ use super::queue::{
 };
 use super::steps::{self, AttemptRow, JobRow, ProfileRow, RetryRow};
 use super::{Store, StoreError, StoreResult};
-use super::{coalesce_sql, identity_steps};
+use super::{batch_steps, coalesce_sql, identity_steps};
 use crate::model::consent;
 use crate::model::ids::{BatchId, ConnectionId, Mpid};
 use crate::model::now_ms;
@@ -185,15 +186,7 @@ async fn run_steps(
     identity_steps::resolve_batches(tx, &mut resolving, now).await?;
     let commands = &*commands;
     let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();
-    let (ids, stored) = if tx.is_sqlite() {
-        // One writer: no lock order to keep, and the ids come with the insert.
-        steps::insert_batches_allocating(tx, &batches).await?
-    } else {
-        let ids = steps::allocate_batch_ids(tx, batches.len()).await?;
-        let rows = in_lock_order(ids.iter().copied().zip(batches).collect());
-        let stored = steps::insert_batches(tx, &rows).await?;
-        (ids, stored)
-    };
+    let (ids, stored) = batch_steps::insert_batches(tx, &batches).await?;
     let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, lease_until, node);
     let profiles = profile_rows(commands, &outcomes);
     let consents = if hands_over_consent(commands) {
@@ -242,15 +235,6 @@ async fn settle_commit_error(
         }
     }
     Err(Failure::Unknown(error.into()))
-}
-
-/// The group's batch rows sorted by their unique key (input, `source_request_id`), so two nodes
-/// storing the same retried requests take the key locks in one order instead of deadlocking.
-fn in_lock_order(mut rows: Vec<(BatchId, &NewBatch)>) -> Vec<(BatchId, &NewBatch)> {
-    rows.sort_by(|(_, a), (_, b)| {
-        (&a.input_id, &a.source_request_id).cmp(&(&b.input_id, &b.source_request_id))
-    });
-    rows
 }
 
 impl Command {
@@ -518,46 +502,4 @@ fn jobs_of(
         }
     }
     jobs
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::model::ids::InputId;
-
-    fn batch(input: &str, request: Option<&str>) -> NewBatch {
-        NewBatch {
-            input_id: InputId::trusted(input),
-            source_request_id: request.map(str::to_owned),
-            received_at: 0,
-            event_count: 1,
-            body: Arc::from(b"{}".as_slice()),
-            jobs: Vec::new(),
-            profile: None,
-            unresolved: None,
-        }
-    }
-
-    #[test]
-    fn batches_are_stored_in_the_order_of_their_unique_key() {
-        let batches = [
-            batch("in_b", Some("r1")),
-            batch("in_a", Some("r2")),
-            batch("in_a", None),
-            batch("in_a", Some("r1")),
-        ];
-        let rows = batches
-            .iter()
-            .enumerate()
-            .map(|(i, b)| (BatchId::new(i64::try_from(i).expect("small")), b))
-            .collect();
-        let order: Vec<i64> = in_lock_order(rows).iter().map(|(id, _)| id.get()).collect();
-        assert_eq!(
-            order,
-            [2, 3, 1, 0],
-            "each batch keeps the id allocated to it"
-        );
-    }
 }

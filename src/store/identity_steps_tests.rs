@@ -222,11 +222,8 @@ async fn resolve_and_store(store: &Store, batches: &mut [NewBatch]) -> usize {
     resolve_batches(&mut tx, &mut refs, 1_000)
         .await
         .expect("resolve");
-    let ids = crate::store::steps::allocate_batch_ids(&mut tx, batches.len())
-        .await
-        .expect("ids");
-    let rows: Vec<_> = ids.iter().copied().zip(batches.iter()).collect();
-    let stored = crate::store::steps::insert_batches(&mut tx, &rows)
+    let rows: Vec<&NewBatch> = batches.iter().collect();
+    let (_, stored) = crate::store::batch_steps::insert_batches(&mut tx, &rows)
         .await
         .expect("insert");
     tx.commit().await.expect("commit");

@@ -7,6 +7,7 @@
 //! [`writer`], whose transaction runs the named [`steps`]; admin writes go straight to the pool.
 
 mod backend;
+mod batch_steps;
 mod catalog_changes;
 mod catalog_sql;
 pub(crate) mod checkpoint;

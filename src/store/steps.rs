@@ -1,17 +1,18 @@
 //! The steps of a group commit, each one statement (or a few) inside the writer's transaction.
 //! [`super::group::commit`] runs them in order; each is tested on its own on both backends.
 //!
-//! Rows travel as one JSON array parameter or one multi-row `VALUES` per step: each statement
-//! is a round trip to the database (on SQLite, to its worker thread), so per-row statements
-//! were the writer's main cost. Dead letters, which are rare and carry bodies, go row by row.
+//! Rows travel as one JSON array parameter per step (the batches: see [`super::batch_steps`]):
+//! each statement is a round trip to the database (on SQLite, to its worker thread), so per-row
+//! statements were the writer's main cost. Dead letters, which are rare and carry bodies, go
+//! row by row.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::backend::{Arg, Sql, Tx, args};
-use super::queue::{AttemptRecord, ClaimedJob, DeadLetter, JobKey, NewBatch};
+use super::backend::{Sql, Tx, args};
+use super::queue::{AttemptRecord, ClaimedJob, DeadLetter, JobKey};
 use crate::model::consent;
 use crate::model::ids::{BatchId, ConnectionId, Mpid};
 
@@ -274,34 +275,6 @@ const CLAIM_DRAIN: Sql = Sql::each(
         claimed_columns!()
     ),
 );
-/// `$1` fresh batch ids, in increasing order. SQLite: the next ids after the largest ever used
-/// (AUTOINCREMENT keeps it in `sqlite_sequence`, also for explicit ids; the writer's
-/// `BEGIN IMMEDIATE` means no other connection commits between this read and the insert).
-/// The count bounds the recursion in a `WHERE`, not a `LIMIT $1`: SQLite plans with a bound
-/// LIMIT's value, so each new count re-prepared the statement (2.6% of the process's
-/// instructions at saturation, measured with callgrind).
-const ALLOCATE_BATCH_IDS: Sql = Sql::each(
-    "WITH RECURSIVE ids(id, n) AS ( \
-     SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'batches'), 0) + 1, 1 \
-     UNION ALL SELECT id + 1, n + 1 FROM ids WHERE n < $1) SELECT id FROM ids",
-    "SELECT nextval(sequence) \
-     FROM (SELECT pg_get_serial_sequence('batches', 'id') AS sequence) AS s, \
-     generate_series(1, $1)",
-);
-/// The head of a multi-row insert with explicit ids; `VALUES` follow.
-const INSERT_BATCHES: Sql = Sql::each(
-    "INSERT INTO batches (id, input_id, source_request_id, received_at, event_count, body) ",
-    "INSERT INTO batches (id, input_id, source_request_id, received_at, event_count, body) \
-     OVERRIDING SYSTEM VALUE ",
-);
-/// A duplicate `source_request_id` inserts nothing, so its id is missing from the answer.
-const ON_CONFLICT_RETURNING_ID: &str =
-    " ON CONFLICT (input_id, source_request_id) DO NOTHING RETURNING id";
-/// Columns per batch row.
-const BATCH_COLUMNS: usize = 6;
-/// The largest multi-row insert. Chunks are powers of two, so a handful of distinct statements
-/// (each prepared once per connection) cover every group size.
-const MAX_INSERT_ROWS: usize = 64;
 // `WHERE true` keeps SQLite from reading ON CONFLICT as a join constraint.
 // Consent merges per purpose (a stated purpose replaces the stored one whole). SQLite's
 // json_patch merges at every depth, so the stated purposes are first patched to `null`
@@ -526,182 +499,6 @@ pub(super) async fn claim_drain(
         args![lease_until, now, limit, connection_id, node],
     )
     .await
-}
-
-/// `count` fresh batch ids, increasing.
-pub(super) async fn allocate_batch_ids(
-    tx: &mut Tx<'_>,
-    count: usize,
-) -> Result<Vec<BatchId>, sqlx::Error> {
-    if count == 0 {
-        return Ok(Vec::new());
-    }
-    let ids = tx
-        .fetch_ids(
-            ALLOCATE_BATCH_IDS,
-            args![i64::try_from(count).unwrap_or(i64::MAX)],
-        )
-        .await?;
-    if ids.len() != count {
-        return Err(sqlx::Error::Protocol(format!(
-            "asked for {count} batch ids, got {}",
-            ids.len()
-        )));
-    }
-    Ok(ids)
-}
-
-/// Inserts batches with their allocated ids; returns the ids stored (a batch whose
-/// `source_request_id` the input already used is not).
-pub(super) async fn insert_batches(
-    tx: &mut Tx<'_>,
-    batches: &[(BatchId, &NewBatch)],
-) -> Result<HashSet<BatchId>, sqlx::Error> {
-    let mut stored = HashSet::with_capacity(batches.len());
-    let mut rows = batches.iter();
-    for size in chunk_sizes(batches.len()) {
-        let mut values: Vec<Arg<'_>> = Vec::with_capacity(size * BATCH_COLUMNS);
-        for (id, batch) in rows.by_ref().take(size) {
-            values.extend([
-                Arg::from(*id),
-                Arg::from(&batch.input_id),
-                Arg::OptText(batch.source_request_id.as_deref()),
-                Arg::Int(batch.received_at),
-                Arg::Int(batch.event_count),
-                Arg::Bytes(&batch.body),
-            ]);
-        }
-        let statement = batch_inserts()[size.trailing_zeros() as usize];
-        stored.extend(tx.fetch_ids::<BatchId>(statement, &values).await?);
-    }
-    Ok(stored)
-}
-
-/// SQLite: inserts batches in the order given, each chunk allocating its own ids in the same
-/// round trip to the database's thread (a separate allocation was a round trip of its own per
-/// group: two thread wake-ups). Returns the id given to each batch, in order, and the ids
-/// stored (a batch whose `source_request_id` the input already used is not). See
-/// [`sqlite_allocating_inserts`].
-pub(super) async fn insert_batches_allocating(
-    tx: &mut Tx<'_>,
-    batches: &[&NewBatch],
-) -> Result<(Vec<BatchId>, HashSet<BatchId>), sqlx::Error> {
-    let mut ids = Vec::with_capacity(batches.len());
-    let mut stored = HashSet::with_capacity(batches.len());
-    let mut rows = batches.iter();
-    for size in chunk_sizes(batches.len()) {
-        let mut values: Vec<Arg<'_>> = Vec::with_capacity(size * BATCH_COLUMNS);
-        for batch in rows.by_ref().take(size) {
-            values.extend([
-                Arg::from(&batch.input_id),
-                Arg::OptText(batch.source_request_id.as_deref()),
-                Arg::Int(batch.received_at),
-                Arg::Int(batch.event_count),
-                Arg::Bytes(&batch.body),
-            ]);
-        }
-        let statement = sqlite_allocating_inserts()[size.trailing_zeros() as usize];
-        let answered: Vec<i64> = tx.fetch_ids(statement, &values).await?;
-        let Some((&base, inserted)) = answered.split_first() else {
-            return Err(sqlx::Error::Protocol(
-                "no id base for a batch insert".into(),
-            ));
-        };
-        ids.extend((1..).take(size).map(|k: i64| BatchId::new(base + k)));
-        stored.extend(inserted.iter().copied().map(BatchId::new));
-    }
-    Ok((ids, stored))
-}
-
-/// For each chunk size, two statements sent as one query: the largest batch id ever used (the
-/// chunk's base; AUTOINCREMENT keeps it in `sqlite_sequence`, also for explicit ids), then the
-/// insert, which gives the chunk's k-th row the id base + k and returns the ids it stored. The
-/// insert reads the same base: SQLite writes `sqlite_sequence` only at the end of the statement,
-/// and the writer's `BEGIN IMMEDIATE` keeps every other connection from committing in between.
-/// The next chunk's base is then the largest id this one tried: SQLite raises `sqlite_sequence`
-/// for a row `ON CONFLICT DO NOTHING` skipped too, so a duplicate's id is never given to the
-/// next chunk's first batch (a test covers a duplicate at a chunk's end). PostgreSQL's statements stay
-/// [`ALLOCATE_BATCH_IDS`] and [`batch_inserts`]; this one is SQLite's only.
-fn sqlite_allocating_inserts() -> &'static [Sql] {
-    const BASE: &str = "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'batches'), 0)";
-    static STATEMENTS: std::sync::OnceLock<Vec<Sql>> = std::sync::OnceLock::new();
-    STATEMENTS.get_or_init(|| {
-        (0..=MAX_INSERT_ROWS.trailing_zeros())
-            .map(|bit| {
-                let rows: Vec<String> = (1..=1usize << bit)
-                    .map(|k| format!("({k}, ?, ?, ?, ?, ?)"))
-                    .collect();
-                let text = format!(
-                    "SELECT {BASE}; \
-                     INSERT INTO batches \
-                     (id, input_id, source_request_id, received_at, event_count, body) \
-                     SELECT {BASE} + v.column1, v.column2, v.column3, v.column4, v.column5, \
-                     v.column6 FROM (VALUES {}) AS v WHERE true{ON_CONFLICT_RETURNING_ID}",
-                    rows.join(", ")
-                );
-                Sql::each(text.leak(), "")
-            })
-            .collect()
-    })
-}
-
-/// The multi-row batch insert of every chunk size (1, 2, 4, … `MAX_INSERT_ROWS` rows), built
-/// once for the life of the process (a handful of short strings). SQLite gets `?` placeholders:
-/// numbered ones make it look every parameter's name up on each bind.
-fn batch_inserts() -> &'static [Sql] {
-    static STATEMENTS: std::sync::OnceLock<Vec<Sql>> = std::sync::OnceLock::new();
-    STATEMENTS.get_or_init(|| {
-        (0..=MAX_INSERT_ROWS.trailing_zeros())
-            .map(|bit| {
-                let rows = 1 << bit;
-                let sqlite = INSERT_BATCHES.sqlite_text().to_owned()
-                    + &values_list(rows, Placeholders::Positional)
-                    + ON_CONFLICT_RETURNING_ID;
-                let postgres = INSERT_BATCHES.postgres_text().to_owned()
-                    + &values_list(rows, Placeholders::Numbered)
-                    + ON_CONFLICT_RETURNING_ID;
-                Sql::each(sqlite.leak(), postgres.leak())
-            })
-            .collect()
-    })
-}
-
-/// How a statement's parameters are written.
-#[derive(Debug, Clone, Copy)]
-enum Placeholders {
-    /// `?`: each takes the next argument.
-    Positional,
-    /// `$1`, `$2`, …
-    Numbered,
-}
-
-/// `VALUES (…), (…)` for `rows` batch rows of `BATCH_COLUMNS` parameters each.
-fn values_list(rows: usize, placeholders: Placeholders) -> String {
-    let tuples: Vec<String> = (0..rows)
-        .map(|row| {
-            let first = row * BATCH_COLUMNS + 1;
-            let params: Vec<String> = (first..first + BATCH_COLUMNS)
-                .map(|n| match placeholders {
-                    Placeholders::Positional => "?".to_owned(),
-                    Placeholders::Numbered => format!("${n}"),
-                })
-                .collect();
-            format!("({})", params.join(", "))
-        })
-        .collect();
-    format!("VALUES {}", tuples.join(", "))
-}
-
-/// Splits `rows` into insert chunks: as many of the largest as fit, then the remainder's binary
-/// digits (45 rows: 32, 8, 4, 1).
-fn chunk_sizes(rows: usize) -> impl Iterator<Item = usize> {
-    let full = std::iter::repeat_n(MAX_INSERT_ROWS, rows / MAX_INSERT_ROWS);
-    let rest = rows % MAX_INSERT_ROWS;
-    let digits = (0..MAX_INSERT_ROWS.trailing_zeros())
-        .rev()
-        .map(|bit| 1 << bit)
-        .filter(move |size| rest & size != 0);
-    full.chain(digits)
 }
 
 /// Merges each user's attribute patch and stated consent into their profile and marks them

@@ -2,14 +2,13 @@
 //! when `TEST_DATABASE_URL` is set (CI runs both).
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use super::*;
 use crate::model::attempt::AttemptOutcome;
-use crate::model::ids::InputId;
 use crate::store::Store;
 use crate::store::backend::Sql;
-use crate::store::queue::{AttemptRecord, DeadLetter, JobKey, NewBatch};
+use crate::store::queue::{AttemptRecord, DeadLetter, JobKey};
 use crate::store::tests::harness::TestStore;
 
 const NODE: &str = "node-a";
@@ -29,19 +28,6 @@ const SELECT_JOBS: Sql = Sql::shared(
 
 async fn jobs(store: &Store) -> Vec<JobState> {
     store.fetch_all(SELECT_JOBS, &[]).await.expect("read jobs")
-}
-
-fn batch(input: &str, request: Option<&str>) -> NewBatch {
-    NewBatch {
-        input_id: InputId::trusted(input),
-        source_request_id: request.map(str::to_owned),
-        received_at: 1_000,
-        event_count: 2,
-        body: Arc::from(br#"{"events":[]}"#.as_slice()),
-        jobs: Vec::new(),
-        profile: None,
-        unresolved: None,
-    }
 }
 
 pub(super) fn job_row(batch_id: i64, connection_id: &ConnectionId, lease_until: i64) -> JobRow<'_> {
@@ -80,163 +66,6 @@ async fn store_with_jobs(count: usize, lease_until: i64) -> (TestStore, Vec<i64>
     let mut ids: Vec<i64> = inserted.into_iter().map(|(id, ..)| id).collect();
     ids.sort_unstable();
     (db, ids)
-}
-
-#[test]
-fn chunks_cover_every_row_with_few_distinct_sizes() {
-    assert_eq!(chunk_sizes(0).count(), 0);
-    assert_eq!(chunk_sizes(45).collect::<Vec<_>>(), [32, 8, 4, 1]);
-    assert_eq!(chunk_sizes(200).collect::<Vec<_>>(), [64, 64, 64, 8]);
-    for rows in 0..1000 {
-        let sizes: Vec<usize> = chunk_sizes(rows).collect();
-        assert_eq!(sizes.iter().sum::<usize>(), rows);
-        assert!(
-            sizes
-                .iter()
-                .all(|s| s.is_power_of_two() && *s <= MAX_INSERT_ROWS)
-        );
-    }
-}
-
-#[test]
-fn values_lists_have_one_placeholder_per_column() {
-    assert_eq!(
-        values_list(1, Placeholders::Numbered),
-        "VALUES ($1, $2, $3, $4, $5, $6)"
-    );
-    assert_eq!(
-        values_list(2, Placeholders::Numbered),
-        "VALUES ($1, $2, $3, $4, $5, $6), ($7, $8, $9, $10, $11, $12)"
-    );
-    assert_eq!(
-        values_list(2, Placeholders::Positional),
-        "VALUES (?, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?)"
-    );
-    assert_eq!(batch_inserts().len(), 7, "one statement per chunk size");
-}
-
-#[tokio::test]
-async fn batch_ids_are_fresh_and_duplicates_are_not_stored() {
-    let db = TestStore::open().await;
-    let store = &db.store;
-    let mut tx = store.begin().await.expect("begin");
-    let first = batch("in_1", Some("r1"));
-    let again = batch("in_1", Some("r1"));
-    let other_input = batch("in_2", Some("r1"));
-    let anonymous = batch("in_1", None);
-    let ids = allocate_batch_ids(&mut tx, 4).await.expect("allocate");
-    assert_eq!(ids.len(), 4);
-    assert!(ids.windows(2).all(|w| w[0] < w[1]), "increasing: {ids:?}");
-    let rows = vec![
-        (ids[0], &first),
-        (ids[1], &again),
-        (ids[2], &other_input),
-        (ids[3], &anonymous),
-    ];
-    let stored = insert_batches(&mut tx, &rows).await.expect("insert");
-    let later = allocate_batch_ids(&mut tx, 2)
-        .await
-        .expect("allocate again");
-    tx.commit().await.expect("commit");
-
-    let expected: HashSet<BatchId> = [ids[0], ids[2], ids[3]].into();
-    assert_eq!(stored, expected, "the repeated request id is not stored");
-    assert!(
-        later[0] > ids[3],
-        "ids are never reused: {later:?} after {ids:?}"
-    );
-    let count: (i64,) = store
-        .fetch_one(Sql::shared("SELECT COUNT(*) FROM batches"), &[])
-        .await
-        .expect("count");
-    assert_eq!(count.0, 3);
-}
-
-#[tokio::test]
-async fn large_groups_are_inserted_in_chunks() {
-    let db = TestStore::open().await;
-    let store = &db.store;
-    let batches: Vec<NewBatch> = (0..70)
-        .map(|i| batch("in_1", Some(&format!("r{i}"))))
-        .collect();
-    let mut tx = store.begin().await.expect("begin");
-    let ids = allocate_batch_ids(&mut tx, batches.len())
-        .await
-        .expect("allocate");
-    let rows: Vec<(BatchId, &NewBatch)> = ids.iter().copied().zip(&batches).collect();
-    let stored = insert_batches(&mut tx, &rows).await.expect("insert");
-    tx.commit().await.expect("commit");
-    assert_eq!(stored, ids.iter().copied().collect::<HashSet<_>>());
-}
-
-/// SQLite allocates ids in the insert itself: each batch's id must be the one its row got,
-/// across chunks and around duplicates (which store nothing and keep no id).
-#[tokio::test]
-async fn sqlite_ids_allocated_in_the_insert_name_each_batch_across_chunks_and_duplicates() {
-    let db = TestStore::open().await;
-    let store = &db.store;
-    if !matches!(store, Store::Sqlite(_)) {
-        return;
-    }
-    let mut tx = store.begin().await.expect("begin");
-    let earlier: Vec<NewBatch> = (0..3)
-        .map(|i| batch("in_1", Some(&format!("r{i}"))))
-        .collect();
-    let earlier: Vec<&NewBatch> = earlier.iter().collect();
-    let (first_ids, _) = insert_batches_allocating(&mut tx, &earlier)
-        .await
-        .expect("insert");
-    // 70 rows (chunks of 64, 4 and 2): requests r0..r2 again at 1, 64 and 69, the last of the
-    // first chunk among them, so the next chunk starts below that chunk's last id.
-    let requests: Vec<String> = (0..70)
-        .map(|i| match i {
-            1 => "r0".to_owned(),
-            63 => "r1".to_owned(),
-            69 => "r2".to_owned(),
-            i => format!("new{i}"),
-        })
-        .collect();
-    let batches: Vec<NewBatch> = requests
-        .iter()
-        .map(|request| batch("in_1", Some(request)))
-        .collect();
-    let rows: Vec<&NewBatch> = batches.iter().collect();
-    let (ids, stored) = insert_batches_allocating(&mut tx, &rows)
-        .await
-        .expect("insert");
-    tx.commit().await.expect("commit");
-
-    assert_eq!(ids.len(), 70);
-    assert!(
-        ids[0] > first_ids[2],
-        "ids are never reused: {ids:?} after {first_ids:?}"
-    );
-    let unique: HashSet<BatchId> = ids.iter().copied().collect();
-    assert_eq!(unique.len(), 70, "every row its own id: {ids:?}");
-    let duplicates: Vec<usize> = (0..70).filter(|i| !stored.contains(&ids[*i])).collect();
-    assert_eq!(
-        duplicates,
-        [1, 63, 69],
-        "the repeated requests are not stored"
-    );
-    let rows: Vec<(BatchId, String)> = store
-        .fetch_all(
-            Sql::shared("SELECT id, source_request_id FROM batches WHERE id > $1"),
-            args![first_ids[2]],
-        )
-        .await
-        .expect("read");
-    let by_id: HashMap<BatchId, String> = rows.into_iter().collect();
-    assert_eq!(by_id.len(), 67);
-    for (i, id) in ids.iter().enumerate() {
-        if stored.contains(id) {
-            assert_eq!(
-                by_id.get(id),
-                Some(&requests[i]),
-                "row {i} has its batch's id"
-            );
-        }
-    }
 }
 
 #[tokio::test]

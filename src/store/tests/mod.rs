@@ -20,5 +20,6 @@ mod metrics;
 mod model;
 mod queue;
 mod retention;
+mod round_trips;
 mod sessions;
 mod sqlite_lane;

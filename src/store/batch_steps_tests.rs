@@ -1,0 +1,167 @@
+//! The batch insert on its own, against a real database: SQLite by default, PostgreSQL when
+//! `TEST_DATABASE_URL` is set.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::*;
+use crate::model::ids::InputId;
+use crate::store::backend::args;
+use crate::store::tests::harness::TestStore;
+
+fn batch(input: &str, request: Option<&str>) -> NewBatch {
+    NewBatch {
+        input_id: InputId::trusted(input),
+        source_request_id: request.map(str::to_owned),
+        received_at: 1_000,
+        event_count: 2,
+        body: Arc::from(format!("{{\"request\":{request:?}}}").into_bytes()),
+        jobs: Vec::new(),
+        profile: None,
+        unresolved: None,
+    }
+}
+
+#[test]
+fn chunks_cover_every_row_with_few_distinct_sizes() {
+    assert_eq!(chunk_sizes(0).count(), 0);
+    assert_eq!(chunk_sizes(45).collect::<Vec<_>>(), [32, 8, 4, 1]);
+    assert_eq!(chunk_sizes(200).collect::<Vec<_>>(), [64, 64, 64, 8]);
+    for rows in 0..1000 {
+        let sizes: Vec<usize> = chunk_sizes(rows).collect();
+        assert_eq!(sizes.iter().sum::<usize>(), rows);
+        assert!(
+            sizes
+                .iter()
+                .all(|s| s.is_power_of_two() && *s <= MAX_INSERT_ROWS)
+        );
+    }
+}
+
+#[test]
+fn batches_take_their_keys_in_key_order() {
+    let batches = [
+        batch("in_b", Some("r1")),
+        batch("in_a", Some("r2")),
+        batch("in_a", None),
+        batch("in_a", Some("r1")),
+    ];
+    let refs: Vec<&NewBatch> = batches.iter().collect();
+    assert_eq!(lock_order(&refs), [2, 3, 1, 0]);
+}
+
+#[tokio::test]
+async fn batch_ids_are_fresh_and_duplicates_are_not_stored() {
+    let db = TestStore::open().await;
+    let store = &db.store;
+    let mut tx = store.begin().await.expect("begin");
+    let first = batch("in_1", Some("r1"));
+    let again = batch("in_1", Some("r1"));
+    let other_input = batch("in_2", Some("r1"));
+    let anonymous = batch("in_1", None);
+    let (ids, stored) = insert_batches(&mut tx, &[&first, &again, &other_input, &anonymous])
+        .await
+        .expect("insert");
+    assert_eq!(ids.len(), 4);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "increasing: {ids:?}");
+    let later = batch("in_1", Some("r9"));
+    let (later, _) = insert_batches(&mut tx, &[&later])
+        .await
+        .expect("insert again");
+    tx.commit().await.expect("commit");
+
+    let expected: HashSet<BatchId> = [ids[0], ids[2], ids[3]].into();
+    assert_eq!(stored, expected, "the repeated request id is not stored");
+    assert!(
+        later[0] > ids[3],
+        "ids are never reused: {later:?} after {ids:?}"
+    );
+    let count: (i64,) = store
+        .fetch_one(Sql::shared("SELECT COUNT(*) FROM batches"), &[])
+        .await
+        .expect("count");
+    assert_eq!(count.0, 4);
+}
+
+/// Each batch's id must be the one its row got: on SQLite across chunks and around duplicates
+/// (which store nothing and keep no id), on PostgreSQL although the rows are inserted in key
+/// order, not in the order the requests came.
+#[tokio::test]
+async fn each_batch_is_answered_with_its_own_rows_id_across_chunks_and_duplicates() {
+    let db = TestStore::open().await;
+    let store = &db.store;
+    let mut tx = store.begin().await.expect("begin");
+    let earlier: Vec<NewBatch> = (0..3)
+        .map(|i| batch("in_1", Some(&format!("r{i}"))))
+        .collect();
+    let earlier: Vec<&NewBatch> = earlier.iter().collect();
+    let (first_ids, _) = insert_batches(&mut tx, &earlier).await.expect("insert");
+    // 70 rows (SQLite: chunks of 64, 4 and 2): requests r0..r2 again at 1, 63 and 69, the last
+    // of the first chunk among them, so the next chunk starts below that chunk's last id; the
+    // others in an order their keys do not sort in.
+    let requests: Vec<String> = (0..70)
+        .map(|i| match i {
+            1 => "r0".to_owned(),
+            63 => "r1".to_owned(),
+            69 => "r2".to_owned(),
+            i => format!("new{}", 97 * i % 70),
+        })
+        .collect();
+    let batches: Vec<NewBatch> = requests
+        .iter()
+        .map(|request| batch("in_1", Some(request)))
+        .collect();
+    let rows: Vec<&NewBatch> = batches.iter().collect();
+    let (ids, stored) = insert_batches(&mut tx, &rows).await.expect("insert");
+    tx.commit().await.expect("commit");
+
+    assert_eq!(ids.len(), 70);
+    assert!(
+        ids[0] > first_ids[2],
+        "ids are never reused: {ids:?} after {first_ids:?}"
+    );
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "increasing: {ids:?}");
+    let duplicates: Vec<usize> = (0..70).filter(|i| !stored.contains(&ids[*i])).collect();
+    assert_eq!(
+        duplicates,
+        [1, 63, 69],
+        "the repeated requests are not stored"
+    );
+    let rows: Vec<(BatchId, String, Vec<u8>)> = store
+        .fetch_all(
+            Sql::shared("SELECT id, source_request_id, body FROM batches WHERE id > $1"),
+            args![first_ids[2]],
+        )
+        .await
+        .expect("read");
+    let by_id: HashMap<BatchId, (String, Vec<u8>)> = rows
+        .into_iter()
+        .map(|(id, request, body)| (id, (request, body)))
+        .collect();
+    assert_eq!(by_id.len(), 67);
+    for (i, id) in ids.iter().enumerate() {
+        if stored.contains(id) {
+            assert_eq!(
+                by_id.get(id),
+                Some(&(requests[i].clone(), batches[i].body.to_vec())),
+                "row {i} has its batch's id"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_request_id_repeated_in_one_group_is_stored_once() {
+    let db = TestStore::open().await;
+    let mut tx = db.store.begin().await.expect("begin");
+    let (a, b, c) = (
+        batch("in_1", Some("r1")),
+        batch("in_1", Some("r0")),
+        batch("in_1", Some("r1")),
+    );
+    let (ids, stored) = insert_batches(&mut tx, &[&a, &b, &c])
+        .await
+        .expect("insert");
+    tx.commit().await.expect("commit");
+    assert_eq!(stored, [ids[0], ids[1]].into(), "the first r1 is stored");
+}

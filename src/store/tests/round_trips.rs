@@ -1,0 +1,68 @@
+//! What a group commit of many ingest requests costs in round trips to the database. Each round
+//! trip is a wake-up of the database (a PostgreSQL backend, or SQLite's thread) and of the
+//! writer; on PostgreSQL, where the node, the server and the load share the cores, they were a
+//! large part of the CPU per event (issue 16, item 2). So the count is pinned here, and must not
+//! grow with the number of batches in the group.
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::harness::{TestStore, batch, on_postgres};
+use crate::model::ids::Mpid;
+use crate::store::backend::round_trips;
+use crate::store::group::{Command, commit};
+use crate::store::queue::{IngestOutcome, ProfileUpdate};
+
+/// The answers a test keeps so that the writer's replies have somewhere to go.
+type Answers = Vec<oneshot::Receiver<crate::store::StoreResult<Vec<IngestOutcome>>>>;
+
+/// `count` ingest requests of one batch each, every batch with its own `source_request_id`, a
+/// user (one of 8) and one job.
+fn requests(first: usize, count: usize) -> (Vec<Command>, Answers) {
+    let mut commands = Vec::new();
+    let mut answers = Vec::new();
+    for n in first..first + count {
+        let request = format!("req-{n}");
+        let mut one = batch("in_a", Some(&request), 1_000, &["conn_a"]);
+        let mpid = Mpid::new(i64::try_from(n % 8).expect("small") + 1);
+        one.profile = Some(ProfileUpdate {
+            mpid,
+            patch: serde_json::Map::from_iter([("n".to_owned(), serde_json::json!(n))]),
+            consent: serde_json::Map::new(),
+        });
+        one.body = Arc::from(format!("{{\"n\":{n}}}").into_bytes());
+        let (reply, answer) = oneshot::channel();
+        commands.push(Command::Ingest {
+            batches: vec![one],
+            reply,
+        });
+        answers.push(answer);
+    }
+    (commands, answers)
+}
+
+#[tokio::test]
+async fn a_group_of_ingests_costs_the_same_few_round_trips_whatever_its_size() {
+    let db = TestStore::open().await;
+    let mut connection = db.store.writer_connection();
+    // A first group, so the second finds its connection as a running lane does.
+    let (mut warm, _answers) = requests(0, 3);
+    commit(&db.store, &mut connection, &mut warm, 60_000, "node")
+        .await
+        .unwrap_or_else(|_| panic!("first group"));
+    round_trips::take();
+    // 45 batches: the old power-of-two chunks sent 4 inserts (32 + 8 + 4 + 1).
+    let (mut group, _answers) = requests(100, 45);
+    let done = commit(&db.store, &mut connection, &mut group, 60_000, "node")
+        .await
+        .unwrap_or_else(|_| panic!("the group commits"));
+    let trips = round_trips::take();
+    assert_eq!(done.len(), 45);
+    assert_eq!(db.batches().await.len(), 48, "every batch is stored");
+    // PostgreSQL: BEGIN on the lane's own connection, one insert allocating the ids, the
+    // profiles, the jobs, COMMIT. SQLite (a regression guard): BEGIN, the chunked inserts (each
+    // allocating its ids), the profiles, the jobs, COMMIT.
+    let expected = if on_postgres() { 5 } else { 8 };
+    assert_eq!(trips, expected, "round trips of a group of 45 ingests");
+}
