@@ -88,14 +88,16 @@ fn unnamed(call: &Given<'_>) -> NewBatch {
     }
 }
 
-/// Every call resolved in one group; the batches as the step left them.
+/// Every call resolved in one group (its users bare: no profile rows); the batches as the step
+/// left them.
 async fn in_one_group(store: &Store) -> Vec<NewBatch> {
     let mut batches: Vec<NewBatch> = CALLS.iter().map(unnamed).collect();
     let mut tx = store.begin().await.expect("begin");
     let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
-    resolve_batches(&mut tx, &mut refs, 1_000)
+    let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
+    write(&mut tx, &decided, &[], 1_000, false)
         .await
-        .expect("resolve");
+        .expect("write");
     tx.commit().await.expect("commit");
     batches
 }
@@ -219,9 +221,7 @@ fn the_mpid_goes_in_front_of_any_object() {
 async fn resolve_and_store(store: &Store, batches: &mut [NewBatch]) -> usize {
     let mut tx = store.begin().await.expect("begin");
     let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
-    resolve_batches(&mut tx, &mut refs, 1_000)
-        .await
-        .expect("resolve");
+    let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
     let ids = crate::store::steps::allocate_batch_ids(&mut tx, batches.len())
         .await
         .expect("ids");
@@ -229,6 +229,9 @@ async fn resolve_and_store(store: &Store, batches: &mut [NewBatch]) -> usize {
     let stored = crate::store::steps::insert_batches(&mut tx, &rows)
         .await
         .expect("insert");
+    write(&mut tx, &decided, &[], 1_000, false)
+        .await
+        .expect("write");
     tx.commit().await.expect("commit");
     stored.len()
 }
@@ -275,9 +278,10 @@ async fn new_users_get_mpids_that_grow_in_the_order_they_are_made() {
             .collect();
         let mut tx = db.store.begin().await.expect("begin");
         let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
-        resolve_batches(&mut tx, &mut refs, 1_000)
+        let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
+        write(&mut tx, &decided, &[], 1_000, false)
             .await
-            .expect("resolve");
+            .expect("write");
         tx.commit().await.expect("commit");
         made.extend(
             batches
