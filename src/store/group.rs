@@ -27,8 +27,9 @@
 //!
 //! The order matters: lease renewals first, so a release in the same group wins; then job
 //! updates, before claims, so a job finished in this group can never be claimed in it again;
-//! then the users of batches that came without one; then the group's batches, the profiles of
-//! their users and their jobs. A batch needs its own answer (stored, or a duplicate
+//! then the users of batches that came without one; then the group's batches, the new users
+//! with their profiles (rows nobody else can hold) and the identities given to them, the
+//! profiles of the other users and their jobs. A batch needs its own answer (stored, or a duplicate
 //! `source_request_id`) and `RETURNING` promises no order, so each batch's id is drawn before
 //! its row is inserted (in the same statement: see [`batch_steps`]): the ids that come back are
 //! the batches stored.
@@ -183,18 +184,21 @@ async fn run_steps(
     }
     let mut resolving: Vec<&mut NewBatch> =
         commands.iter_mut().flat_map(Command::batches_mut).collect();
-    identity_steps::resolve_batches(tx, &mut resolving, now).await?;
+    let decided = identity_steps::resolve_batches(tx, &mut resolving).await?;
     let commands = &*commands;
     let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();
     let (ids, stored) = batch_steps::insert_batches(tx, &batches).await?;
     let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, lease_until, node);
-    let profiles = profile_rows(commands, &outcomes);
-    let consents = if hands_over_consent(commands) {
-        steps::upsert_profiles_returning_consent(tx, &profiles, now).await?
+    let (fresh, profiles): (Vec<ProfileRow>, Vec<ProfileRow>) = profile_rows(commands, &outcomes)
+        .into_iter()
+        .partition(|row| decided.is_new(row.mpid));
+    let handing = hands_over_consent(commands);
+    let mut consents = identity_steps::write(tx, &decided, &fresh, now, handing).await?;
+    if handing {
+        consents.extend(steps::upsert_profiles_returning_consent(tx, &profiles, now).await?);
     } else {
         steps::upsert_profiles(tx, &profiles, now).await?;
-        HashMap::new()
-    };
+    }
     let job_ids = steps::insert_jobs(tx, &new_jobs).await?;
     let chunks = commands.iter().filter_map(Command::prune_chunk);
     let pruned = prune_step::delete_chunks(tx, chunks).await?;

@@ -8,6 +8,12 @@
 //! device pointers are written in one statement each. One transaction per batch was a fifth of
 //! the rate of batches with an MPID (issue 16).
 //!
+//! The writes wait until the group's batches are stored ([`write`]): a new user's row is then
+//! inserted once, with the profile the group's stored batches give it, instead of inserted
+//! bare here and updated by the profile upsert (each new user cost about five more B-tree
+//! writes than a batch with an MPID; this is one of them). Its identities and device pointer
+//! follow it, since they refer to it.
+//!
 //! Locks: on PostgreSQL the group takes the advisory lock of every identity and device it
 //! resolves, in key order, as [`Store::resolve_identity`](super::Store::resolve_identity) does
 //! for IDSync, so two nodes (or a node and an IDSync call) never make two users of one new
@@ -26,6 +32,8 @@ use serde::Serialize;
 use super::backend::{Sql, Tx, args};
 use super::identity_sql::{new_mpid, sorted};
 use super::queue::{NewBatch, ProfileUpdate, Unresolved};
+use super::steps::ProfileRow;
+use crate::model::consent;
 use crate::model::identity::resolve::{Call, Lookup, Target, UserSummary, decide};
 use crate::model::identity::types::IdentityType;
 use crate::model::ids::Mpid;
@@ -63,11 +71,42 @@ const LOGGED_IN: Sql = Sql::each(
     "SELECT DISTINCT mpid FROM user_identities \
      WHERE identity_type = $2 AND mpid IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
 );
-/// `$1` new MPIDs, `$2` now. Their profiles are merged in by the group's profile upsert.
+/// `$1` new MPIDs, `$2` now: new users none of whose batches was stored (a resend racing its
+/// original; their identities are still given to them).
 const INSERT_USERS: Sql = Sql::each(
     "INSERT INTO users (mpid, created_at, last_seen_at) SELECT value, $2, $2 FROM json_each($1)",
     "INSERT INTO users (mpid, created_at, last_seen_at) \
      SELECT jsonb_array_elements_text($1::jsonb)::bigint, $2, $2",
+);
+// A new user's attributes and consent as the profile upsert would merge its profile rows into
+// an empty profile (`user_attributes` and `consent` start as `{}`), so the row is written once
+// and reads the same. No `ON CONFLICT`: two nodes that made one MPID fail the group, which is
+// retried with fresh ones, rather than merge two users.
+macro_rules! insert_new_profiles_sqlite {
+    () => {
+        "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
+         SELECT value ->> 'mpid', $2, $2, json_patch('{}', value ->> 'patch'), \
+         json_patch('{\"gdpr\":{},\"ccpa\":{}}', value ->> 'consent') FROM json_each($1)"
+    };
+}
+macro_rules! insert_new_profiles_postgres {
+    () => {
+        "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
+         SELECT mpid, $2, $2, jsonb_strip_nulls('{}'::jsonb || patch)::text, jsonb_build_object( \
+         'gdpr', '{}'::jsonb || COALESCE(consent -> 'gdpr', '{}'::jsonb), \
+         'ccpa', '{}'::jsonb || COALESCE(consent -> 'ccpa', '{}'::jsonb))::text \
+         FROM jsonb_to_recordset($1::jsonb) AS x(mpid bigint, patch jsonb, consent jsonb)"
+    };
+}
+/// `$1` the new users' profile rows, `$2` now.
+const INSERT_NEW_PROFILES: Sql = Sql::each(
+    insert_new_profiles_sqlite!(),
+    insert_new_profiles_postgres!(),
+);
+/// The same, answering each user's consent (for jobs handed to delivery with it).
+const INSERT_NEW_PROFILES_RETURNING_CONSENT: Sql = Sql::each(
+    concat!(insert_new_profiles_sqlite!(), " RETURNING mpid, consent"),
+    concat!(insert_new_profiles_postgres!(), " RETURNING mpid, consent"),
 );
 /// `$1` `Attach` rows, `$2` now. The advisory locks make a conflict impossible but for an
 /// identity `/modify` gave its user meanwhile (then, as in IDSync, the first owner keeps it).
@@ -151,8 +190,35 @@ struct Writes<'a> {
     devices: Vec<PointDevice<'a>>,
 }
 
+/// What the group's decisions write once its batches are stored (see [`write`]), owned, so the
+/// batches are free for the steps between.
+#[derive(Debug, Default)]
+pub(super) struct Decided {
+    /// The new users.
+    users: HashSet<Mpid>,
+    /// `Attach` rows as JSON, if any.
+    attach: Option<String>,
+    /// `PointDevice` rows as JSON, if any.
+    devices: Option<String>,
+}
+
+impl Decided {
+    fn of(writes: &Writes<'_>) -> Self {
+        Self {
+            users: writes.users.iter().copied().collect(),
+            attach: (!writes.attach.is_empty()).then(|| json(&writes.attach)),
+            devices: (!writes.devices.is_empty()).then(|| json(&writes.devices)),
+        }
+    }
+
+    /// Whether the group made this user.
+    pub(super) fn is_new(&self, mpid: Mpid) -> bool {
+        self.users.contains(&mpid)
+    }
+}
+
 /// Gives every batch of `batches` that arrived without an MPID its user, in order, and
-/// writes what the decisions call for. A batch that would need a new user where it may not
+/// answers the writes the decisions call for, for [`write`] once the batches are stored. A batch that would need a new user where it may not
 /// make one keeps none. A duplicate (its `source_request_id` already stored, or taken by an
 /// earlier batch of the group) is stored as nothing, so it resolves nothing and writes nothing:
 /// whatever identities a resend names, only the batch first stored had its say. The stored
@@ -162,16 +228,15 @@ struct Writes<'a> {
 pub(super) async fn resolve_batches(
     tx: &mut Tx<'_>,
     batches: &mut [&mut NewBatch],
-    now: i64,
-) -> Result<(), sqlx::Error> {
+) -> Result<Decided, sqlx::Error> {
     if !batches.iter().any(|b| b.unresolved.is_some()) {
-        return Ok(());
+        return Ok(Decided::default());
     }
     let mut resolving = firsts_of_their_key(batches);
     let candidates: Vec<&Unresolved> = unresolved_of(batches, &resolving);
     if candidates.is_empty() {
         settle_all(batches, &resolving, Vec::new());
-        return Ok(());
+        return Ok(Decided::default());
     }
     // The locks first: a resend racing its original on another node (the same identities)
     // waits here until the original commits, and the read below then finds it stored.
@@ -190,9 +255,9 @@ pub(super) async fn resolve_batches(
     for unresolved in pending.iter().copied() {
         users.push(decide_one(unresolved, &mut known, &mut writes));
     }
-    write(tx, &writes, now).await?;
+    let decided = Decided::of(&writes);
     settle_all(batches, &resolving, users);
-    Ok(())
+    Ok(decided)
 }
 
 /// A batch's unique key, as `batches` keys it; `None` without a `source_request_id` (never a
@@ -365,23 +430,49 @@ fn decide_one<'a>(
     Some(mpid)
 }
 
-/// New users first: the identities and devices refer to them.
-async fn write(tx: &mut Tx<'_>, writes: &Writes<'_>, now: i64) -> Result<(), sqlx::Error> {
-    if !writes.users.is_empty() {
-        tx.execute(INSERT_USERS, args![json(&writes.users).as_str(), now])
+/// Writes what [`resolve_batches`] decided, once the group's batches are stored: the new users
+/// first, each with `profiles`' row of it (the new users' rows of the group's profile update,
+/// which the profile upsert then leaves out), bare if none of its batches was stored; then the
+/// identities and devices, which refer to them. With `returning`, answers the new users'
+/// consent as stored, as the profile upsert does for the others.
+pub(super) async fn write(
+    tx: &mut Tx<'_>,
+    decided: &Decided,
+    profiles: &[ProfileRow],
+    now: i64,
+    returning: bool,
+) -> Result<HashMap<Mpid, Arc<serde_json::Value>>, sqlx::Error> {
+    let mut consents = HashMap::new();
+    if returning && !profiles.is_empty() {
+        let rows: Vec<(Mpid, String)> = tx
+            .fetch_all(
+                INSERT_NEW_PROFILES_RETURNING_CONSENT,
+                args![json(profiles).as_str(), now],
+            )
+            .await?;
+        consents.extend(
+            rows.into_iter()
+                .map(|(mpid, stored)| (mpid, Arc::new(consent::state(&stored)))),
+        );
+    } else if !profiles.is_empty() {
+        tx.execute(INSERT_NEW_PROFILES, args![json(profiles).as_str(), now])
             .await?;
     }
-    if !writes.attach.is_empty() {
-        let rows = json(&writes.attach);
+    if profiles.len() < decided.users.len() {
+        let profiled: HashSet<Mpid> = profiles.iter().map(|p| p.mpid).collect();
+        let bare: Vec<Mpid> = decided.users.difference(&profiled).copied().collect();
+        tx.execute(INSERT_USERS, args![json(&bare).as_str(), now])
+            .await?;
+    }
+    if let Some(rows) = &decided.attach {
         tx.execute(ATTACH, args![rows.as_str(), now]).await?;
         tx.execute(RECORD_ATTACHED, args![rows.as_str(), now])
             .await?;
     }
-    if !writes.devices.is_empty() {
-        tx.execute(POINT_DEVICES, args![json(&writes.devices).as_str(), now])
-            .await?;
+    if let Some(rows) = &decided.devices {
+        tx.execute(POINT_DEVICES, args![rows.as_str(), now]).await?;
     }
-    Ok(())
+    Ok(consents)
 }
 
 /// Makes `batch` what it is with `user`: its body, jobs and profile update. It can be settled

@@ -88,14 +88,16 @@ fn unnamed(call: &Given<'_>) -> NewBatch {
     }
 }
 
-/// Every call resolved in one group; the batches as the step left them.
+/// Every call resolved in one group (its users bare: no profile rows); the batches as the step
+/// left them.
 async fn in_one_group(store: &Store) -> Vec<NewBatch> {
     let mut batches: Vec<NewBatch> = CALLS.iter().map(unnamed).collect();
     let mut tx = store.begin().await.expect("begin");
     let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
-    resolve_batches(&mut tx, &mut refs, 1_000)
+    let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
+    write(&mut tx, &decided, &[], 1_000, false)
         .await
-        .expect("resolve");
+        .expect("write");
     tx.commit().await.expect("commit");
     batches
 }
@@ -121,7 +123,7 @@ async fn one_by_one(store: &Store) -> Vec<Option<Mpid>> {
     users
 }
 
-/// Users named by the first call that got them (MPIDs are random, so two stores compare
+/// Users named by the first call that got them (MPIDs differ from store to store, so two compare
 /// only this way).
 fn classes(users: &[Option<Mpid>]) -> (Vec<Option<usize>>, HashMap<Mpid, usize>) {
     let mut first: HashMap<Mpid, usize> = HashMap::new();
@@ -219,13 +221,14 @@ fn the_mpid_goes_in_front_of_any_object() {
 async fn resolve_and_store(store: &Store, batches: &mut [NewBatch]) -> usize {
     let mut tx = store.begin().await.expect("begin");
     let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
-    resolve_batches(&mut tx, &mut refs, 1_000)
-        .await
-        .expect("resolve");
+    let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
     let rows: Vec<&NewBatch> = batches.iter().collect();
     let (_, stored) = crate::store::batch_steps::insert_batches(&mut tx, &rows)
         .await
         .expect("insert");
+    write(&mut tx, &decided, &[], 1_000, false)
+        .await
+        .expect("write");
     tx.commit().await.expect("commit");
     stored.len()
 }
@@ -255,4 +258,44 @@ async fn a_duplicate_resolves_nothing_stored_before_or_earlier_in_its_group() {
     assert_eq!(named, ["email:a@x", "email:c@x"]);
     assert!(group[0].profile.is_none() && group[2].profile.is_none());
     assert!(group[1].profile.is_some());
+}
+
+/// New users' MPIDs grow in the order they are made, so their rows and the `mpid` indexes of
+/// identities and history append at the right edge of their B-trees instead of landing on a
+/// random page each (issue 16, item 4); in one group, across groups, and from IDSync.
+#[tokio::test]
+async fn new_users_get_mpids_that_grow_in_the_order_they_are_made() {
+    let db = TestStore::open().await;
+    let mut made = Vec::new();
+    for group in 0..3 {
+        let names: Vec<String> = (0..40).map(|i| format!("grow-{group}-{i}@x")).collect();
+        let mut batches: Vec<NewBatch> = names
+            .iter()
+            .map(|name| unnamed(&(&[("email", name.as_str())], None, true)))
+            .collect();
+        let mut tx = db.store.begin().await.expect("begin");
+        let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
+        let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
+        write(&mut tx, &decided, &[], 1_000, false)
+            .await
+            .expect("write");
+        tx.commit().await.expect("commit");
+        made.extend(
+            batches
+                .iter()
+                .map(|b| b.profile.as_ref().expect("a user").mpid),
+        );
+        let identities = pairs(&[("customer_id", &format!("grow-idsync-{group}"))]);
+        let answer = db
+            .store
+            .resolve_identity(&identities, None, None, 1_000, |lookup| {
+                Some(decide(Call::Identify, &identities, lookup))
+            })
+            .await
+            .expect("identify");
+        made.push(answer.mpid);
+    }
+    assert!(made.iter().all(|m| m.get() > 0), "positive: {made:?}");
+    let out_of_order: Vec<_> = made.windows(2).filter(|w| w[0] >= w[1]).collect();
+    assert!(out_of_order.is_empty(), "not growing: {out_of_order:?}");
 }

@@ -151,7 +151,8 @@ impl Writer {
         let lanes = self.ingest.len();
         if let Some(profile) = batches.first().and_then(|batch| batch.profile.as_ref()) {
             let lanes = u64::try_from(lanes).unwrap_or(1).max(1);
-            // MPIDs are random 64-bit numbers; their remainder spreads users evenly.
+            // A sender's MPIDs, or Boson's (each a random step past the one before), end in
+            // random bits; their remainder spreads users evenly.
             return usize::try_from(profile.mpid.get().unsigned_abs() % lanes).unwrap_or(0);
         }
         self.ingest

@@ -18,6 +18,7 @@ mod health;
 mod lanes;
 mod metrics;
 mod model;
+mod new_users;
 mod queue;
 mod retention;
 mod round_trips;
