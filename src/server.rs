@@ -6,13 +6,17 @@
 //! still open are cut ([`connections`]), so a slow or stalled client cannot hold the process, and the
 //! deliveries still waiting for an answer are released to the table (see `delivery::run`).
 //! Operator alerts still queued once delivery has stopped are sent within the same deadline. The
-//! writer then commits what it was sent, within [`WRITER_DRAIN`]. So the process exits within
-//! about the deadline plus the writer's drain.
+//! writer then commits what it was sent, closes its connection and ends its thread, within
+//! [`WRITER_DRAIN`]. So the process exits within about the deadline plus the writer's drain.
+//! Every SQLite connection is closed before the process exits (the writer's, the background
+//! checkpoint's, then the pool's), so the last one to close copies the WAL back and deletes it.
 
 mod body_deadline;
 mod connections;
 mod headers;
 mod minutes;
+#[cfg(test)]
+mod tests;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -47,7 +51,7 @@ use crate::pipeline::catalog::Catalog;
 use crate::pipeline::{Pipeline, data_catalog};
 use crate::state::AppState;
 use crate::store::Store;
-use crate::store::writer::Writer;
+use crate::store::writer::{Writer, WriterTask};
 use crate::telemetry::Metrics;
 
 const ADMIN_TOKEN_HASH_KEY: &str = "admin_token_sha256";
@@ -223,7 +227,7 @@ pub async fn run(
         cancel.clone(),
     ));
     // SQLite: the WAL is copied back here rather than inside the writer's commits.
-    tokio::spawn(crate::store::checkpoint::checkpoint_periodically(
+    let checkpoints = tokio::spawn(crate::store::checkpoint::checkpoint_periodically(
         store.clone(),
         cancel.clone(),
     ));
@@ -302,6 +306,9 @@ pub async fn run(
     if !matches!(flushed, Ok(true)) {
         tracing::warn!("The last per-minute figures could not be stored.");
     }
+    // Its connection closed (it stopped at `cancel`), so that the pool's last connection is the
+    // database's last, which copies the WAL back and deletes it.
+    let _ = tokio::time::timeout(POOL_CLOSE, checkpoints).await;
     if tokio::time::timeout(POOL_CLOSE, store.close())
         .await
         .is_err()
@@ -421,20 +428,27 @@ async fn finish_by(
     }
 }
 
-/// Commits what the writer was sent, then stops it. The writer answers an ingest only after
-/// committing every command queued before it, so an empty one marks the end of the work sent so
-/// far. Handles held by requests or deliveries abandoned at the deadline would keep the writer
-/// alive; whatever they send from now on is not committed, which is safe: their jobs were
-/// released (or stay leased) and are delivered again after a restart.
-async fn drain_writer(writer: &Writer, task: tokio::task::JoinHandle<()>) {
-    let flushed = tokio::time::timeout(WRITER_DRAIN, writer.flush()).await;
+/// Commits what the writer was sent, then stops it, all within [`WRITER_DRAIN`]. The writer
+/// answers an ingest only after committing every command queued before it, so an empty one
+/// marks the end of the work sent so far. Handles held by requests or deliveries abandoned at
+/// the deadline would keep the writer alive, so it is told to stop: it finishes the group in
+/// hand, closes its connection and (SQLite) ends its thread, which this waits for. Whatever
+/// those handles send from now on is not committed, which is safe: their jobs were released
+/// (or stay leased) and are delivered again after a restart.
+async fn drain_writer(writer: &Writer, task: WriterTask) {
+    let by = tokio::time::Instant::now() + WRITER_DRAIN;
+    let flushed = tokio::time::timeout_at(by, writer.flush()).await;
     if !matches!(flushed, Ok(Ok(_))) {
         tracing::warn!(
             "The writer did not drain in time; uncommitted job updates will be redone after restart."
         );
     }
-    task.abort();
-    let _ = task.await;
+    let left = by.saturating_duration_since(tokio::time::Instant::now());
+    if !task.stop(left).await {
+        tracing::warn!(
+            "The writer did not stop in time; its connection is left to the process's exit."
+        );
+    }
 }
 
 /// The operator webhook's sender, or one that sends nothing when none is configured.

@@ -19,6 +19,11 @@
 //! frames of its last interval, the commit's checkpoint copies only those, and the next
 //! transaction starts the WAL over. If the background task falls behind or stops, the commit
 //! path does the whole copy, as before, and the WAL still ends at the bound.
+//!
+//! A run that fails (or a connection that cannot be opened) gives up the connection: the next
+//! run opens another, after a wait that doubles from [`RETRY_MIN`] to [`RETRY_MAX`] while the
+//! failures go on. A streak of failures is logged once, as a warning, when it starts, and once
+//! when it ends; the runs between are logged at debug level.
 
 use std::time::{Duration, Instant};
 
@@ -47,6 +52,10 @@ const BUSY_FRAMES: i64 = 64;
 /// only starts over once a run has copied all of it, and the commit path copies what is left
 /// itself at [`BOUND_PAGES`] (inside a commit ingest waits for); a quarter of it.
 const CATCH_UP_PAGES: i64 = 2048;
+/// The wait before the first retry after a failure; it doubles with each failure that follows.
+const RETRY_MIN: Duration = Duration::from_secs(1);
+/// The longest wait between two retries.
+const RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// What one passive checkpoint did: the frames in the WAL, and how many of them are now in the
 /// database file (all, unless the writer appended while it ran).
@@ -62,6 +71,9 @@ pub(crate) struct Checkpointed {
 #[derive(Debug)]
 pub(crate) struct Checkpointer {
     connection: SqliteConnection,
+    /// A test's broken connection (`faults::break_next_checkpointers`).
+    #[cfg(test)]
+    broken: bool,
 }
 
 impl Checkpointer {
@@ -71,11 +83,28 @@ impl Checkpointer {
             return Ok(None);
         };
         let connection = pool.connect_options().connect().await?;
-        Ok(Some(Self { connection }))
+        Ok(Some(Self {
+            connection,
+            #[cfg(test)]
+            broken: super::faults::take_broken_checkpointer(),
+        }))
+    }
+
+    /// Closes the connection (dropped, it would be closed later on its database thread, which
+    /// a process exiting meanwhile cuts short).
+    pub(crate) async fn close(self) {
+        use sqlx::Connection;
+        if let Err(error) = self.connection.close().await {
+            tracing::debug!(%error, "The checkpoint's connection did not close cleanly.");
+        }
     }
 
     /// Copies what it can of the WAL into the database file without waiting for anyone.
     pub(crate) async fn checkpoint(&mut self) -> Result<Checkpointed, sqlx::Error> {
+        #[cfg(test)]
+        if self.broken {
+            return Err(super::faults::checkpoint_error());
+        }
         let (_busy, wal_frames, copied_frames): (i64, i64, i64) =
             sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
                 .fetch_one(&mut self.connection)
@@ -87,27 +116,41 @@ impl Checkpointer {
     }
 }
 
-/// Checkpoints the WAL until cancelled; returns at once on PostgreSQL.
+/// Checkpoints the WAL until cancelled, then closes its connection; returns at once on
+/// PostgreSQL.
 pub(crate) async fn checkpoint_periodically(store: Store, cancel: CancellationToken) {
     let mut checkpointer = match Checkpointer::open(&store).await {
-        Ok(Some(checkpointer)) => checkpointer,
         Ok(None) => return,
+        Ok(Some(checkpointer)) => Some(checkpointer),
         Err(error) => {
-            // The commit path's own checkpoint still bounds the WAL.
-            tracing::warn!(%error, "Could not open the WAL checkpoint's connection.");
-            return;
+            // The commit path's own checkpoint still bounds the WAL meanwhile.
+            tracing::warn!(%error, "Could not open the WAL checkpoint's connection; retrying.");
+            None
         }
     };
+    let mut failures = Failures(u32::from(checkpointer.is_none()));
     let mut interval = MIN_INTERVAL;
     let mut last_frames = 0;
     loop {
+        let wait = failures.retry_wait().unwrap_or(interval);
         tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(interval) => {}
+            () = cancel.cancelled() => break,
+            () = tokio::time::sleep(wait) => {}
         }
         let started = Instant::now();
-        match checkpointer.checkpoint().await {
+        let done = match checkpointer.as_mut() {
+            Some(open) => open.checkpoint().await,
+            None => match Checkpointer::open(&store).await {
+                Ok(Some(open)) => checkpointer.insert(open).checkpoint().await,
+                Ok(None) => return,
+                Err(error) => Err(error),
+            },
+        };
+        match done {
             Ok(done) => {
+                if let Some(failed) = failures.ended() {
+                    tracing::info!(failed, "Checkpointing the WAL works again.");
+                }
                 // How long a copy takes and how much it copied, to line up with slow commits.
                 tracing::debug!(
                     wal_frames = done.wal_frames,
@@ -117,9 +160,51 @@ pub(crate) async fn checkpoint_periodically(store: Store, cancel: CancellationTo
                 );
                 (interval, last_frames) = paced(interval, last_frames, done);
             }
-            // The commit path's own checkpoint still bounds the WAL.
-            Err(error) => tracing::warn!(%error, "Checkpointing the WAL failed."),
+            Err(error) => {
+                // The connection may be what failed: the next run opens another.
+                if let Some(broken) = checkpointer.take() {
+                    broken.close().await;
+                }
+                // The commit path's own checkpoint still bounds the WAL meanwhile.
+                if failures.failed() {
+                    tracing::warn!(%error, "Checkpointing the WAL failed; retrying on a new connection until it works.");
+                } else {
+                    tracing::debug!(%error, failed = failures.0, "Checkpointing the WAL failed again.");
+                }
+            }
         }
+    }
+    if let Some(checkpointer) = checkpointer {
+        checkpointer.close().await;
+    }
+}
+
+/// How many runs in a row have failed.
+#[derive(Debug, Default)]
+struct Failures(u32);
+
+impl Failures {
+    /// Counts a failure; answers whether it starts a streak (the one to warn of).
+    fn failed(&mut self) -> bool {
+        self.0 = self.0.saturating_add(1);
+        self.0 == 1
+    }
+
+    /// Ends a streak at a success; answers how many failed in it, if any did.
+    fn ended(&mut self) -> Option<u32> {
+        let failed = std::mem::take(&mut self.0);
+        (failed > 0).then_some(failed)
+    }
+
+    /// The wait before the next try while failing: doubles from [`RETRY_MIN`] with each
+    /// failure, up to [`RETRY_MAX`].
+    fn retry_wait(&self) -> Option<Duration> {
+        let doublings = self.0.checked_sub(1)?;
+        Some(
+            RETRY_MIN
+                .checked_mul(1 << doublings.min(16))
+                .map_or(RETRY_MAX, |wait| wait.min(RETRY_MAX)),
+        )
     }
 }
 
@@ -211,6 +296,30 @@ mod tests {
             paced(MIN_INTERVAL, CATCH_UP_PAGES + 10, short).0,
             MIN_INTERVAL * 2
         );
+    }
+
+    #[test]
+    fn failures_back_off_and_a_streak_is_reported_once_at_each_end() {
+        let mut failures = Failures::default();
+        assert_eq!(failures.retry_wait(), None, "no failure: the load's pace");
+        assert!(failures.failed(), "the first failure starts a streak");
+        let mut waits = vec![failures.retry_wait().unwrap()];
+        for _ in 0..10 {
+            assert!(!failures.failed(), "later failures are not reported again");
+            waits.push(failures.retry_wait().unwrap());
+        }
+        assert_eq!(waits[0], RETRY_MIN);
+        assert_eq!(waits[1], RETRY_MIN * 2);
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
+        assert_eq!(waits[10], RETRY_MAX);
+        assert_eq!(failures.ended(), Some(11));
+        assert_eq!(
+            failures.ended(),
+            None,
+            "a success after a success ends nothing"
+        );
+        assert_eq!(failures.retry_wait(), None);
+        assert!(failures.failed(), "a new streak is reported again");
     }
 
     #[test]

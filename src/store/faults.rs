@@ -55,3 +55,27 @@ pub(super) fn commit_error() -> sqlx::Error {
         "injected: connection lost during COMMIT",
     ))
 }
+
+thread_local! {
+    static BROKEN_CHECKPOINTERS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Makes the next `count` checkpoint connections opened on this thread broken, as a
+/// connection whose database thread died is: every checkpoint on them fails.
+pub(crate) fn break_next_checkpointers(count: u32) {
+    BROKEN_CHECKPOINTERS.with(|broken| broken.set(count));
+}
+
+/// Whether the checkpoint connection being opened is to be broken (counts it).
+pub(super) fn take_broken_checkpointer() -> bool {
+    BROKEN_CHECKPOINTERS.with(|broken| {
+        let left = broken.get();
+        broken.set(left.saturating_sub(1));
+        left > 0
+    })
+}
+
+/// The error a broken checkpoint connection reports.
+pub(super) fn checkpoint_error() -> sqlx::Error {
+    sqlx::Error::WorkerCrashed
+}

@@ -23,12 +23,18 @@
 //! reports an error is first checked: if it took effect after all, the group is answered as
 //! committed, so a retry never stores a batch twice (see [`super::group::commit`]). Each lane
 //! does this for its own groups.
+//!
+//! A lane ends when every handle to it is dropped, or when it is told to stop at shutdown
+//! ([`WriterTask::stop`]): between two groups, never in the middle of one, so the group in hand
+//! is committed and answered first. Then it closes the connection it kept (on SQLite the last
+//! connection to close copies the WAL back and deletes it) and, on SQLite, its thread ends.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::group::{ClaimOf, Command, Done, Failure, commit};
@@ -67,6 +73,33 @@ enum Lane {
     Delivery,
 }
 
+/// The writer's lanes themselves, to stop them at shutdown. Dropping it leaves them running:
+/// they end when the last [`Writer`] handle is dropped.
+#[derive(Debug)]
+pub(crate) struct WriterTask {
+    /// Tells every lane to stop after the group it has in hand.
+    stop: CancellationToken,
+    /// Ends when every lane has closed its connection (and the SQLite lane's thread has ended).
+    ended: tokio::task::JoinHandle<()>,
+}
+
+impl WriterTask {
+    /// Stops every lane once the group it is committing, if any, is committed and answered;
+    /// commands still queued are not committed (their senders get [`StoreError::WriterStopped`]).
+    /// Waits until the lanes have closed their connections and the SQLite lane's thread has
+    /// ended, for at most `within`; answers whether they did. Lanes still running then are
+    /// aborted where they are tasks; SQLite's thread is left to the process's exit (its open
+    /// transaction, if any, rolls back).
+    pub(crate) async fn stop(mut self, within: Duration) -> bool {
+        self.stop.cancel();
+        let ended = tokio::time::timeout(within, &mut self.ended).await.is_ok();
+        if !ended {
+            self.ended.abort();
+        }
+        ended
+    }
+}
+
 /// Counts an ingest request as waiting on its lane until it is dropped (answered, failed or
 /// given up on).
 struct Waiting<'a>(&'a AtomicUsize);
@@ -94,19 +127,21 @@ impl Writer {
         lease: Duration,
         committed: mpsc::UnboundedSender<Vec<Job>>,
         ingest_lanes: usize,
-    ) -> (Self, tokio::task::JoinHandle<()>) {
+    ) -> (Self, WriterTask) {
         // Every lane names its leases alike: they are one node.
         let node = uuid::Uuid::now_v7().to_string();
+        let stop = CancellationToken::new();
         let postgres = matches!(store, Store::Postgres(_));
         // SQLite: one lane for everything; PostgreSQL: delivery's, then the ingest lanes.
         let count = if postgres { 1 + ingest_lanes.max(1) } else { 1 };
         let mut lanes = std::iter::repeat_n((store, committed), count).map(|(store, committed)| {
             let (sender, rx) = mpsc::channel(QUEUE_CAPACITY);
             let node = node.clone();
+            let stop = stop.clone();
             let task = if postgres {
-                tokio::spawn(run(store, lease, node, rx, committed))
+                tokio::spawn(run(store, lease, node, rx, committed, stop))
             } else {
-                on_own_thread(store, lease, node, rx, committed)
+                on_own_thread(store, lease, node, rx, committed, stop)
             };
             (sender, task)
         });
@@ -119,7 +154,11 @@ impl Writer {
                 waiting: AtomicUsize::new(0),
             };
             let ingest = Arc::from([ingest]);
-            return (Self { ingest, delivery }, delivery_task);
+            let task = WriterTask {
+                stop,
+                ended: delivery_task,
+            };
+            return (Self { ingest, delivery }, task);
         }
         let mut tasks = vec![AbortOnDropHandle::new(delivery_task)];
         let mut ingest = Vec::new();
@@ -138,7 +177,7 @@ impl Writer {
             }
         });
         let ingest = Arc::from(ingest);
-        (Self { ingest, delivery }, task)
+        (Self { ingest, delivery }, WriterTask { stop, ended: task })
     }
 
     /// The ingest lane for a request. A request whose first batch names its user goes to that
@@ -335,19 +374,34 @@ fn closed() -> StoreError {
     StoreError::WriterStopped
 }
 
-/// One lane's task: commits what is queued on it, group by group. `node` is this process's name
-/// on the leases it takes (each run is a node of its own).
+/// One lane's task: commits what is queued on it, group by group, until every handle is dropped
+/// or `stop` is cancelled, then closes its connection. `node` is this process's name on the
+/// leases it takes (each run is a node of its own).
 async fn run(
     store: Store,
     lease: Duration,
     node: String,
     mut rx: mpsc::Receiver<Command>,
     committed: mpsc::UnboundedSender<Vec<Job>>,
+    stop: CancellationToken,
 ) {
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
     let mut connection = store.writer_connection();
     let mut group = Vec::with_capacity(MAX_GROUP);
-    while rx.recv_many(&mut group, MAX_GROUP).await > 0 {
+    loop {
+        // Only here, between groups: a group once taken is committed and answered.
+        let received = tokio::select! {
+            biased;
+            () = stop.cancelled() => {
+                tracing::debug!("Writer stopped: shutdown.");
+                break;
+            }
+            received = rx.recv_many(&mut group, MAX_GROUP) => received,
+        };
+        if received == 0 {
+            tracing::debug!("Writer stopped: every handle was dropped.");
+            break;
+        }
         let result = commit(&store, &mut connection, &mut group, lease_ms, &node).await;
         if result.is_err() {
             // Whatever failed may have been the kept connection itself: the next transaction
@@ -380,25 +434,25 @@ async fn run(
             }
         }
     }
+    // Closed, not dropped: a dropped connection is closed later on its database thread, which
+    // a process exiting meanwhile cuts short, leaving the WAL behind.
     connection.close().await;
-    tracing::debug!("Writer stopped: every handle was dropped.");
 }
 
 /// Runs the SQLite lane on a thread of its own, with a current-thread runtime of its own. The
 /// lane waits on the database's thread once per statement; on a shared Tokio worker each of
 /// those wake-ups waited for a worker busy parsing requests (and a blocked worker stalled every
 /// commit), while the bare group-commit program's writer is a thread that never waits for one.
-/// Returns a task that ends when the lane has; aborting it stops the lane, as aborting the
-/// lane's own task would.
+/// Returns a task that ends when the thread has, its connection closed (the lane stops as
+/// [`run`] does: every handle dropped, or `stop`).
 fn on_own_thread(
     store: Store,
     lease: Duration,
     node: String,
     rx: mpsc::Receiver<Command>,
     committed: mpsc::UnboundedSender<Vec<Job>>,
+    stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    // `stop` is held by the returned task: dropped when it is aborted, which ends the lane.
-    let (stop, stopped) = oneshot::channel::<()>();
     let (ended, end) = oneshot::channel::<()>();
     #[cfg(test)]
     let faults = super::faults::slot();
@@ -409,27 +463,29 @@ fn on_own_thread(
             .enable_all()
             .build()
         {
-            Ok(runtime) => runtime.block_on(async {
-                tokio::select! {
-                    () = run(store, lease, node, rx, committed) => {}
-                    _ = stopped => tracing::debug!("Writer stopped: its task was aborted."),
-                }
-            }),
+            Ok(runtime) => {
+                runtime.block_on(run(store, lease, node, rx, committed, stop));
+                drop(runtime);
+            }
             // Every ingest then fails with `WriterStopped` (the receiver is gone), which the
             // readiness check reports.
             Err(error) => tracing::error!(%error, "The writer's runtime could not start."),
         }
+        // Also sent (as a dropped sender) if the thread never started or panicked.
         let _ = ended.send(());
     };
-    if let Err(error) = std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("boson-writer".to_owned())
         .spawn(lane)
-    {
-        tracing::error!(%error, "The writer's thread could not start.");
-    }
+        .inspect_err(|error| tracing::error!(%error, "The writer's thread could not start."))
+        .ok();
     tokio::spawn(async move {
-        let _stop = stop;
         let _ = end.await;
+        // The thread has nothing left to do but return; joined off the runtime's workers all
+        // the same, so that the lane is known to be gone when this task ends.
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
     })
 }
 

@@ -29,6 +29,16 @@ async fn sigterm_shuts_down_gracefully() {
     let base = boson.base.clone();
     let status = boson.sigterm(Duration::from_secs(15)).await;
     assert!(status.success(), "boson exited with {status} after SIGTERM");
+    // Every SQLite connection was closed before the exit: the last one copied the WAL back
+    // and deleted it (and its shared-memory file).
+    if let Some(file) = deployment.database_url.strip_prefix("sqlite://") {
+        for left in [format!("{file}-wal"), format!("{file}-shm")] {
+            assert!(
+                !std::path::Path::new(&left).exists(),
+                "{left} is left after a graceful stop"
+            );
+        }
+    }
     // A new client: a pooled keep-alive connection would fail differently (closed mid-request).
     let fresh = crate::helpers::http_client();
     let after = post_batch(&fresh, &base, &input, &tagged_batch(99).0).await;

@@ -5,9 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
 use super::harness::{TestStore, batch};
 use crate::store::Store;
-use crate::store::checkpoint::{BOUND_PAGES, Checkpointed, Checkpointer};
+use crate::store::checkpoint::{BOUND_PAGES, Checkpointed, Checkpointer, checkpoint_periodically};
+use crate::store::faults;
+
+/// Bounds a wait that never ends when the checkpoint stays broken: not a speed limit.
+const NEVER: Duration = Duration::from_secs(20);
 
 #[tokio::test]
 async fn the_commit_path_checkpoints_only_past_the_bound() {
@@ -91,4 +97,38 @@ async fn a_checkpoint_runs_while_every_pool_connection_is_taken() {
     let done = done.unwrap();
     assert_eq!(done.copied_frames, done.wal_frames);
     drop(held);
+}
+
+/// A checkpoint connection that fails (its database thread died, say) is replaced: the
+/// background checkpoint goes on copying the WAL instead of failing at every run until the
+/// process restarts.
+#[tokio::test]
+async fn the_background_checkpoint_reopens_its_connection_after_a_failure() {
+    let test = TestStore::open().await;
+    let Some(file) = test.sqlite_file() else {
+        return;
+    };
+    let node = test.node(Duration::from_secs(60));
+    node.ingest(vec![batch("in_1", Some("a"), 1, &[])]).await;
+    faults::break_next_checkpointers(1);
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(checkpoint_periodically(test.store.clone(), cancel.clone()));
+    let before = std::fs::metadata(&file).unwrap().len();
+    // About 1 MB of WAL, far below the commit path's bound: only the background checkpoint
+    // copies it into the database file.
+    let mut big = batch("in_1", Some("big"), 1, &[]);
+    big.body = Arc::from(vec![b' '; 1 << 20]);
+    node.ingest(vec![big]).await;
+    let copied = tokio::time::timeout(NEVER, async {
+        while std::fs::metadata(&file).unwrap().len() < before + (1 << 20) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    cancel.cancel();
+    task.await.unwrap();
+    assert!(
+        copied.is_ok(),
+        "the WAL was never copied after the checkpoint's connection broke"
+    );
 }
