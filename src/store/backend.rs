@@ -357,8 +357,9 @@ statements!(Tx<'_>, [&mut self], self, Tx::Sqlite(tx) => &mut **tx, Tx::Postgres
 #[derive(Debug)]
 pub(crate) enum WriterConnection {
     /// Taken from the pool at the first group; dropped after a group fails, so a broken
-    /// connection is replaced at the next group (whose commands are the failed group's, retried
-    /// one by one: a connection the server closed while idle costs no request its answer).
+    /// connection is replaced at the next group. A BEGIN that fails on it is tried once more on
+    /// a fresh one (`group::commit`): a connection the server closed while idle costs no request
+    /// its answer.
     Sqlite(Option<SqliteConnection>),
     /// The same, on PostgreSQL.
     Postgres(Option<PgConnection>),
@@ -388,6 +389,11 @@ impl Store {
 /// own. SQLite plans each statement from the table as it is: nothing to do.
 const GROUP_BEGIN_POSTGRES: &str = "BEGIN; SET LOCAL enable_seqscan = off";
 
+/// How long a kept PostgreSQL connection may take to answer a group's BEGIN before it is taken
+/// for dead and replaced. Generous: a live server answers in well under a millisecond, even
+/// busy; a false alarm costs only a reconnection.
+const KEPT_BEGIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl WriterConnection {
     /// Starts a transaction that may write, on the kept connection (taken from `store`'s pool
     /// first if there is none).
@@ -409,13 +415,29 @@ impl WriterConnection {
                     Some(connection) => connection,
                     None => held.insert(pool.acquire().await?.detach()),
                 };
-                Ok(Tx::Postgres(
-                    connection.begin_with(GROUP_BEGIN_POSTGRES).await?,
-                ))
+                // A connection that went silent (a NAT or load balancer dropped it without a
+                // word) would hold the lane until TCP gives up, about 15 minutes; the pool's
+                // acquire had a timeout of its own. BEGIN is answered at once by a live server.
+                let begin = connection.begin_with(GROUP_BEGIN_POSTGRES);
+                match tokio::time::timeout(KEPT_BEGIN_TIMEOUT, begin).await {
+                    Ok(tx) => Ok(Tx::Postgres(tx?)),
+                    Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the writer's connection did not answer its BEGIN",
+                    ))),
+                }
             }
             _ => Err(sqlx::Error::Configuration(
                 "a writer connection of the other backend".into(),
             )),
+        }
+    }
+
+    /// Whether a connection is kept from an earlier group (the next BEGIN runs on it).
+    pub(crate) fn is_kept(&self) -> bool {
+        match self {
+            WriterConnection::Sqlite(held) => held.is_some(),
+            WriterConnection::Postgres(held) => held.is_some(),
         }
     }
 

@@ -134,14 +134,42 @@ pub(super) async fn commit(
     lease_ms: i64,
     node: &str,
 ) -> Result<Vec<Done>, Failure> {
-    let mut tx = connection.begin(store).await.map_err(rolled_back)?;
-    let (done, stored) = run_steps(&mut tx, commands, lease_ms, node)
-        .await
-        .map_err(rolled_back)?;
-    match tx.commit().await {
+    let kept = connection.is_kept();
+    match commit_once(store, connection, commands, lease_ms, node).await {
+        Ok(result) => result,
+        // A kept connection the server closed or stopped answering while the lane was idle (a
+        // restart, a failover, an idle timeout) fails at its BEGIN, before anything of the
+        // group was sent: start again once on a fresh one, or a lone request would get the
+        // error (a group of one is not retried).
+        Err(error) if kept => {
+            tracing::info!(%error, "The writer's connection failed its BEGIN; opening another.");
+            connection.reset();
+            commit_once(store, connection, commands, lease_ms, node)
+                .await
+                .unwrap_or_else(|error| Err(rolled_back(error)))
+        }
+        Err(error) => Err(rolled_back(error)),
+    }
+}
+
+/// [`commit`] on the connection as it is; the outer error is a BEGIN that failed.
+async fn commit_once(
+    store: &Store,
+    connection: &mut WriterConnection,
+    commands: &mut [Command],
+    lease_ms: i64,
+    node: &str,
+) -> Result<Result<Vec<Done>, Failure>, sqlx::Error> {
+    let mut tx = connection.begin(store).await?;
+    let steps = run_steps(&mut tx, commands, lease_ms, node).await;
+    let (done, stored) = match steps {
+        Ok(ran) => ran,
+        Err(error) => return Ok(Err(rolled_back(error))),
+    };
+    Ok(match tx.commit().await {
         Ok(()) => Ok(done),
         Err(error) => settle_commit_error(store, &stored, done, error).await,
-    }
+    })
 }
 
 fn rolled_back(error: sqlx::Error) -> Failure {

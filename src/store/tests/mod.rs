@@ -15,6 +15,7 @@ mod files;
 mod forwarding;
 pub(super) mod harness;
 mod health;
+mod kept_connection;
 mod lanes;
 mod metrics;
 mod model;
