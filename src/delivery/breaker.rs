@@ -5,7 +5,10 @@
 //! the connection's jobs wait in the table (a dead endpoint then costs no requests, no retry
 //! writes and no lease renewals), until a single probe request is let through. A probe that
 //! succeeds closes it and reports a recovery (delivery then brings the waiting jobs forward); one
-//! that fails opens it again for twice as long, up to `max_open`.
+//! that fails opens it again for twice as long, up to `max_open`. A probe still unanswered after
+//! that long (a hanging endpoint answers nothing until the request times out) counts as failed
+//! for the schedule: the next probe goes out beside it, so a hang is found to be over within
+//! the open interval, not only after the hung request's timeout.
 //!
 //! After a recovery the connection's concurrency starts low and doubles with each round of
 //! successes (like TCP's slow start), so a receiver that just came back is not hit with the whole
@@ -36,9 +39,18 @@ pub(crate) enum Transition {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    Closed { failures: u32 },
-    Open { until: Instant, interval: Duration },
-    Probing { interval: Duration },
+    Closed {
+        failures: u32,
+    },
+    Open {
+        until: Instant,
+        interval: Duration,
+    },
+    /// A probe went out at `sent` after the breaker had been open for `interval`.
+    Probing {
+        sent: Instant,
+        interval: Duration,
+    },
 }
 
 /// One connection's breaker on this node.
@@ -67,11 +79,26 @@ impl Breaker {
         match self.state {
             State::Closed { .. } => Permit::Send,
             State::Open { until, interval } if now >= until => {
-                self.state = State::Probing { interval };
+                self.state = State::Probing {
+                    sent: now,
+                    interval,
+                };
+                Permit::Probe
+            }
+            State::Probing { sent, interval } if now >= sent + self.longer(interval) => {
+                self.state = State::Probing {
+                    sent: now,
+                    interval: self.longer(interval),
+                };
                 Permit::Probe
             }
             State::Open { .. } | State::Probing { .. } => Permit::Wait,
         }
+    }
+
+    /// How long the breaker stays open after a probe that followed `interval` failed.
+    fn longer(&self, interval: Duration) -> Duration {
+        interval.saturating_mul(2).min(self.max_open)
     }
 
     /// Whether requests are held back (open, or a probe is out).
@@ -80,11 +107,12 @@ impl Breaker {
         !matches!(self.state, State::Closed { .. })
     }
 
-    /// When a probe may go out, if the breaker is open.
+    /// When a probe may go out, if the breaker is open (the next one, if a probe is out).
     pub(crate) fn probe_at(&self) -> Option<Instant> {
         match self.state {
             State::Open { until, .. } => Some(until),
-            _ => None,
+            State::Probing { sent, interval } => Some(sent + self.longer(interval)),
+            State::Closed { .. } => None,
         }
     }
 
@@ -104,7 +132,7 @@ impl Breaker {
     /// breaker is open again, due for a probe now, so it cannot wait for an answer that never
     /// comes.
     pub(crate) fn sent_nothing(&mut self, now: Instant) {
-        if let State::Probing { interval } = self.state {
+        if let State::Probing { interval, .. } = self.state {
             self.state = State::Open {
                 until: now,
                 interval,
@@ -124,9 +152,16 @@ impl Breaker {
                 };
                 Transition::None
             }
-            State::Probing { interval } => {
-                let longer = interval.saturating_mul(2).min(self.max_open);
-                self.open(now, longer)
+            // The latest probe, or an earlier one that hung past its interval (the latest may
+            // be out still): the next probe is due as long after the latest one went out as
+            // after a probe that failed at once, not later because an earlier one took its time.
+            State::Probing { sent, interval } => {
+                let longer = self.longer(interval);
+                self.state = State::Open {
+                    until: (sent + longer).max(now),
+                    interval: longer,
+                };
+                Transition::Opened
             }
             // A request sent before the breaker opened, ending now: it is open already.
             State::Open { .. } => Transition::None,
@@ -241,7 +276,11 @@ mod tests {
             b.failed(now);
         }
         assert_eq!(b.permit(now + FIRST), Permit::Probe);
-        assert_eq!(b.probe_at(), None, "a probe is out");
+        assert_eq!(
+            b.probe_at(),
+            Some(now + 3 * FIRST),
+            "a probe is out: the next waits"
+        );
         b.sent_nothing(now + FIRST);
         assert_eq!(b.probe_at(), Some(now + FIRST), "due again at once");
         assert_eq!(b.permit(now + FIRST), Permit::Probe);
@@ -249,6 +288,37 @@ mod tests {
         b.succeeded();
         b.sent_nothing(now + FIRST);
         assert_eq!(b.permit(now + FIRST), Permit::Send, "closed stays closed");
+    }
+
+    #[test]
+    fn a_probe_left_unanswered_does_not_hold_back_the_next_one() {
+        // A hanging endpoint answers nothing until the request times out (10 s by default):
+        // the probe out then must not keep the breaker from finding the endpoint back sooner.
+        let now = Instant::now();
+        let mut b = breaker();
+        for _ in 0..3 {
+            b.failed(now);
+        }
+        let first = now + FIRST;
+        assert_eq!(b.permit(first), Permit::Probe);
+        assert_eq!(
+            b.permit(first + FIRST),
+            Permit::Wait,
+            "one probe per interval"
+        );
+        // Unanswered for as long as a failed probe would have kept the breaker open.
+        let second = first + 2 * FIRST;
+        assert_eq!(b.probe_at(), Some(second));
+        assert_eq!(b.permit(second), Permit::Probe);
+        // The next one waits twice as long again, up to the most.
+        assert_eq!(b.probe_at(), Some(second + 4 * FIRST));
+        assert_eq!(b.permit(second + 4 * FIRST), Permit::Probe);
+        assert_eq!(b.probe_at(), Some(second + 4 * FIRST + MAX));
+        // The latest probe succeeds while the earlier ones still hang: the endpoint is back,
+        // and an earlier one timing out afterwards counts as one failure of a closed breaker.
+        assert_eq!(b.succeeded(), Transition::Recovered);
+        assert_eq!(b.failed(second + 5 * FIRST), Transition::None);
+        assert_eq!(b.permit(second + 5 * FIRST), Permit::Send);
     }
 
     #[test]
@@ -285,28 +355,32 @@ mod tests {
     }
 
     proptest! {
-        /// However requests end, at most one probe is out while the breaker is open, and it
-        /// never sends while open before its time.
+        /// However requests end (or hang), an open breaker lets probes out one per interval
+        /// at most: a probe while another is unanswered only once that one has been out for
+        /// twice the first open time; and it never sends otherwise.
         #[test]
-        fn an_open_breaker_lets_out_one_probe_at_most(
-            steps in proptest::collection::vec((0u8..3, 0u64..3000), 1..200)
+        fn an_open_breaker_lets_out_one_probe_per_interval_at_most(
+            steps in proptest::collection::vec((0u8..3, 0u64..1500), 1..200)
         ) {
-            let start = Instant::now();
+            let mut now = Instant::now();
             let mut b = breaker();
-            let mut probes_out = 0;
-            for (kind, at_ms) in steps {
-                let now = start + Duration::from_millis(at_ms);
+            // When the latest probe went out, while it is unanswered.
+            let mut probe_out: Option<Instant> = None;
+            for (kind, after_ms) in steps {
+                now += Duration::from_millis(after_ms);
                 match kind {
                     0 => match b.permit(now) {
                         Permit::Probe => {
-                            probes_out += 1;
-                            prop_assert_eq!(probes_out, 1);
+                            if let Some(sent) = probe_out {
+                                prop_assert!(now - sent >= 2 * FIRST, "{:?} apart", now - sent);
+                            }
+                            probe_out = Some(now);
                         }
                         Permit::Send => prop_assert!(!b.is_open()),
                         Permit::Wait => prop_assert!(b.is_open()),
                     },
-                    1 => { b.succeeded(); probes_out = 0; }
-                    _ => { if b.failed(now) == Transition::Opened { probes_out = 0; } }
+                    1 => { b.succeeded(); probe_out = None; }
+                    _ => { if b.failed(now) == Transition::Opened { probe_out = None; } }
                 }
             }
         }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use super::breaker::{Breaker, Permit, Ramp, Transition};
 use super::health::Spell;
@@ -47,6 +47,9 @@ pub(super) struct LaneControl {
     last_failed_user: Mutex<Option<Mpid>>,
     /// On a connection ordered per user, the users whose last request failed, oldest first.
     failed_users: Mutex<VecDeque<Mpid>>,
+    /// Counts the endpoint's recoveries on this node, for the requests still in flight when it
+    /// came back (see [`Self::recoveries`]).
+    recoveries: watch::Sender<u64>,
 }
 
 /// The breaker's settings.
@@ -73,7 +76,17 @@ impl LaneControl {
             turns: Mutex::new(UserTurns::default()),
             last_failed_user: Mutex::new(None),
             failed_users: Mutex::new(VecDeque::new()),
+            recoveries: watch::Sender::new(0),
         }
+    }
+
+    /// Changes when the endpoint is found back after its breaker opened. Every request still
+    /// in flight then went out while it was failing (only probes go out while the breaker is
+    /// open) and has not been answered although a later one was: after a hang it would wait
+    /// out the request timeout on a connection the receiver has given up on, holding its job
+    /// (and a place of the ramp) for seconds, so the worker sends it again at once.
+    pub(super) fn recoveries(&self) -> watch::Receiver<u64> {
+        self.recoveries.subscribe()
     }
 
     /// The users whose last request here failed (at most [`FAILED_USERS`], the most recent).
@@ -180,6 +193,7 @@ impl LaneControl {
                 let mut ramp = lock(&self.ramp);
                 if transition == Transition::Recovered {
                     ramp.restart();
+                    self.recoveries.send_modify(|count| *count += 1);
                 } else {
                     ramp.succeeded();
                 }

@@ -180,17 +180,11 @@ impl Sending<'_> {
             let (index, event_count, body, events) =
                 (&out.index, &out.event_count, &out.body, &out.events);
             self.lane.pace(self.rate_limit).await;
-            if !self.lease.confirm().await {
+            let delivery_id = format!("{}-{index}", job.id);
+            let Some((result, sent)) = self.post(&mut attempt, &delivery_id, body).await else {
                 // Another node delivers it now. The release is fenced: it changes nothing there.
                 return JobUpdate::Release { job_id: job.id };
-            }
-            attempt.requests += 1;
-            let delivery_id = format!("{}-{index}", job.id);
-            let sent = Instant::now();
-            let result = ctx
-                .client
-                .post(self.output, &delivery_id, body.clone())
-                .await;
+            };
             let latency = i64::try_from(sent.elapsed().as_millis()).unwrap_or(i64::MAX);
             live.report(events, &result, latency);
             let (error, after) = match result {
@@ -242,6 +236,38 @@ impl Sending<'_> {
             AttemptOutcome::DeadLetter
         };
         attempt.finish(outcome, None)
+    }
+
+    /// Sends one request once the lease is confirmed, and again (same delivery id) if the
+    /// endpoint is found back by another request while this one is unanswered (see
+    /// [`LaneControl::recoveries`]); the result and when the request that gave it went out, or
+    /// `None` if the job is no longer this node's.
+    async fn post(
+        &self,
+        attempt: &mut Attempt<'_>,
+        delivery_id: &str,
+        body: &Bytes,
+    ) -> Option<(Result<super::webhook::Answer, SendError>, Instant)> {
+        loop {
+            if !self.lease.confirm().await {
+                return None;
+            }
+            let mut recoveries = self.lane.recoveries();
+            attempt.requests += 1;
+            let sent = Instant::now();
+            tokio::select! {
+                result = self.ctx.client.post(self.output, delivery_id, body.clone()) => {
+                    return Some((result, sent));
+                }
+                // Dropping the request closes its connection. An error means the lane is gone,
+                // which it is not while a job of it is worked: then the request runs its course.
+                Ok(()) = recoveries.changed() => {}
+            }
+            tracing::debug!(
+                delivery_id,
+                "Endpoint back while this request hung; sending it again."
+            );
+        }
     }
 }
 

@@ -1,12 +1,12 @@
 //! A connection's circuit breaker: a failing endpoint gets only probe requests, and when one
-//! succeeds the deliveries waiting out their backoff are sent at once.
+//! succeeds the deliveries waiting out their backoff are sent at once (also after a hang).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::helpers::{Receiver, TestApp, batch_of, spawn_app_with};
+use crate::helpers::{HANG, Receiver, TestApp, batch_of, spawn_app_with};
 
 fn with_breaker(config: &mut boson::Config) {
     config.delivery.circuit_breaker_failures = 3;
@@ -179,5 +179,42 @@ async fn after_a_recovery_new_events_go_behind_the_backlog() {
         (0..10).collect::<Vec<i64>>(),
         "the backlog did not arrive first and in order: {order:?}"
     );
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn after_a_hang_the_endpoint_is_found_back_without_waiting_out_the_hung_requests() {
+    let app = spawn_app_with(|config| {
+        with_breaker(config);
+        config.delivery.request_timeout_secs = 4;
+    })
+    .await;
+    let mut receiver = Receiver::start().await;
+    // The endpoint accepts connections but answers nothing.
+    receiver.script(&[(HANG, None); 1000]);
+    let (input, _) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    post_tagged(&app, &input, 3).await;
+    // Three requests hang until they time out and open the breaker; then a probe goes out,
+    // and it hangs too.
+    for _ in 0..4 {
+        let request = receiver
+            .next_within(Duration::from_secs(15))
+            .await
+            .expect("the hanging endpoint's requests, then a probe");
+        assert_eq!(request.answered, HANG);
+    }
+
+    // Back just after the probe went out. Waiting for that probe to time out (4 s), then for
+    // the breaker's next probe, took over 4 s; the next probe goes after the open interval
+    // (here a fraction of a second) even while the hung one is out, and its success has the
+    // hung request sent again at once.
+    receiver.clear_script();
+    let copies = delivered(&mut receiver, 3, Duration::from_millis(2_500)).await;
+    assert_eq!(
+        copies.len(),
+        3,
+        "not every event arrived within 2.5 s of the endpoint's return: {copies:?}"
+    );
+    assert!(copies.values().all(|&n| n == 1), "{copies:?}");
     app.stop().await.unwrap();
 }

@@ -504,6 +504,9 @@ impl Received {
     }
 }
 
+/// A scripted "status" that never answers: the request hangs until the client gives up.
+pub const HANG: u16 = 0;
+
 /// Scripted answers (status, optional `Retry-After`), used in order; when empty, 200.
 type Script = Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>>;
 
@@ -667,6 +670,10 @@ async fn receive(
         answered: status,
         peer,
     });
+    if status == HANG {
+        // Until Boson's request timeout closes the connection, which drops this future.
+        return std::future::pending::<axum::response::Response>().await;
+    }
     if let Some(range) = state.latency_ms {
         tokio::time::sleep(Duration::from_millis(rand::random_range(range))).await;
     }
