@@ -47,7 +47,7 @@ use super::queue::{
 };
 use super::steps::{self, AttemptRow, JobRow, ProfileRow, RetryRow};
 use super::{Store, StoreError, StoreResult};
-use super::{batch_steps, coalesce_sql, identity_steps};
+use super::{batch_steps, coalesce_sql, identity_sql, identity_steps};
 use crate::model::consent;
 use crate::model::ids::{BatchId, ConnectionId, Mpid};
 use crate::model::now_ms;
@@ -164,7 +164,10 @@ async fn commit_once(
     let steps = run_steps(&mut tx, commands, lease_ms, node).await;
     let (done, stored) = match steps {
         Ok(ran) => ran,
-        Err(error) => return Ok(Err(rolled_back(error))),
+        Err(error) => {
+            identity_sql::new_run_after(&error);
+            return Ok(Err(rolled_back(error)));
+        }
     };
     Ok(match tx.commit().await {
         Ok(()) => Ok(done),

@@ -140,14 +140,17 @@ const MPID_MAX_STEP: i64 = 16;
 /// The last MPID this process made.
 static LAST_MPID: AtomicI64 = AtomicI64::new(0);
 
-/// A fresh MPID, larger than every MPID this process made before and than those any node made
-/// in an earlier second. A random MPID put each new user's row, and the `mpid` indexes of its
-/// identities and history, on a random page of each B-tree: about three random page writes per
-/// new user, where growing MPIDs append at the right edge (issue 16, item 4). Not guessable
-/// from another: each second starts at a random place in its 2^30, and each MPID after it is
-/// a random 1 to 16 further. Two nodes collide only if their runs in one second overlap (about
-/// one second in 6,000 with both making 10,000 users a second); the insert then fails, so the
-/// group is retried with fresh MPIDs rather than two users merged.
+/// A fresh MPID, larger than every MPID this process made before (until a collision, see
+/// [`new_run_after`]) and than those any node made in an earlier second. A random MPID put each
+/// new user's row, and the `mpid` indexes of its identities and history, on a random page of
+/// each B-tree: about three random page writes per new user, where growing MPIDs append at the
+/// right edge (issue 16, item 4). Each second starts at a random place in its 2^30 and each MPID
+/// after it is a random 1 to 16 further, so an MPID tells its user's creation second, and the
+/// next one is near it (a user's MPID is no secret in mParticle's model either: `/modify` and
+/// the admin API check who asks, not which number). Two nodes collide only if their runs in one
+/// second overlap; the insert then fails (the group is retried one by one, never two users
+/// merged) and the node that saw it starts a new run at another random place, so an overlap
+/// costs one failed group, not a burst of them.
 pub(super) fn new_mpid() -> Mpid {
     let now = crate::model::now_ms();
     let mut rng = rand::rng();
@@ -159,6 +162,22 @@ pub(super) fn new_mpid() -> Mpid {
             Err(seen) => last = seen,
         }
     }
+}
+
+/// After `error`, a unique violation (another node made the same MPID: their runs overlap),
+/// the next MPID starts a new run at a random place of the current second instead of going on
+/// right behind the other node's.
+pub(super) fn new_run_after(error: &sqlx::Error) {
+    if is_collision(error) {
+        LAST_MPID.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Whether `error` is a unique violation, as a second user row of one MPID raises.
+fn is_collision(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .is_some_and(|error| error.is_unique_violation())
 }
 
 /// The MPID after `last` at `now_ms`: a random start in the lower half of a later second's
@@ -245,7 +264,11 @@ impl Store {
             }
             Target::New => {
                 let mpid = new_mpid();
-                tx.execute(INSERT_USER, args![mpid, now]).await?;
+                let inserted = tx.execute(INSERT_USER, args![mpid, now]).await;
+                if let Err(error) = &inserted {
+                    new_run_after(error);
+                }
+                inserted?;
                 mpid
             }
         };
@@ -440,6 +463,23 @@ mod tests {
             assert!(mpid > 0, "{now}: {mpid}");
         }
         assert!(next_mpid(i64::MAX - 1, 0, &mut rng) > 0);
+    }
+
+    #[tokio::test]
+    async fn a_second_user_row_of_one_mpid_is_seen_as_a_collision() {
+        let db = crate::store::tests::harness::TestStore::open().await;
+        let mut tx = db.store.begin().await.expect("begin");
+        let mpid = Mpid::new(42);
+        tx.execute(INSERT_USER, args![mpid, 1_000_i64])
+            .await
+            .expect("the first row");
+        let again = tx
+            .execute(INSERT_USER, args![mpid, 2_000_i64])
+            .await
+            .expect_err("a second row of one MPID");
+        assert!(is_collision(&again), "{again:?}");
+        let other = sqlx::Error::Protocol("not a constraint".into());
+        assert!(!is_collision(&other));
     }
 
     #[test]
