@@ -7,7 +7,10 @@
 //! deliveries still waiting for an answer are released to the table (see `delivery::run`).
 //! Operator alerts still queued once delivery has stopped are sent within the same deadline. The
 //! writer then commits what it was sent, closes its connection and ends its thread, within
-//! [`WRITER_DRAIN`]. So the process exits within about the deadline plus the writer's drain.
+//! [`WRITER_DRAIN`]. The data catalog's tally and the charts' figures are then written one last
+//! time (each wait bounded by [`WRITER_DRAIN`]), and the background checkpoint and the pool are
+//! closed (each within [`POOL_CLOSE`]). So the process exits within the deadline plus at most
+//! about a minute of bounded waits, each of which normally takes milliseconds.
 //! Every SQLite connection is closed before the process exits (the writer's, the background
 //! checkpoint's, then the pool's), so the last one to close copies the WAL back and deletes it.
 

@@ -21,13 +21,15 @@ use bytes::Bytes;
 use http::header::{
     ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT,
 };
-use http::{Request, Uri};
+use http::{Request, Response, Uri};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::dns::Name;
+use hyper_util::client::legacy::{Client, Error as HyperClientError};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::time::error::Elapsed;
 use url::Url;
 
 use super::retry::parse_retry_after;
@@ -144,6 +146,47 @@ impl WebhookClient {
         delivery_id: &str,
         body: Bytes,
     ) -> Result<Answer, SendError> {
+        match self
+            .post_unless(output, delivery_id, body, std::future::pending())
+            .await
+        {
+            Some(answer) => answer,
+            None => unreachable!("a future that never completes completed"),
+        }
+    }
+
+    /// [`post`](Self::post), given up (`None`, the request dropped and its connection closed)
+    /// if `abandon` completes before the answer's status arrives. Once a status is in, the
+    /// request runs its course whatever `abandon` does: an answered request must not be sent
+    /// again (a 2xx would be delivered twice).
+    pub(crate) async fn post_unless(
+        &self,
+        output: &Output,
+        delivery_id: &str,
+        body: Bytes,
+        abandon: impl Future<Output = ()>,
+    ) -> Option<Result<Answer, SendError>> {
+        let request = match self.request_for(output, delivery_id, body) {
+            Ok(request) => request,
+            Err(error) => return Some(Err(error)),
+        };
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let head = tokio::time::timeout_at(deadline, self.client.request(request));
+        let response = tokio::select! {
+            biased;
+            response = head => response,
+            () = abandon => return None,
+        };
+        Some(self.answer(response, deadline).await)
+    }
+
+    /// The request for one body, or why it may not be sent.
+    fn request_for(
+        &self,
+        output: &Output,
+        delivery_id: &str,
+        body: Bytes,
+    ) -> Result<Request<Full<Bytes>>, SendError> {
         let target = self.target(&output.settings.url)?;
         // A literal address never reaches the resolver, so it is checked here.
         if let Some(ip) = target.literal
@@ -152,10 +195,16 @@ impl WebhookClient {
         {
             return Err(SendError::Refused(format!("destination {ip}: {refusal}")));
         }
-        let request = build_request(&target, output, delivery_id, body, now_ms)?;
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let response = tokio::time::timeout_at(deadline, self.client.request(request))
-            .await
+        build_request(&target, output, delivery_id, body, now_ms)
+    }
+
+    /// The answer from a response's head, its body read (within `deadline`) and dropped.
+    async fn answer(
+        &self,
+        response: Result<Result<Response<Incoming>, HyperClientError>, Elapsed>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Answer, SendError> {
+        let response = response
             .map_err(|_| {
                 SendError::Transport(format!("no answer within {} s", self.timeout.as_secs_f64()))
             })?

@@ -179,7 +179,6 @@ impl Sending<'_> {
         for (position, out) in bodies.iter().enumerate() {
             let (index, event_count, body, events) =
                 (&out.index, &out.event_count, &out.body, &out.events);
-            self.lane.pace(self.rate_limit).await;
             let delivery_id = format!("{}-{index}", job.id);
             let Some((result, sent)) = self.post(&mut attempt, &delivery_id, body).await else {
                 // Another node delivers it now. The release is fenced: it changes nothing there.
@@ -249,19 +248,30 @@ impl Sending<'_> {
         body: &Bytes,
     ) -> Option<(Result<super::webhook::Answer, SendError>, Instant)> {
         loop {
+            // Paced here, not once per body: a request sent again is a request to the receiver
+            // like any other, and a recovery must not let a burst past the rate limit.
+            self.lane.pace(self.rate_limit).await;
             if !self.lease.confirm().await {
                 return None;
             }
             let mut recoveries = self.lane.recoveries();
+            // An error means the lane is gone, which it is not while a job of it is worked: then
+            // the request runs its course.
+            let recovered = async move {
+                if recoveries.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
             attempt.requests += 1;
             let sent = Instant::now();
-            tokio::select! {
-                result = self.ctx.client.post(self.output, delivery_id, body.clone()) => {
-                    return Some((result, sent));
-                }
-                // Dropping the request closes its connection. An error means the lane is gone,
-                // which it is not while a job of it is worked: then the request runs its course.
-                Ok(()) = recoveries.changed() => {}
+            let client = &self.ctx.client;
+            // Given up only while no status has come back (a request answered must not be sent
+            // twice); dropping it closes its connection.
+            if let Some(result) = client
+                .post_unless(self.output, delivery_id, body.clone(), recovered)
+                .await
+            {
+                return Some((result, sent));
             }
             tracing::debug!(
                 delivery_id,

@@ -141,7 +141,7 @@ pub(super) async fn commit(
         // restart, a failover, an idle timeout) fails at its BEGIN, before anything of the
         // group was sent: start again once on a fresh one, or a lone request would get the
         // error (a group of one is not retried).
-        Err(error) if kept => {
+        Err(error) if kept && lost_connection(&error) => {
             tracing::info!(%error, "The writer's connection failed its BEGIN; opening another.");
             connection.reset();
             commit_once(store, connection, commands, lease_ms, node)
@@ -149,6 +149,24 @@ pub(super) async fn commit(
                 .unwrap_or_else(|error| Err(rolled_back(error)))
         }
         Err(error) => Err(rolled_back(error)),
+    }
+}
+
+/// Whether `error` says the connection itself is gone (closed by the server, a broken or
+/// silent link), rather than, say, SQLite's write lock held past its busy timeout: that one is
+/// not helped by another connection, only made to wait twice.
+fn lost_connection(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        // PostgreSQL's classes 08 (connection exception) and 57P (operator intervention:
+        // terminated by an administrator, a shutdown, a restart).
+        sqlx::Error::Database(error) => error
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+        _ => false,
     }
 }
 
