@@ -447,6 +447,7 @@ impl tower_service::Service<Name> for GuardedResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::sync::oneshot;
 
     #[tokio::test]
     async fn saving_a_private_destination_is_refused_unless_allowed() {
@@ -599,6 +600,62 @@ mod tests {
             matches!(result, Ok(Answer { status: 200, .. })),
             "{result:?}"
         );
+    }
+
+    /// A receiver that answers with a status and then never ends the body, and the moment its
+    /// status went out.
+    async fn answering_but_never_finishing() -> (String, oneshot::Receiver<()>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let (answered, answered_rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let head = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n";
+            socket.write_all(head.as_bytes()).await.unwrap();
+            let _ = answered.send(());
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        });
+        (url, answered_rx)
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_status_came_back_is_not_given_up() {
+        // The endpoint is found back (`abandon`) after this request's 200 arrived but while
+        // its body is still coming: giving it up now would send an accepted request again.
+        let (url, answered) = answering_but_never_finishing().await;
+        let client = WebhookClient::new(true, Duration::from_secs(2)).unwrap();
+        let abandon = async {
+            let _ = answered.await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        let result = client
+            .post_unless(&output(&url), "d1", Bytes::from_static(b"{}"), abandon)
+            .await;
+        assert!(
+            matches!(result, Some(Ok(Answer { status: 200, .. }))),
+            "{result:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_request_is_given_up_when_told() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let _held = tokio::spawn(async move {
+            let mut sockets = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                sockets.push(socket);
+            }
+        });
+        let client = WebhookClient::new(true, Duration::from_secs(30)).unwrap();
+        let abandon = tokio::time::sleep(Duration::from_millis(100));
+        let result = client
+            .post_unless(&output(&url), "d1", Bytes::from_static(b"{}"), abandon)
+            .await;
+        assert!(result.is_none(), "{result:?}");
     }
 
     #[tokio::test]
