@@ -218,3 +218,49 @@ async fn after_a_hang_the_endpoint_is_found_back_without_waiting_out_the_hung_re
     assert!(copies.values().all(|&n| n == 1), "{copies:?}");
     app.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn requests_sent_again_after_a_hang_keep_the_rate_limit() {
+    let app = spawn_app_with(|config| {
+        with_breaker(config);
+        config.delivery.request_timeout_secs = 30;
+    })
+    .await;
+    let mut receiver = Receiver::start().await;
+    // The first four requests hang (they stay unanswered for the whole test), the ones after
+    // them fail and open the breaker.
+    let mut script = vec![(HANG, None); 4];
+    script.extend([(500, None); 1000]);
+    receiver.script(&script);
+    let limit = 4;
+    let (input, _) = app
+        .pipeline(
+            &receiver.url("/hook"),
+            json!({ "rate_limit_per_second": limit }),
+        )
+        .await;
+    post_tagged(&app, &input, 8).await;
+    // Four hang, three fail and open the breaker, then a probe fails.
+    for _ in 0..8 {
+        receiver
+            .next_within(Duration::from_secs(15))
+            .await
+            .expect("the hanging requests, the failing ones, then a probe");
+    }
+
+    // Back: the next probe succeeds, and the four hung requests go again. Sent at once, they
+    // arrived together with the probe and the first of the drain.
+    receiver.clear_script();
+    let mut arrivals = Vec::new();
+    while let Some(request) = receiver.next_within(Duration::from_secs(4)).await {
+        arrivals.push(request.at);
+    }
+    assert!(arrivals.len() >= 8, "only {} requests", arrivals.len());
+    let busiest = crate::rate_limit::busiest_second(&arrivals);
+    // One late arrival allowed: the pace is kept as requests leave, not as they arrive.
+    assert!(
+        busiest <= limit + 1,
+        "{busiest} requests within one second against a limit of {limit}"
+    );
+    app.stop().await.unwrap();
+}
