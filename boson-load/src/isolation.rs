@@ -309,8 +309,19 @@ struct Report {
     /// From the recovery until every event accepted before it reached the failing endpoints;
     /// `null` without the recovery phase or if some never did.
     failing_drained_after_recovery_ms: Option<f64>,
+    /// The recovery phase's healthy end-to-end latency, split at the end of that drain: batches
+    /// due while the backlog was being delivered, and after. Tells whether the drain is what
+    /// the recovery's p99 pays for.
+    recovery_split: Option<RecoverySplit>,
     /// Repeat deliveries over all endpoints.
     duplicates: u64,
+}
+
+/// See [`Report::recovery_split`].
+#[derive(Debug, Serialize)]
+struct RecoverySplit {
+    while_draining_e2e_ms: Spread,
+    after_e2e_ms: Spread,
 }
 
 /// Everything a run recorded, to be read phase by phase.
@@ -356,6 +367,19 @@ impl Run<'_> {
                 .sum(),
             failing_retry_attempts: self.retries_in(phase),
             failing_delivered: failing_events.saturating_sub(failing_missing),
+        }
+    }
+
+    /// The recovery phase's healthy latencies, split at `drained_us` (see [`RecoverySplit`]).
+    fn recovery_split(&self, drained_us: u64) -> RecoverySplit {
+        let recovery = PHASES.len() - 1;
+        let (during, after): (Vec<Numbered<'_>>, Vec<Numbered<'_>>) = (0u64..)
+            .zip(self.sent)
+            .filter(|(_, s)| self.plan.phase_of(s, self.start) == Some(recovery))
+            .partition(|(_, s)| s.due_us < drained_us);
+        RecoverySplit {
+            while_draining_e2e_ms: Spread::of(latencies(&during, self.healthy).0),
+            after_e2e_ms: Spread::of(latencies(&after, self.healthy).0),
         }
     }
 
@@ -406,6 +430,10 @@ impl Report {
             .map(|phase| Ratios::of(phase, &phases[0]))
             .collect();
         let recovered_us = (plan.phases == 3).then(|| boundaries[1].at_us);
+        let drained_ms = recovered_us.and_then(|at_us| drained_after(sent, failing, at_us));
+        let recovery_split = recovered_us
+            .zip(drained_ms)
+            .map(|(at_us, after_ms)| run.recovery_split(at_us + (after_ms * 1000.0) as u64));
         Self {
             scenario: "isolation",
             nodes: args.node_count(),
@@ -418,8 +446,8 @@ impl Report {
             max_lag_ms: (ms(openloop::max_lag(sent)) * 10.0).round() / 10.0,
             phases,
             ratios,
-            failing_drained_after_recovery_ms: recovered_us
-                .and_then(|at_us| drained_after(sent, failing, at_us)),
+            failing_drained_after_recovery_ms: drained_ms,
+            recovery_split,
             duplicates: records.iter().map(|r| r.duplicates).sum(),
         }
     }
@@ -440,6 +468,12 @@ impl Report {
                 p.cpu_cores,
             );
         }
+        if let Some(split) = &self.recovery_split {
+            eprintln!(
+                "boson-load: recovery  healthy e2e while the backlog drained {:?}, after {:?} ms",
+                split.while_draining_e2e_ms, split.after_e2e_ms
+            );
+        }
         for r in &self.ratios {
             eprintln!(
                 "boson-load: {}/baseline: e2e p50 ×{:?} p99 ×{:?}, 202 p50 ×{:?} p99 ×{:?} \
@@ -456,7 +490,10 @@ impl Report {
 
 /// End-to-end latencies (ms) of the accepted batches' events at `records`' endpoints, and how
 /// many of those events never arrived.
-fn latencies(batches: &[(u64, &Sent)], records: &[Record]) -> (Vec<f64>, u64) {
+/// A batch sent, with its number in the run (the generator's batch index).
+type Numbered<'a> = (u64, &'a Sent);
+
+fn latencies(batches: &[Numbered<'_>], records: &[Record]) -> (Vec<f64>, u64) {
     let mut values = Vec::new();
     let mut missing = 0;
     for record in records {
@@ -578,5 +615,48 @@ mod tests {
             ),
             (None, Some(0), Some(0), Some(1), Some(1))
         );
+    }
+
+    #[test]
+    fn the_recovery_is_split_where_the_backlog_was_in() {
+        let start = Start {
+            at: Instant::now(),
+            unix_us: 1_000_000,
+        };
+        let plan = Plan {
+            interval: Duration::from_millis(500),
+            phase: Duration::from_secs(1),
+            phases: 3,
+            batches: 3,
+            failure: Failure::Hang,
+            connections: 2,
+            failing: 1,
+        };
+        // One batch in the failure phase, two in the recovery (from 4 s): one due before the
+        // backlog was in (4.2 s), one after.
+        let sent = [
+            sent_at(start, 3_500, true),
+            sent_at(start, 4_000, true),
+            sent_at(start, 4_500, true),
+        ];
+        let arrivals: Vec<(usize, u64)> = (0..30)
+            .map(|i| {
+                let due_us = sent[i / EVENTS_PER_BATCH].due_us;
+                (i, due_us + if i < 20 { 3_000 } else { 5_000 })
+            })
+            .collect();
+        let healthy = [record_with(&arrivals)];
+        let run = Run {
+            plan: &plan,
+            start,
+            sent: &sent,
+            failing: &[],
+            healthy: &healthy,
+            boundaries: &[],
+        };
+        let split = run.recovery_split(start.unix_us_at(Duration::from_millis(4_200)));
+        assert_eq!(split.while_draining_e2e_ms.max, Some(3.0));
+        assert_eq!(split.after_e2e_ms.p50, Some(5.0));
+        assert_eq!(split.after_e2e_ms.max, Some(5.0));
     }
 }
