@@ -17,35 +17,55 @@ pub(crate) enum CommitFault {
     RolledBack,
 }
 
-/// Where a thread's next fault waits; shared with the writer thread a test starts.
-pub(crate) type Slot = Arc<Mutex<Option<CommitFault>>>;
+/// What a thread's next faults are; shared with the writer thread a test starts.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    commit: Option<CommitFault>,
+    /// The next group is taken only once it holds this many commands.
+    group_of: usize,
+}
+
+/// Where a thread's next faults wait; shared with the writer thread a test starts.
+pub(crate) type Slot = Arc<Mutex<Pending>>;
 
 thread_local! {
-    static NEXT_COMMIT: RefCell<Slot> = RefCell::default();
+    static NEXT: RefCell<Slot> = RefCell::default();
 }
 
 /// Makes the next COMMIT on this thread (or its writer's) fail as `fault` says.
 pub(crate) fn inject_commit_fault(fault: CommitFault) {
-    NEXT_COMMIT.with(|slot| {
-        if let Ok(mut next) = slot.borrow().lock() {
-            *next = Some(fault);
-        }
-    });
+    with_pending(|pending| pending.commit = Some(fault));
 }
 
 /// The fault to apply to this COMMIT, if one was injected (once).
 pub(super) fn take_commit_fault() -> Option<CommitFault> {
-    NEXT_COMMIT.with(|slot| slot.borrow().lock().ok().and_then(|mut next| next.take()))
+    with_pending(|pending| pending.commit.take()).flatten()
+}
+
+/// Makes this thread's writer (or its lane) take its next group only once `commands` commands
+/// are queued. Commands sent together are otherwise grouped as the writer's thread happens to
+/// wake: it may take the first before the second is sent (1 run in 200 did).
+pub(crate) fn group_next(commands: usize) {
+    with_pending(|pending| pending.group_of = commands);
+}
+
+/// How many commands the next group must hold (once; 0 when nothing was asked).
+pub(super) fn take_group_size() -> usize {
+    with_pending(|pending| std::mem::take(&mut pending.group_of)).unwrap_or(0)
+}
+
+fn with_pending<T>(f: impl FnOnce(&mut Pending) -> T) -> Option<T> {
+    NEXT.with(|slot| slot.borrow().lock().ok().map(|mut pending| f(&mut pending)))
 }
 
 /// This thread's slot, for a thread it starts to [`adopt`].
 pub(super) fn slot() -> Slot {
-    NEXT_COMMIT.with(|slot| Arc::clone(&slot.borrow()))
+    NEXT.with(|slot| Arc::clone(&slot.borrow()))
 }
 
 /// Makes `slot` this thread's: faults injected on the thread it came from apply here.
 pub(super) fn adopt(slot: Slot) {
-    NEXT_COMMIT.with(|mine| *mine.borrow_mut() = slot);
+    NEXT.with(|mine| *mine.borrow_mut() = slot);
 }
 
 /// The error a faulty COMMIT reports.

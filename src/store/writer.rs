@@ -402,6 +402,8 @@ async fn run(
             tracing::debug!("Writer stopped: every handle was dropped.");
             break;
         }
+        #[cfg(test)]
+        take_the_group_a_test_asked_for(&mut rx, &mut group).await;
         let result = commit(&store, &mut connection, &mut group, lease_ms, &node).await;
         if result.is_err() {
             // Whatever failed may have been the kept connection itself: the next transaction
@@ -437,6 +439,21 @@ async fn run(
     // Closed, not dropped: a dropped connection is closed later on its database thread, which
     // a process exiting meanwhile cuts short, leaving the WAL behind.
     connection.close().await;
+}
+
+/// Test-only: waits until `group` holds as many commands as a test asked for
+/// ([`super::faults::group_next`]), so commands sent together commit together.
+#[cfg(test)]
+async fn take_the_group_a_test_asked_for(
+    rx: &mut mpsc::Receiver<Command>,
+    group: &mut Vec<Command>,
+) {
+    let want = super::faults::take_group_size().min(MAX_GROUP);
+    while group.len() < want {
+        if rx.recv_many(group, want - group.len()).await == 0 {
+            break;
+        }
+    }
 }
 
 /// Runs the SQLite lane on a thread of its own, with a current-thread runtime of its own. The

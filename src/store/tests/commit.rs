@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::harness::{TestStore, batch};
-use crate::store::faults::{CommitFault, inject_commit_fault};
+use crate::store::faults::{CommitFault, group_next, inject_commit_fault};
 use crate::store::queue::IngestOutcome;
 
 const LEASE: Duration = Duration::from_secs(3600);
@@ -21,12 +21,14 @@ fn stored_ids(outcomes: &[IngestOutcome]) -> Vec<i64> {
 }
 
 /// Two ingests without `source_request_id` (nothing de-duplicates them) sent so that the writer
-/// takes them as one group (one ingest lane: on PostgreSQL several would commit them apart),
-/// whose commit fails in the way `fault` says.
+/// takes them as one group (one ingest lane: on PostgreSQL several would commit them apart; and
+/// the writer told to wait for both, or its thread may take the first alone), whose commit fails
+/// in the way `fault` says.
 async fn two_ingests_with(fault: CommitFault) -> (TestStore, Vec<i64>, usize) {
     let db = TestStore::open().await;
     let mut node = db.node_with_lanes(LEASE, 1);
     inject_commit_fault(fault);
+    group_next(2);
     let (first, second) = tokio::join!(
         node.ingest(vec![batch("in_a", None, 1_000, &["conn_a"])]),
         node.ingest(vec![batch("in_a", None, 2_000, &["conn_a"])]),

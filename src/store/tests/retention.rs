@@ -192,10 +192,11 @@ async fn a_failing_prune_chunk_does_not_fail_the_ingests_of_its_group() {
     let node = db.node(Duration::from_secs(3600));
     let old = db.stored(0);
     let first = stored(node.ingest(vec![batch("in", None, old, &[])]).await[0]);
-    // A statement the database refuses, sent with ingests so the writer takes them as one
-    // group (the test's one thread runs the writer only once every command is queued).
+    // A statement the database refuses, sent with ingests, and the writer told to take the
+    // three as one group (its thread could take the first alone).
     let broken = Sql::shared("DELETE FROM no_such_table WHERE id >= $1 AND id <= $2 AND at < $3");
     let writer = node.writer();
+    crate::store::faults::group_next(3);
     let (pruned, a, b) = tokio::join!(
         writer.prune_chunk(chunk(broken, first, first, db.stored(HOUR))),
         writer.ingest(vec![batch("in", Some("a"), old, &[])]),
