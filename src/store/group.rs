@@ -9,7 +9,8 @@
 //! this node's jobs, so no cycle can form.
 //!
 //! The identities of the group's batches without an MPID come between the job rows and the
-//! batch keys: their advisory locks in key order (see [`super::identity_steps`]).
+//! batch keys: their advisory locks in key order, taken in the same round trip as the reads
+//! that follow them (see [`super::identity_read`]).
 //!
 //! On PostgreSQL a node commits on several lanes at once (see [`super::writer`]): ingest groups
 //! (identities, batch keys, profiles, then inserting new job rows nobody else can see yet), on

@@ -2,11 +2,12 @@
 //! the one their identities resolve to, inside the group's transaction, before the batches,
 //! profiles and jobs that carry it are written. The rules are the pure
 //! [`decide`](crate::model::identity::resolve::decide), as for IDSync's identify; what changes
-//! is the cost: the identities of the whole group are read in one query (and their devices
-//! and logins in one more each), the group's batches are decided in order against what was
-//! read plus what the earlier batches decided, and the new users, identities, history rows and
-//! device pointers are written in one statement each. One transaction per batch was a fifth of
-//! the rate of batches with an MPID (issue 16).
+//! is the cost: what the store knows of the whole group's identities and devices is read at
+//! once ([`super::identity_read`]: one round trip on PostgreSQL, locks included), the group's
+//! batches are decided in order against what was read plus what the earlier batches decided,
+//! and the new users, identities, history rows and device pointers are written in one
+//! statement on PostgreSQL (one per kind of row on SQLite). One transaction per batch was a
+//! fifth of the rate of batches with an MPID (issue 16).
 //!
 //! The writes wait until the group's batches are stored ([`write`]): a new user's row is then
 //! inserted once, with the profile the group's stored batches give it, instead of inserted
@@ -17,8 +18,8 @@
 //! Locks: on PostgreSQL the group takes the advisory lock of every identity and device it
 //! resolves, in key order, as [`Store::resolve_identity`](super::Store::resolve_identity) does
 //! for IDSync, so two nodes (or a node and an IDSync call) never make two users of one new
-//! identity; the reads come after the locks, so they see what a node that held them
-//! committed. The step runs after the group's job-row changes and before its batch keys and
+//! identity; the reads come after the locks, each with a snapshot taken after them, so they
+//! see what a node that held them committed (see [`super::identity_read`]). The step runs after the group's job-row changes and before its batch keys and
 //! profile rows (see the lock order in [`super::group`]); it touches no user row another
 //! transaction updates (a returning user's `last_seen_at` is set by the profile upsert, in
 //! MPID order with the others), so it adds no cycle.
@@ -28,55 +29,26 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use serde::Serialize;
+use sqlx::postgres::Postgres;
 
 use super::backend::{Sql, Tx, args};
-use super::identity_sql::{new_mpid, sorted};
+use super::identity_read::{self, Known};
+use super::identity_sql::new_mpid;
 use super::queue::{NewBatch, ProfileUpdate, Unresolved};
 use super::steps::ProfileRow;
 use crate::model::consent;
-use crate::model::identity::resolve::{Call, Lookup, Target, UserSummary, decide};
+use crate::model::identity::resolve::{Call, Lookup, Target, decide};
 use crate::model::identity::types::IdentityType;
 use crate::model::ids::Mpid;
 
-/// `$1` the keys as a JSON array, in the order to lock them (SQLite's writer already holds the
-/// only write lock).
-const LOCK_KEYS: Sql = Sql::postgres_only(
-    "SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) \
-     FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS x(k, n) ORDER BY n",
-);
-/// `$1` batch keys as a JSON array of `{"i": input, "r": source_request_id}`: those stored.
-const STORED_KEYS: Sql = Sql::each(
-    "SELECT j.value ->> 'i', j.value ->> 'r' FROM json_each($1) AS j WHERE EXISTS \
-     (SELECT 1 FROM batches b WHERE b.input_id = j.value ->> 'i' AND b.source_request_id = j.value ->> 'r')",
-    "SELECT j.i, j.r FROM jsonb_to_recordset($1::jsonb) AS j(i text, r text) WHERE EXISTS \
-     (SELECT 1 FROM batches b WHERE b.input_id = j.i AND b.source_request_id = j.r)",
-);
-/// `$1` identities as a JSON array of `{"t": type, "v": value}`: the owners of those known.
-const OWNERS: Sql = Sql::each(
-    "SELECT u.identity_type, u.identity, u.mpid FROM json_each($1) AS j \
-     JOIN user_identities u ON u.identity_type = j.value ->> 't' AND u.identity = j.value ->> 'v'",
-    "SELECT u.identity_type, u.identity, u.mpid FROM jsonb_to_recordset($1::jsonb) AS j(t text, v text) \
-     JOIN user_identities u ON u.identity_type = j.t AND u.identity = j.v",
-);
-/// `$1` devices as a JSON array: the user each points to.
-const DEVICE_USERS: Sql = Sql::each(
-    "SELECT device, mpid FROM device_users WHERE device IN (SELECT value FROM json_each($1))",
-    "SELECT device, mpid FROM device_users \
-     WHERE device IN (SELECT jsonb_array_elements_text($1::jsonb))",
-);
-/// `$1` MPIDs as a JSON array, `$2` the login type: those of them with a login.
-const LOGGED_IN: Sql = Sql::each(
-    "SELECT DISTINCT mpid FROM user_identities \
-     WHERE identity_type = $2 AND mpid IN (SELECT value FROM json_each($1))",
-    "SELECT DISTINCT mpid FROM user_identities \
-     WHERE identity_type = $2 AND mpid IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
-);
+// SQLite's writes, one statement each (a statement costs SQLite no round trip over a network;
+// PostgreSQL's are one statement, `WRITE_POSTGRES`).
+
 /// `$1` new MPIDs, `$2` now: new users none of whose batches was stored (a resend racing its
 /// original; their identities are still given to them).
 const INSERT_USERS: Sql = Sql::each(
     "INSERT INTO users (mpid, created_at, last_seen_at) SELECT value, $2, $2 FROM json_each($1)",
-    "INSERT INTO users (mpid, created_at, last_seen_at) \
-     SELECT jsonb_array_elements_text($1::jsonb)::bigint, $2, $2",
+    "",
 );
 // A new user's attributes and consent as the profile upsert would merge its profile rows into
 // an empty profile (`user_attributes` and `consent` start as `{}`), so the row is written once
@@ -89,24 +61,12 @@ macro_rules! insert_new_profiles_sqlite {
          json_patch('{\"gdpr\":{},\"ccpa\":{}}', value ->> 'consent') FROM json_each($1)"
     };
 }
-macro_rules! insert_new_profiles_postgres {
-    () => {
-        "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
-         SELECT mpid, $2, $2, jsonb_strip_nulls('{}'::jsonb || patch)::text, jsonb_build_object( \
-         'gdpr', '{}'::jsonb || COALESCE(consent -> 'gdpr', '{}'::jsonb), \
-         'ccpa', '{}'::jsonb || COALESCE(consent -> 'ccpa', '{}'::jsonb))::text \
-         FROM jsonb_to_recordset($1::jsonb) AS x(mpid bigint, patch jsonb, consent jsonb)"
-    };
-}
 /// `$1` the new users' profile rows, `$2` now.
-const INSERT_NEW_PROFILES: Sql = Sql::each(
-    insert_new_profiles_sqlite!(),
-    insert_new_profiles_postgres!(),
-);
+const INSERT_NEW_PROFILES: Sql = Sql::each(insert_new_profiles_sqlite!(), "");
 /// The same, answering each user's consent (for jobs handed to delivery with it).
 const INSERT_NEW_PROFILES_RETURNING_CONSENT: Sql = Sql::each(
     concat!(insert_new_profiles_sqlite!(), " RETURNING mpid, consent"),
-    concat!(insert_new_profiles_postgres!(), " RETURNING mpid, consent"),
+    "",
 );
 /// `$1` `Attach` rows, `$2` now. The advisory locks make a conflict impossible but for an
 /// identity `/modify` gave its user meanwhile (then, as in IDSync, the first owner keeps it).
@@ -114,40 +74,45 @@ const ATTACH: Sql = Sql::each(
     "INSERT INTO user_identities (identity_type, identity, mpid, created_at) \
      SELECT value ->> 't', value ->> 'v', value ->> 'mpid', $2 FROM json_each($1) WHERE true \
      ON CONFLICT (identity_type, identity) DO NOTHING",
-    "INSERT INTO user_identities (identity_type, identity, mpid, created_at) \
-     SELECT t, v, mpid, $2 FROM jsonb_to_recordset($1::jsonb) AS x(t text, v text, mpid bigint) \
-     ON CONFLICT (identity_type, identity) DO NOTHING",
+    "",
 );
 /// `$1` `Attach` rows, `$2` now: each attached identity in its user's history.
 const RECORD_ATTACHED: Sql = Sql::each(
     "INSERT INTO identity_changes (mpid, identity_type, old_value, new_value, changed_at) \
      SELECT value ->> 'mpid', value ->> 't', NULL, value ->> 'v', $2 FROM json_each($1)",
-    "INSERT INTO identity_changes (mpid, identity_type, old_value, new_value, changed_at) \
-     SELECT mpid, t, NULL, v, $2 FROM jsonb_to_recordset($1::jsonb) AS x(t text, v text, mpid bigint)",
+    "",
 );
 /// `$1` `PointDevice` rows (one per device), `$2` now.
 const POINT_DEVICES: Sql = Sql::each(
     "INSERT INTO device_users (device, mpid, updated_at) \
      SELECT value ->> 'd', value ->> 'mpid', $2 FROM json_each($1) WHERE true \
      ON CONFLICT (device) DO UPDATE SET mpid = excluded.mpid, updated_at = excluded.updated_at",
-    "INSERT INTO device_users (device, mpid, updated_at) \
-     SELECT d, mpid, $2 FROM jsonb_to_recordset($1::jsonb) AS x(d text, mpid bigint) \
-     ON CONFLICT (device) DO UPDATE SET mpid = excluded.mpid, updated_at = excluded.updated_at",
+    "",
 );
-
-/// An identity as the reads take it.
-#[derive(Debug, Serialize)]
-struct Key<'a> {
-    t: &'a str,
-    v: &'a str,
-}
-
-/// A batch's unique key as the duplicate check takes it.
-#[derive(Debug, Serialize)]
-struct BatchKey<'a> {
-    i: &'a str,
-    r: &'a str,
-}
+/// PostgreSQL: every write above in one statement (four round trips were one each): `$1` the
+/// new users' profile rows, `$2` now, `$3` the new users without one, `$4` `Attach` rows, `$5`
+/// `PointDevice` rows; with `$6`, answers the profiled users' consent. The identities and
+/// devices refer to users inserted by the same statement: their foreign keys are checked at
+/// its end, and data-modifying `WITH` parts always run to completion, read or not.
+const WRITE_POSTGRES: &str = "WITH profiled AS ( \
+     INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
+     SELECT mpid, $2, $2, jsonb_strip_nulls('{}'::jsonb || patch)::text, jsonb_build_object( \
+     'gdpr', '{}'::jsonb || COALESCE(consent -> 'gdpr', '{}'::jsonb), \
+     'ccpa', '{}'::jsonb || COALESCE(consent -> 'ccpa', '{}'::jsonb))::text \
+     FROM jsonb_to_recordset($1::jsonb) AS x(mpid bigint, patch jsonb, consent jsonb) \
+     RETURNING mpid, consent), \
+     bare AS (INSERT INTO users (mpid, created_at, last_seen_at) \
+     SELECT unnest($3::int8[]), $2, $2), \
+     attached AS (INSERT INTO user_identities (identity_type, identity, mpid, created_at) \
+     SELECT t, v, mpid, $2 FROM jsonb_to_recordset($4::jsonb) AS x(t text, v text, mpid bigint) \
+     ON CONFLICT (identity_type, identity) DO NOTHING), \
+     recorded AS (INSERT INTO identity_changes \
+     (mpid, identity_type, old_value, new_value, changed_at) \
+     SELECT mpid, t, NULL, v, $2 FROM jsonb_to_recordset($4::jsonb) AS x(t text, v text, mpid bigint)), \
+     pointed AS (INSERT INTO device_users (device, mpid, updated_at) \
+     SELECT d, mpid, $2 FROM jsonb_to_recordset($5::jsonb) AS x(d text, mpid bigint) \
+     ON CONFLICT (device) DO UPDATE SET mpid = excluded.mpid, updated_at = excluded.updated_at) \
+     SELECT mpid, consent FROM profiled WHERE $6";
 
 /// An identity given to a user.
 #[derive(Debug, Serialize)]
@@ -162,24 +127,6 @@ struct Attach<'a> {
 struct PointDevice<'a> {
     d: &'a str,
     mpid: Mpid,
-}
-
-/// What the identity store holds for the group, as read and then as the group's earlier
-/// batches changed it.
-#[derive(Debug, Default)]
-struct Known {
-    owners: HashMap<(String, String), Mpid>,
-    devices: HashMap<String, Mpid>,
-    logged_in: HashSet<Mpid>,
-}
-
-impl Known {
-    fn summary(&self, mpid: Mpid) -> UserSummary {
-        UserSummary {
-            mpid,
-            logged_in: self.logged_in.contains(&mpid),
-        }
-    }
 }
 
 /// The writes the group's decisions call for.
@@ -238,10 +185,15 @@ pub(super) async fn resolve_batches(
         settle_all(batches, &resolving, Vec::new());
         return Ok(Decided::default());
     }
-    // The locks first: a resend racing its original on another node (the same identities)
-    // waits here until the original commits, and the read below then finds it stored.
-    lock_keys(tx, &candidates).await?;
-    let stored = read_stored_keys(tx, batches, &resolving).await?;
+    // The locks first (in the read): a resend racing its original on another node (the same
+    // identities) waits there until the original commits, and the read then finds it stored.
+    let keys: Vec<(&str, &str)> = batches
+        .iter()
+        .zip(&resolving)
+        .filter(|(_, resolve)| **resolve)
+        .filter_map(|(b, _)| batch_key(b))
+        .collect();
+    let (stored, mut known) = identity_read::read(tx, &keys, &candidates).await?;
     for (flag, batch) in resolving.iter_mut().zip(batches.iter()) {
         let key = batch_key(batch).map(|(i, r)| (i.to_owned(), r.to_owned()));
         if key.is_some_and(|key| stored.contains(&key)) {
@@ -249,7 +201,6 @@ pub(super) async fn resolve_batches(
         }
     }
     let pending = unresolved_of(batches, &resolving);
-    let mut known = read_known(tx, &pending).await?;
     let mut writes = Writes::default();
     let mut users = Vec::with_capacity(pending.len());
     for unresolved in pending.iter().copied() {
@@ -302,83 +253,6 @@ fn settle_all(batches: &mut [&mut NewBatch], resolving: &[bool], users: Vec<Opti
         };
         settle(batch, user);
     }
-}
-
-/// The keys of the batches `resolving` marks that are already stored.
-async fn read_stored_keys(
-    tx: &mut Tx<'_>,
-    batches: &[&mut NewBatch],
-    resolving: &[bool],
-) -> Result<HashSet<(String, String)>, sqlx::Error> {
-    let keys: Vec<BatchKey<'_>> = batches
-        .iter()
-        .zip(resolving)
-        .filter(|(_, resolve)| **resolve)
-        .filter_map(|(b, _)| batch_key(b))
-        .map(|(i, r)| BatchKey { i, r })
-        .collect();
-    if keys.is_empty() {
-        return Ok(HashSet::new());
-    }
-    let rows: Vec<(String, String)> = tx
-        .fetch_all(STORED_KEYS, args![json(&keys).as_str()])
-        .await?;
-    Ok(rows.into_iter().collect())
-}
-
-/// PostgreSQL: the advisory lock of every identity and device of the group, in key order (the
-/// keys [`Store::resolve_identity`](super::Store::resolve_identity) locks).
-async fn lock_keys(tx: &mut Tx<'_>, pending: &[&Unresolved]) -> Result<(), sqlx::Error> {
-    let keys: Vec<String> = pending
-        .iter()
-        .flat_map(|u| {
-            let identities = u.identities.iter().map(|(k, v)| format!("{k}:{v}"));
-            identities.chain(u.device.iter().map(|d| format!("device:{d}")))
-        })
-        .collect();
-    let keys = serde_json::to_string(&sorted(keys)).unwrap_or_else(|_| "[]".to_owned());
-    tx.execute(LOCK_KEYS, args![keys.as_str()]).await?;
-    Ok(())
-}
-
-/// The owners of the group's identities, its devices' users, and which of those users have a
-/// login.
-async fn read_known(tx: &mut Tx<'_>, pending: &[&Unresolved]) -> Result<Known, sqlx::Error> {
-    let keys: Vec<Key<'_>> = pending
-        .iter()
-        .flat_map(|u| u.identities.iter())
-        .map(|(t, v)| Key { t, v })
-        .collect();
-    let mut known = Known::default();
-    if !keys.is_empty() {
-        let rows: Vec<(String, String, Mpid)> =
-            tx.fetch_all(OWNERS, args![json(&keys).as_str()]).await?;
-        known.owners = rows.into_iter().map(|(t, v, m)| ((t, v), m)).collect();
-    }
-    let devices: Vec<&str> = pending.iter().filter_map(|u| u.device.as_deref()).collect();
-    if devices.is_empty() {
-        // Without a device, whether a user has a login never decides (see `decide`).
-        return Ok(known);
-    }
-    let rows: Vec<(String, Mpid)> = tx
-        .fetch_all(DEVICE_USERS, args![json(&devices).as_str()])
-        .await?;
-    known.devices = rows.into_iter().collect();
-    let mpids: HashSet<Mpid> = known
-        .owners
-        .values()
-        .chain(known.devices.values())
-        .copied()
-        .collect();
-    if !mpids.is_empty() {
-        let mpids: Vec<Mpid> = mpids.into_iter().collect();
-        let login = IdentityType::CustomerId.as_str();
-        let rows: Vec<(Mpid,)> = tx
-            .fetch_all(LOGGED_IN, args![json(&mpids).as_str(), login])
-            .await?;
-        known.logged_in = rows.into_iter().map(|(m,)| m).collect();
-    }
-    Ok(known)
 }
 
 /// One batch's user, decided against what is known (which then includes this decision), or
@@ -442,7 +316,64 @@ pub(super) async fn write(
     now: i64,
     returning: bool,
 ) -> Result<HashMap<Mpid, Arc<serde_json::Value>>, sqlx::Error> {
-    let mut consents = HashMap::new();
+    if tx.is_sqlite() {
+        write_sqlite(tx, decided, profiles, now, returning).await
+    } else {
+        write_postgres(tx, decided, profiles, now, returning).await
+    }
+}
+
+/// The new users of `decided` without a row in `profiles` (none of their batches was stored).
+fn bare_users(decided: &Decided, profiles: &[ProfileRow]) -> Vec<Mpid> {
+    if profiles.len() >= decided.users.len() {
+        return Vec::new();
+    }
+    let profiled: HashSet<Mpid> = profiles.iter().map(|p| p.mpid).collect();
+    decided.users.difference(&profiled).copied().collect()
+}
+
+/// The consent of each user as stored, from `(mpid, consent)` rows.
+fn consents(rows: Vec<(Mpid, String)>) -> HashMap<Mpid, Arc<serde_json::Value>> {
+    rows.into_iter()
+        .map(|(mpid, stored)| (mpid, Arc::new(consent::state(&stored))))
+        .collect()
+}
+
+/// [`write`] on PostgreSQL: one statement, `WRITE_POSTGRES`.
+async fn write_postgres(
+    tx: &mut Tx<'_>,
+    decided: &Decided,
+    profiles: &[ProfileRow],
+    now: i64,
+    returning: bool,
+) -> Result<HashMap<Mpid, Arc<serde_json::Value>>, sqlx::Error> {
+    let bare: Vec<i64> = bare_users(decided, profiles)
+        .into_iter()
+        .map(Mpid::get)
+        .collect();
+    let nothing = decided.attach.is_none() && decided.devices.is_none();
+    if profiles.is_empty() && bare.is_empty() && nothing {
+        return Ok(HashMap::new());
+    }
+    let query = sqlx::query_as::<Postgres, (Mpid, String)>(WRITE_POSTGRES)
+        .bind(json(profiles))
+        .bind(now)
+        .bind(bare)
+        .bind(decided.attach.as_deref().unwrap_or("[]"))
+        .bind(decided.devices.as_deref().unwrap_or("[]"))
+        .bind(returning);
+    Ok(consents(tx.fetch_all_postgres(query).await?))
+}
+
+/// [`write`] on SQLite: a statement per kind of row.
+async fn write_sqlite(
+    tx: &mut Tx<'_>,
+    decided: &Decided,
+    profiles: &[ProfileRow],
+    now: i64,
+    returning: bool,
+) -> Result<HashMap<Mpid, Arc<serde_json::Value>>, sqlx::Error> {
+    let mut stored = HashMap::new();
     if returning && !profiles.is_empty() {
         let rows: Vec<(Mpid, String)> = tx
             .fetch_all(
@@ -450,17 +381,13 @@ pub(super) async fn write(
                 args![json(profiles).as_str(), now],
             )
             .await?;
-        consents.extend(
-            rows.into_iter()
-                .map(|(mpid, stored)| (mpid, Arc::new(consent::state(&stored)))),
-        );
+        stored = consents(rows);
     } else if !profiles.is_empty() {
         tx.execute(INSERT_NEW_PROFILES, args![json(profiles).as_str(), now])
             .await?;
     }
-    if profiles.len() < decided.users.len() {
-        let profiled: HashSet<Mpid> = profiles.iter().map(|p| p.mpid).collect();
-        let bare: Vec<Mpid> = decided.users.difference(&profiled).copied().collect();
+    let bare = bare_users(decided, profiles);
+    if !bare.is_empty() {
         tx.execute(INSERT_USERS, args![json(&bare).as_str(), now])
             .await?;
     }
@@ -472,7 +399,7 @@ pub(super) async fn write(
     if let Some(rows) = &decided.devices {
         tx.execute(POINT_DEVICES, args![rows.as_str(), now]).await?;
     }
-    Ok(consents)
+    Ok(stored)
 }
 
 /// Makes `batch` what it is with `user`: its body, jobs and profile update. It can be settled

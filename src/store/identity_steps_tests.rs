@@ -10,7 +10,7 @@ use super::*;
 use crate::model::ids::{ConnectionId, InputId};
 use crate::store::Store;
 use crate::store::queue::NewJob;
-use crate::store::tests::harness::TestStore;
+use crate::store::tests::harness::{TestStore, on_postgres};
 
 /// (identities, device, may create a user).
 type Given<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>, bool);
@@ -197,6 +197,91 @@ async fn a_resolved_batch_carries_its_user_in_body_jobs_and_profile() {
         }
     }
     assert!(batches[8].profile.is_none(), "may not make a user");
+}
+
+/// The calls in two groups, the second after the first committed, so that the second reads
+/// every owner, device and login from the store; against IDSync running them all twice.
+#[tokio::test]
+async fn a_second_group_reads_what_the_first_stored_as_idsync_would() {
+    let grouped = TestStore::open().await;
+    let mut batches = in_one_group(&grouped.store).await;
+    batches.extend(in_one_group(&grouped.store).await);
+    let group_users: Vec<Option<Mpid>> = batches
+        .iter()
+        .map(|b| b.profile.as_ref().map(|p| p.mpid))
+        .collect();
+    let single = TestStore::open().await;
+    let mut single_users = one_by_one(&single.store).await;
+    single_users.extend(one_by_one(&single.store).await);
+    let (group_classes, group_map) = classes(&group_users);
+    let (single_classes, single_map) = classes(&single_users);
+    assert_eq!(group_classes, single_classes);
+    assert_eq!(
+        owners(&grouped.store, &group_map).await,
+        owners(&single.store, &single_map).await
+    );
+    assert_eq!(users(&grouped.store).await, users(&single.store).await);
+}
+
+const LOCK: Sql = Sql::postgres_only("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))");
+const MADE_USER: Sql =
+    Sql::shared("INSERT INTO users (mpid, created_at, last_seen_at) VALUES (77, 1, 1)");
+const GAVE_IDENTITY: Sql = Sql::shared(
+    "INSERT INTO user_identities (identity_type, identity, mpid, created_at) \
+     VALUES ('email', 'late@x', 77, 1)",
+);
+/// Advisory locks waited for in this test's database.
+const WAITING: Sql = Sql::postgres_only(
+    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+     AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+);
+
+/// PostgreSQL: a group that waits for an identity's lock reads after the wait, so it finds the
+/// user the lock's holder made of that identity meanwhile, and makes no second one. (A read in
+/// the statement that takes the locks would not: its snapshot is older than the holder's
+/// commit.)
+#[tokio::test]
+async fn a_group_waiting_for_an_identitys_lock_finds_the_user_its_holder_made() {
+    if !on_postgres() {
+        return;
+    }
+    let db = TestStore::open().await;
+    let mut holder = db.store.begin().await.expect("begin");
+    holder
+        .execute(LOCK, args!["email:late@x"])
+        .await
+        .expect("lock");
+    holder.execute(MADE_USER, &[]).await.expect("user");
+    holder.execute(GAVE_IDENTITY, &[]).await.expect("identity");
+    let store = db.store.clone();
+    let group = tokio::spawn(async move {
+        let mut batches = [unnamed(&(&[("email", "late@x")], None, true))];
+        let mut tx = store.begin().await.expect("begin");
+        let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
+        let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
+        write(&mut tx, &decided, &[], 1_000, false)
+            .await
+            .expect("write");
+        tx.commit().await.expect("commit");
+        batches[0].profile.as_ref().map(|p| p.mpid)
+    });
+    let mut polls = 0;
+    loop {
+        let (waiting,): (i64,) = db.store.fetch_one(WAITING, &[]).await.expect("locks");
+        if waiting > 0 {
+            break;
+        }
+        polls += 1;
+        assert!(
+            polls < 1_000,
+            "the group never waited for the identity's lock"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    holder.commit().await.expect("commit");
+    let user = group.await.expect("the group");
+    assert_eq!(user, Some(Mpid::new(77)));
+    assert_eq!(users(&db.store).await, 1, "a second user of one identity");
 }
 
 #[test]

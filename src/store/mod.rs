@@ -18,6 +18,7 @@ pub(crate) mod faults;
 pub(crate) mod forwarding_sql;
 mod group;
 pub(crate) mod health_sql;
+mod identity_read;
 pub(crate) mod identity_sql;
 mod identity_steps;
 pub(crate) mod metrics_sql;

@@ -1,0 +1,227 @@
+//! The identity step's read (see [`super::identity_steps`]): what the store holds for a group's
+//! batches without an MPID, after their identities' and devices' locks: which of their batch
+//! keys are stored, who owns their identities, whom their devices point to, and which of those
+//! users have a login.
+//!
+//! On PostgreSQL it is one round trip, a call of `boson_group_identities` (migration 0029),
+//! which takes the advisory locks in key order and then reads, each read a statement of its
+//! own with a fresh snapshot: a read in the locking statement would use the snapshot taken
+//! before a lock was waited for and miss what its holder committed (two users of one new
+//! identity). It replaced four or five round trips (locks, stored keys, owners, devices,
+//! logins), whose plans, kept for the connection, could be hash joins over a whole table or
+//! index per group (1.6–4.5 ms a group, issue 16 item 4); each key is one index probe in the
+//! function. SQLite's writer holds the only write lock, so it takes none and reads as it did.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+use sqlx::postgres::Postgres;
+
+use super::backend::{Sql, Tx, args};
+use super::identity_sql::sorted;
+use super::queue::Unresolved;
+use crate::model::identity::resolve::UserSummary;
+use crate::model::identity::types::IdentityType;
+use crate::model::ids::Mpid;
+
+/// PostgreSQL: the locks and reads in one call (see the module's comment).
+const GROUP_IDENTITIES_POSTGRES: &str = "SELECT kind, a, b, mpid, logged_in \
+     FROM boson_group_identities($1, $2, $3, $4, $5, $6, $7)";
+
+// SQLite's reads (PostgreSQL's are the function's: no text for it here).
+
+/// `$1` batch keys as a JSON array of `{"i": input, "r": source_request_id}`: those stored.
+const STORED_KEYS: Sql = Sql::each(
+    "SELECT j.value ->> 'i', j.value ->> 'r' FROM json_each($1) AS j WHERE EXISTS \
+     (SELECT 1 FROM batches b WHERE b.input_id = j.value ->> 'i' AND b.source_request_id = j.value ->> 'r')",
+    "",
+);
+/// `$1` identities as a JSON array of `{"t": type, "v": value}`: the owners of those known.
+const OWNERS: Sql = Sql::each(
+    "SELECT u.identity_type, u.identity, u.mpid FROM json_each($1) AS j \
+     JOIN user_identities u ON u.identity_type = j.value ->> 't' AND u.identity = j.value ->> 'v'",
+    "",
+);
+/// `$1` devices as a JSON array: the user each points to.
+const DEVICE_USERS: Sql = Sql::each(
+    "SELECT device, mpid FROM device_users WHERE device IN (SELECT value FROM json_each($1))",
+    "",
+);
+/// `$1` MPIDs as a JSON array, `$2` the login type: those of them with a login.
+const LOGGED_IN: Sql = Sql::each(
+    "SELECT DISTINCT mpid FROM user_identities \
+     WHERE identity_type = $2 AND mpid IN (SELECT value FROM json_each($1))",
+    "",
+);
+
+/// What the identity store holds for the group, as read and then as the group's earlier
+/// batches changed it.
+#[derive(Debug, Default)]
+pub(super) struct Known {
+    pub(super) owners: HashMap<(String, String), Mpid>,
+    pub(super) devices: HashMap<String, Mpid>,
+    pub(super) logged_in: HashSet<Mpid>,
+}
+
+impl Known {
+    pub(super) fn summary(&self, mpid: Mpid) -> UserSummary {
+        UserSummary {
+            mpid,
+            logged_in: self.logged_in.contains(&mpid),
+        }
+    }
+}
+
+/// The stored batch keys among `keys` (input, `source_request_id`), and what is known of the
+/// identities and devices of `candidates`, read after their locks.
+pub(super) async fn read(
+    tx: &mut Tx<'_>,
+    keys: &[(&str, &str)],
+    candidates: &[&Unresolved],
+) -> Result<(HashSet<(String, String)>, Known), sqlx::Error> {
+    if tx.is_sqlite() {
+        let stored = read_stored_keys(tx, keys).await?;
+        Ok((stored, read_known(tx, candidates).await?))
+    } else {
+        read_postgres(tx, keys, candidates).await
+    }
+}
+
+/// The keys PostgreSQL locks: every identity and device of `candidates`, in key order (the
+/// keys [`Store::resolve_identity`](super::Store::resolve_identity) locks).
+fn lock_keys(candidates: &[&Unresolved]) -> Vec<String> {
+    let keys = candidates
+        .iter()
+        .flat_map(|u| {
+            let identities = u.identities.iter().map(|(k, v)| format!("{k}:{v}"));
+            identities.chain(u.device.iter().map(|d| format!("device:{d}")))
+        })
+        .collect();
+    sorted(keys)
+}
+
+/// One row of `boson_group_identities`: (kind, a, b, mpid, has a login).
+type Row = (String, String, Option<String>, Option<Mpid>, bool);
+
+async fn read_postgres(
+    tx: &mut Tx<'_>,
+    keys: &[(&str, &str)],
+    candidates: &[&Unresolved],
+) -> Result<(HashSet<(String, String)>, Known), sqlx::Error> {
+    let (inputs, requests): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
+    let identities = candidates.iter().flat_map(|u| u.identities.iter());
+    let (types, values): (Vec<&str>, Vec<&str>) =
+        identities.map(|(t, v)| (t.as_str(), v.as_str())).unzip();
+    let devices: Vec<&str> = candidates
+        .iter()
+        .filter_map(|u| u.device.as_deref())
+        .collect();
+    let query = sqlx::query_as::<Postgres, Row>(GROUP_IDENTITIES_POSTGRES)
+        .bind(lock_keys(candidates))
+        .bind(inputs)
+        .bind(requests)
+        .bind(types)
+        .bind(values)
+        .bind(devices)
+        .bind(IdentityType::CustomerId.as_str());
+    let mut stored = HashSet::new();
+    let mut known = Known::default();
+    for (kind, a, b, mpid, logged_in) in tx.fetch_all_postgres(query).await? {
+        match (kind.as_str(), b, mpid) {
+            ("s", Some(request), _) => {
+                stored.insert((a, request));
+            }
+            ("o", Some(value), Some(mpid)) => {
+                known.owners.insert((a, value), mpid);
+            }
+            ("d", None, Some(mpid)) => {
+                known.devices.insert(a, mpid);
+            }
+            _ => {
+                return Err(sqlx::Error::Protocol(format!(
+                    "boson_group_identities answered a {kind:?} row it does not make"
+                )));
+            }
+        }
+        if let (true, Some(mpid)) = (logged_in, mpid) {
+            known.logged_in.insert(mpid);
+        }
+    }
+    Ok((stored, known))
+}
+
+/// An identity as SQLite's reads take it.
+#[derive(Debug, Serialize)]
+struct Key<'a> {
+    t: &'a str,
+    v: &'a str,
+}
+
+/// A batch's unique key as SQLite's duplicate check takes it.
+#[derive(Debug, Serialize)]
+struct BatchKey<'a> {
+    i: &'a str,
+    r: &'a str,
+}
+
+/// SQLite: the stored keys among `keys`.
+async fn read_stored_keys(
+    tx: &mut Tx<'_>,
+    keys: &[(&str, &str)],
+) -> Result<HashSet<(String, String)>, sqlx::Error> {
+    if keys.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let keys: Vec<BatchKey<'_>> = keys.iter().map(|&(i, r)| BatchKey { i, r }).collect();
+    let rows: Vec<(String, String)> = tx
+        .fetch_all(STORED_KEYS, args![json(&keys).as_str()])
+        .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// SQLite: the owners of the group's identities, its devices' users, and which of those users
+/// have a login.
+async fn read_known(tx: &mut Tx<'_>, candidates: &[&Unresolved]) -> Result<Known, sqlx::Error> {
+    let keys: Vec<Key<'_>> = candidates
+        .iter()
+        .flat_map(|u| u.identities.iter())
+        .map(|(t, v)| Key { t, v })
+        .collect();
+    let mut known = Known::default();
+    if !keys.is_empty() {
+        let rows: Vec<(String, String, Mpid)> =
+            tx.fetch_all(OWNERS, args![json(&keys).as_str()]).await?;
+        known.owners = rows.into_iter().map(|(t, v, m)| ((t, v), m)).collect();
+    }
+    let devices: Vec<&str> = candidates
+        .iter()
+        .filter_map(|u| u.device.as_deref())
+        .collect();
+    if devices.is_empty() {
+        // Without a device, whether a user has a login never decides (see `decide`).
+        return Ok(known);
+    }
+    let rows: Vec<(String, Mpid)> = tx
+        .fetch_all(DEVICE_USERS, args![json(&devices).as_str()])
+        .await?;
+    known.devices = rows.into_iter().collect();
+    let mpids: HashSet<Mpid> = known
+        .owners
+        .values()
+        .chain(known.devices.values())
+        .copied()
+        .collect();
+    if !mpids.is_empty() {
+        let mpids: Vec<Mpid> = mpids.into_iter().collect();
+        let login = IdentityType::CustomerId.as_str();
+        let rows: Vec<(Mpid,)> = tx
+            .fetch_all(LOGGED_IN, args![json(&mpids).as_str(), login])
+            .await?;
+        known.logged_in = rows.into_iter().map(|(m,)| m).collect();
+    }
+    Ok(known)
+}
+
+fn json<T: Serialize + ?Sized>(rows: &T) -> String {
+    serde_json::to_string(rows).unwrap_or_else(|_| "[]".to_owned())
+}
