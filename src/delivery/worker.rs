@@ -22,6 +22,7 @@ use crate::model::now_ms;
 use crate::model::settings::ConnectionSettings;
 use crate::pipeline::filter;
 use crate::pipeline::output::Output;
+use crate::pipeline::stored_batch::StoredBatch;
 use crate::store::StoreError;
 use crate::store::queue::{AttemptRecord, DeadLetter, Job, JobKey, JobUpdate};
 
@@ -51,8 +52,8 @@ pub(super) async fn work(
             );
         }
     };
-    let document: serde_json::Value = match serde_json::from_slice(&job.body) {
-        Ok(document) => document,
+    let stored = match StoredBatch::read(&job.body) {
+        Ok(stored) => stored,
         Err(error) => {
             attempt.dead_letter(
                 0,
@@ -63,7 +64,8 @@ pub(super) async fn work(
             return attempt.finish(AttemptOutcome::DeadLetter, None);
         }
     };
-    let consent = match profile_consent(ctx, &job, &settings, &document).await {
+    let document = &stored.document;
+    let consent = match profile_consent(ctx, &job, &settings, document).await {
         Ok(consent) => consent,
         Err(error) => {
             // Never forward without knowing the user's consent: try again later.
@@ -81,11 +83,11 @@ pub(super) async fn work(
         verdicts,
         removed_attributes,
         ..
-    } = filter::plan(
+    } = filter::plan_stored(
         &settings,
         &output.settings,
         job.batch_id,
-        &document,
+        &stored,
         consent.as_deref(),
     );
     let live = Live {
@@ -94,7 +96,7 @@ pub(super) async fn work(
         input_id: &connection.input_id,
         members: vec![Member {
             batch_id: job.batch_id,
-            document: Some(&document),
+            document: Some(document),
             removed: &removed_attributes,
         }],
     };

@@ -1,17 +1,17 @@
 //! The connection filter: a stored batch plus a connection's settings in, the webhook request
 //! bodies and a per-event verdict out (spec §2, §3.2). Synchronous and free of I/O.
 
-use std::borrow::Cow;
-
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::model::alias_request;
 use crate::model::event_type::EventType;
 use crate::model::ids::BatchId;
 use crate::model::settings::{ConnectionSettings, ConnectionStatus, SettingName, WebhookSettings};
 
+use super::request_body::{self, OutboundEvent, with_events};
 use super::rules;
 pub(crate) use super::rules::{Rule, StrippedUserData};
+use super::stored_batch::StoredBatch;
 
 /// What the filter did with one inbound event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +115,36 @@ pub(crate) fn plan(
     document: &Value,
     profile_consent: Option<&Value>,
 ) -> Plan {
+    plan_with(settings, webhook, batch_id, document, None, profile_consent)
+}
+
+/// [`plan`] for a stored batch: the events the filter leaves unchanged go out as the bytes
+/// they were stored as (see [`request_body`]).
+pub(crate) fn plan_stored(
+    settings: &ConnectionSettings,
+    webhook: &WebhookSettings,
+    batch_id: BatchId,
+    batch: &StoredBatch<'_>,
+    profile_consent: Option<&Value>,
+) -> Plan {
+    plan_with(
+        settings,
+        webhook,
+        batch_id,
+        &batch.document,
+        batch.stored_events(),
+        profile_consent,
+    )
+}
+
+fn plan_with(
+    settings: &ConnectionSettings,
+    webhook: &WebhookSettings,
+    batch_id: BatchId,
+    document: &Value,
+    stored: Option<&[&[u8]]>,
+    profile_consent: Option<&Value>,
+) -> Plan {
     if alias_request::is_alias(document) {
         return alias_plan(settings, document);
     }
@@ -152,14 +182,20 @@ pub(crate) fn plan(
 
     // The batch-level fields are serialised once and shared by every body cut from this batch;
     // cloning and re-serialising them per event was the largest cost of real-time delivery.
-    let (base, stripped) = outbound_base(settings, webhook, batch_id, document);
-    let base = serialize(&Value::Object(base));
-    let forwarded: Vec<(usize, Cow<'_, Value>)> = events
+    let (base, stripped) = request_body::outbound_base(settings, webhook, batch_id, document);
+    let base = request_body::serialize_base(&base);
+    // The stored events only if they are the parsed ones, one for one.
+    let stored = stored.filter(|stored| stored.len() == events.len());
+    let forwarded: Vec<(usize, OutboundEvent<'_>)> = events
         .iter()
         .zip(&verdicts)
         .enumerate()
         .filter(|(_, (_, v))| **v == Verdict::Forwarded)
-        .map(|(i, (event, _))| (i, outbound_event(settings, event, &removed_attributes[i])))
+        .map(|(i, (event, _))| {
+            let raw = stored.and_then(|stored| stored.get(i).copied());
+            let event = request_body::outbound_event(settings, event, raw, &removed_attributes[i]);
+            (i, event)
+        })
         .collect();
 
     let payloads = if user_rule.is_some() {
@@ -217,115 +253,9 @@ fn alias_plan(settings: &ConnectionSettings, document: &Value) -> Plan {
     }
 }
 
-/// The batch-level part of every outbound body: everything but `events`, stripped per settings;
-/// and the user data the Data Filter stripped from it.
-fn outbound_base(
-    settings: &ConnectionSettings,
-    webhook: &WebhookSettings,
-    batch_id: BatchId,
-    document: &Value,
-) -> (Map<String, Value>, StrippedUserData) {
-    let mut base: Map<String, Value> = document
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(key, _)| key.as_str() != "events")
-        .map(|(key, value)| (key.clone(), value.clone()))
-        .collect();
-    base.insert("batch_id".into(), json!(batch_id));
-    if !settings.include_metadata {
-        for key in ["application_info", "device_info", "source_info"] {
-            base.remove(key);
-        }
-    }
-    for path in &settings.metadata_field_exclusions {
-        remove_path(&mut base, path);
-    }
-    // The batch location has its own switch, off by default; Include Location Information
-    // governs the events' locations (spec §1.7.1, §2).
-    if !settings.include_event_batch_location
-        && let Some(Value::Object(context)) = base.get_mut("context")
-    {
-        context.remove("location");
-    }
-    if !webhook.include_mp_deviceid {
-        base.remove("mp_deviceid");
-    }
-    if let Some(unique_id) = settings.unique_id.as_deref().filter(|u| !u.is_empty()) {
-        base.insert("unique_id".into(), json!(unique_id));
-    }
-    let stripped = rules::strip_user_data(&settings.data_filter, &mut base);
-    (base, stripped)
-}
-
-/// An event as it goes out; borrowed unless something must be removed from it: its location,
-/// or the `removed` custom attributes.
-fn outbound_event<'a>(
-    settings: &ConnectionSettings,
-    event: &'a Value,
-    removed: &[String],
-) -> Cow<'a, Value> {
-    let has_location = event
-        .get("data")
-        .is_some_and(|d| d.get("location").is_some());
-    let strip_location = !settings.include_location_information && has_location;
-    if !strip_location && removed.is_empty() {
-        return Cow::Borrowed(event);
-    }
-    let mut event = event.clone();
-    if let Some(Value::Object(data)) = event.get_mut("data") {
-        if strip_location {
-            data.remove("location");
-        }
-        if let Some(Value::Object(attributes)) = data.get_mut("custom_attributes") {
-            for key in removed {
-                attributes.remove(key);
-            }
-        }
-    }
-    Cow::Owned(event)
-}
-
 fn serialize(value: &impl serde::Serialize) -> Vec<u8> {
     // Serialising JSON values cannot fail: their keys are strings.
     serde_json::to_vec(value).unwrap_or_default()
-}
-
-/// `{"events":[…],<base fields>}` from the serialised base object and the events.
-fn with_events(base: &[u8], events: &[(usize, Cow<'_, Value>)]) -> Payload {
-    let event_count = events.len();
-    let event_indexes = events.iter().map(|(i, _)| *i).collect();
-    let events: Vec<&Cow<'_, Value>> = events.iter().map(|(_, e)| e).collect();
-    let events = serialize(&events);
-    let mut body = Vec::with_capacity(base.len() + events.len() + 12);
-    body.extend_from_slice(b"{\"events\":");
-    body.extend_from_slice(&events);
-    // `base` is a serialised object, `{}` or `{"k":…}`: its fields follow the events.
-    if base.len() > 2 {
-        body.push(b',');
-        body.extend_from_slice(&base[1..]);
-    } else {
-        body.push(b'}');
-    }
-    Payload {
-        body,
-        event_count,
-        event_indexes,
-    }
-}
-
-/// Removes a dotted path (`ip`, `device_info.device`) if present.
-fn remove_path(map: &mut Map<String, Value>, path: &str) {
-    match path.split_once('.') {
-        None => {
-            map.remove(path);
-        }
-        Some((head, rest)) => {
-            if let Some(Value::Object(inner)) = map.get_mut(head) {
-                remove_path(inner, rest);
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -31,7 +31,9 @@ pub(crate) mod identity;
 mod inbound;
 pub(crate) mod output;
 pub(crate) mod preview;
+mod request_body;
 mod rules;
+pub(crate) mod stored_batch;
 
 pub(crate) use accept::{AcceptError, Document, Pipeline};
 

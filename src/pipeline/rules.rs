@@ -5,7 +5,7 @@
 use std::fmt;
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::model::data_filter::{DataFilter, DataPointRef};
@@ -13,6 +13,8 @@ use crate::model::event_type::EventType;
 use crate::model::forwarding_rules::{AttributeScope, ForwardingRules};
 use crate::model::identity::types::IdentityType;
 use crate::model::settings::SettingName;
+
+use super::request_body::Base;
 
 /// The rule that dropped an event; its `Display` is what the Live Stream shows after `filtered`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -263,15 +265,14 @@ impl StrippedUserData {
 
 /// Removes the user attributes and identities the Data Filter does not send from a batch's
 /// outbound fields, and names what it removed.
-pub(crate) fn strip_user_data(
-    filter: &DataFilter,
-    base: &mut Map<String, Value>,
-) -> StrippedUserData {
+pub(crate) fn strip_user_data(filter: &DataFilter, base: &mut Base<'_>) -> StrippedUserData {
     let mut stripped = StrippedUserData::default();
     if filter.is_pass_through() {
         return stripped;
     }
-    if let Some(Value::Object(attributes)) = base.get_mut("user_attributes") {
+    if let Some(attributes) = base.get_mut("user_attributes")
+        && let Value::Object(attributes) = attributes.to_mut()
+    {
         attributes.retain(|key, _| {
             let sends = filter.sends(&DataPointRef::UserAttribute(key));
             if !sends {
@@ -280,7 +281,9 @@ pub(crate) fn strip_user_data(
             sends
         });
     }
-    if let Some(Value::Array(identities)) = base.get_mut("user_identities") {
+    if let Some(identities) = base.get_mut("user_identities")
+        && let Value::Array(identities) = identities.to_mut()
+    {
         identities.retain(|identity| {
             let kind = identity.get("identity_type").and_then(Value::as_str);
             let sends = match kind.and_then(IdentityType::parse) {

@@ -5,6 +5,12 @@
 //! each statement is a round trip to the database (on SQLite, to its worker thread), so per-row
 //! statements were the writer's main cost. Dead letters, which are rare and carry bodies, go
 //! row by row.
+//!
+//! On SQLite a statement that reads fields of object rows (`value ->> 'job_id'`) walks them with
+//! `jsonb_each`, which gives each row as SQLite's binary JSON: `json_each` gave it as text,
+//! rendered again for every `value` the statement names and parsed again by its `->>`, which
+//! was about 10% of the instructions of real-time delivery (a job and an attempt per batch).
+//! The values the statements read are the same.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -123,7 +129,7 @@ const RETRY_JOBS: Sql = Sql::each(
      next_attempt_at = r.next_attempt_at, lease_until = 0, last_error = r.error \
      FROM (SELECT value ->> 'job_id' AS job_id, value ->> 'progress' AS progress, \
      value ->> 'attempts' AS attempts, value ->> 'next_attempt_at' AS next_attempt_at, \
-     value ->> 'error' AS error FROM json_each($1)) AS r \
+     value ->> 'error' AS error FROM jsonb_each($1)) AS r \
      WHERE jobs.id = r.job_id AND jobs.leased_by = $2",
     "UPDATE jobs SET progress = r.progress, attempts = r.attempts, \
      next_attempt_at = r.next_attempt_at, lease_until = 0, last_error = r.error \
@@ -137,7 +143,7 @@ const INSERT_ATTEMPTS: Sql = Sql::each(
      (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events) \
      SELECT value ->> 'job_id', value ->> 'connection_id', value ->> 'attempted_at', \
      value ->> 'outcome', value ->> 'status', value ->> 'error', value ->> 'requests', \
-     value ->> 'latency_ms', value ->> 'events' FROM json_each($1)",
+     value ->> 'latency_ms', value ->> 'events' FROM jsonb_each($1)",
     "INSERT INTO attempts \
      (job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, events) \
      SELECT job_id, connection_id, attempted_at, outcome, status, error, requests, latency_ms, \
@@ -283,7 +289,7 @@ macro_rules! upsert_profiles_sqlite {
     () => {
         "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
          SELECT value ->> 'mpid', $2, $2, value ->> 'patch', value ->> 'consent' \
-         FROM json_each($1) WHERE true \
+         FROM jsonb_each($1) WHERE true \
          ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
          user_attributes = json_patch(users.user_attributes, excluded.user_attributes), \
          consent = json_patch(json_patch(users.consent, json_object( \
@@ -329,7 +335,7 @@ const INSERT_JOBS: Sql = Sql::each(
      value ->> 'created_at' AS created_at, value ->> 'lease_until' AS lease_until, \
      value ->> 'leased_by' AS leased_by, value ->> 'mpid' AS mpid, \
      value ->> 'next_attempt_at' AS next_attempt_at, value ->> 'coalesce_head' AS coalesce_head \
-     FROM json_each($1)) AS x \
+     FROM jsonb_each($1)) AS x \
      RETURNING id, batch_id, connection_id, lease_until",
     "INSERT INTO jobs (batch_id, connection_id, revision_id, created_at, next_attempt_at, \
      lease_until, leased_by, mpid, coalesce_head) \

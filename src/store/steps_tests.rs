@@ -575,3 +575,49 @@ async fn bringing_a_connection_forward_makes_its_waiting_jobs_due_now() {
         "only a waiting job nobody holds moves, and only forward"
     );
 }
+
+/// The object rows' fields, read as the SQLite steps read them, through `json_each` (as they
+/// were read before) and through `jsonb_each` (as they are now).
+const FIELDS_BY_JSON_EACH: Sql = Sql::shared(
+    "SELECT value ->> 'i', value ->> 's', value ->> 'n', value ->> 'f', value ->> 'o', \
+     value ->> 'b' FROM json_each($1)",
+);
+const FIELDS_BY_JSONB_EACH: Sql = Sql::shared(
+    "SELECT value ->> 'i', value ->> 's', value ->> 'n', value ->> 'f', value ->> 'o', \
+     value ->> 'b' FROM jsonb_each($1)",
+);
+
+type Fields = (
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+    Option<f64>,
+    Option<String>,
+    Option<i64>,
+);
+
+#[tokio::test]
+async fn jsonb_each_reads_the_fields_json_each_read() {
+    let db = TestStore::open().await;
+    let mut tx = db.store.begin().await.expect("begin");
+    if !tx.is_sqlite() {
+        return; // PostgreSQL reads rows with jsonb_to_recordset.
+    }
+    let rows = json(&[
+        serde_json::json!({"i": i64::MAX, "s": "é \"q\" \\ \u{1} \u{2028}", "n": null, "f": 0.1,
+                           "o": {"a": [1, {"b": null}], "c": "x"}, "b": true}),
+        serde_json::json!({"i": -1, "s": "", "f": 1e300, "b": false}),
+        serde_json::json!({}),
+    ]);
+    let before: Vec<Fields> = tx
+        .fetch_all(FIELDS_BY_JSON_EACH, args![rows.as_str()])
+        .await
+        .expect("json_each");
+    let now: Vec<Fields> = tx
+        .fetch_all(FIELDS_BY_JSONB_EACH, args![rows.as_str()])
+        .await
+        .expect("jsonb_each");
+    assert_eq!(before.len(), 3);
+    assert_eq!(before[0].0, Some(i64::MAX));
+    assert_eq!(before, now);
+}

@@ -1,0 +1,208 @@
+//! The webhook request bodies the filter cuts from one batch: the batch-level fields, written
+//! once per batch, and each event, written into its own body (real time) or all into one (send
+//! as batch).
+//!
+//! An event the filter leaves as it is goes out as the bytes it was stored as (found by
+//! [`super::stored_batch`]). A stored batch is the normalised document as serde_json wrote it,
+//! so those bytes are the very bytes serialising the parsed event again would give (the
+//! equivalence tests in `request_body_tests.rs` hold the two ways to each other); writing each
+//! event anew was most of building a body in real-time delivery, where every event is a request
+//! of its own. The batch-level fields are
+//! borrowed from the parsed document and cloned only where a setting changes them.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::model::ids::BatchId;
+use crate::model::settings::{ConnectionSettings, WebhookSettings};
+
+use super::filter::Payload;
+use super::rules::{self, StrippedUserData};
+
+/// A batch's fields other than `events`, in key order, as they go out: borrowed unless a
+/// setting changed them.
+pub(super) type Base<'a> = BTreeMap<&'a str, Cow<'a, Value>>;
+
+/// One event as it goes out.
+#[derive(Debug)]
+pub(super) enum OutboundEvent<'a> {
+    /// Unchanged, and its stored bytes are at hand.
+    Stored(&'a [u8]),
+    /// Unchanged, read from the parsed document only.
+    Parsed(&'a Value),
+    /// Something was removed from it (its location, or custom attributes).
+    Changed(Value),
+}
+
+impl OutboundEvent<'_> {
+    fn write_to(&self, body: &mut Vec<u8>) {
+        match self {
+            Self::Stored(bytes) => body.extend_from_slice(bytes),
+            Self::Parsed(event) => write_json(body, event),
+            Self::Changed(event) => write_json(body, event),
+        }
+    }
+}
+
+/// The batch-level part of every outbound body: everything but `events`, stripped per settings;
+/// and the user data the Data Filter stripped from it.
+pub(super) fn outbound_base<'a>(
+    settings: &ConnectionSettings,
+    webhook: &WebhookSettings,
+    batch_id: BatchId,
+    document: &'a Value,
+) -> (Base<'a>, StrippedUserData) {
+    let mut base: Base<'a> = document
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| key.as_str() != "events")
+        .map(|(key, value)| (key.as_str(), Cow::Borrowed(value)))
+        .collect();
+    base.insert("batch_id", Cow::Owned(json!(batch_id)));
+    if !settings.include_metadata {
+        for key in ["application_info", "device_info", "source_info"] {
+            base.remove(key);
+        }
+    }
+    for path in &settings.metadata_field_exclusions {
+        remove_path(&mut base, path);
+    }
+    // The batch location has its own switch, off by default; Include Location Information
+    // governs the events' locations (spec §1.7.1, §2).
+    if !settings.include_event_batch_location {
+        remove_path(&mut base, "context.location");
+    }
+    if !webhook.include_mp_deviceid {
+        base.remove("mp_deviceid");
+    }
+    if let Some(unique_id) = settings.unique_id.as_deref().filter(|u| !u.is_empty()) {
+        base.insert("unique_id", Cow::Owned(json!(unique_id)));
+    }
+    let stripped = rules::strip_user_data(&settings.data_filter, &mut base);
+    (base, stripped)
+}
+
+/// An event as it goes out: as stored (`stored`, when at hand) or parsed, unless something must
+/// be removed from it: its location, or the `removed` custom attributes.
+pub(super) fn outbound_event<'a>(
+    settings: &ConnectionSettings,
+    event: &'a Value,
+    stored: Option<&'a [u8]>,
+    removed: &[String],
+) -> OutboundEvent<'a> {
+    let has_location = event
+        .get("data")
+        .is_some_and(|d| d.get("location").is_some());
+    let strip_location = !settings.include_location_information && has_location;
+    if !strip_location && removed.is_empty() {
+        return stored.map_or(OutboundEvent::Parsed(event), OutboundEvent::Stored);
+    }
+    let mut event = event.clone();
+    if let Some(Value::Object(data)) = event.get_mut("data") {
+        if strip_location {
+            data.remove("location");
+        }
+        if let Some(Value::Object(attributes)) = data.get_mut("custom_attributes") {
+            for key in removed {
+                attributes.remove(key);
+            }
+        }
+    }
+    OutboundEvent::Changed(event)
+}
+
+/// The serialised base object, written once per batch and shared by all its bodies.
+pub(super) fn serialize_base(base: &Base<'_>) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    write_json(&mut bytes, base);
+    bytes
+}
+
+/// Writes `value` as JSON; serialising JSON values (string keys) cannot fail.
+pub(super) fn write_json(body: &mut Vec<u8>, value: &impl serde::Serialize) {
+    let _ = serde_json::to_writer(body, value);
+}
+
+/// `{"events":[…],<base fields>}` from the serialised base object and the events.
+pub(super) fn with_events(base: &[u8], events: &[(usize, OutboundEvent<'_>)]) -> Payload {
+    let event_count = events.len();
+    let event_indexes = events.iter().map(|(i, _)| *i).collect();
+    let stored_len: usize = events
+        .iter()
+        .map(|(_, event)| match event {
+            OutboundEvent::Stored(bytes) => bytes.len() + 1,
+            _ => 0,
+        })
+        .sum();
+    let mut body = Vec::with_capacity(base.len() + stored_len + 16);
+    body.extend_from_slice(b"{\"events\":[");
+    for (k, (_, event)) in events.iter().enumerate() {
+        if k > 0 {
+            body.push(b',');
+        }
+        event.write_to(&mut body);
+    }
+    body.push(b']');
+    // `base` is a serialised object, `{}` or `{"k":…}`: its fields follow the events.
+    if base.len() > 2 {
+        body.push(b',');
+        body.extend_from_slice(&base[1..]);
+    } else {
+        body.push(b'}');
+    }
+    Payload {
+        body,
+        event_count,
+        event_indexes,
+    }
+}
+
+/// Removes a dotted path (`ip`, `device_info.device`) if present, cloning only the fields on
+/// the way to it.
+fn remove_path(base: &mut Base<'_>, path: &str) {
+    match path.split_once('.') {
+        None => {
+            base.remove(path);
+        }
+        Some((head, rest)) => {
+            if let Some(field) = base.get_mut(head)
+                && has_path(field, rest)
+                && let Value::Object(inner) = field.to_mut()
+            {
+                remove_inner_path(inner, rest);
+            }
+        }
+    }
+}
+
+/// Whether the dotted `path` leads to a value inside `value`.
+fn has_path(value: &Value, path: &str) -> bool {
+    let mut value = value;
+    for key in path.split('.') {
+        match value.get(key) {
+            Some(inner) => value = inner,
+            None => return false,
+        }
+    }
+    true
+}
+
+fn remove_inner_path(map: &mut serde_json::Map<String, Value>, path: &str) {
+    match path.split_once('.') {
+        None => {
+            map.remove(path);
+        }
+        Some((head, rest)) => {
+            if let Some(Value::Object(inner)) = map.get_mut(head) {
+                remove_inner_path(inner, rest);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "request_body_tests.rs"]
+mod tests;

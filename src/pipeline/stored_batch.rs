@@ -1,0 +1,252 @@
+//! A stored batch read once for delivery: its document, and the bytes each of its events was
+//! stored as, so the filter can send an event it leaves unchanged without writing it again (see
+//! [`super::request_body`]).
+//!
+//! serde_json does not say where in its input a value was, except between the values of a
+//! stream; so the batch's object and its `events` array are walked here (a few bytes of
+//! punctuation) and every key and value in them is parsed by serde_json as one value of a stream.
+//! Scanning the body a second time for the events' bytes (as `RawValue`s) cost as many
+//! instructions as writing the events again.
+
+use serde::de::DeserializeOwned;
+use serde_json::{Deserializer, Map, Value};
+
+/// A stored batch body, read.
+#[derive(Debug)]
+pub(crate) struct StoredBatch<'a> {
+    pub(crate) document: Value,
+    /// Each event's bytes in the body, in order; `None` if the body has no `events` array.
+    events: Option<Vec<&'a [u8]>>,
+}
+
+impl<'a> StoredBatch<'a> {
+    /// Reads `body`: the document is the one `serde_json::from_slice` gives, and so is the error.
+    pub(crate) fn read(body: &'a [u8]) -> serde_json::Result<Self> {
+        match walk(body) {
+            Some(read) => Ok(read),
+            // Not an object as the walk reads one: whatever serde_json makes of it (usually
+            // the error it names), without events' bytes.
+            None => serde_json::from_slice(body).map(|document| Self {
+                document,
+                events: None,
+            }),
+        }
+    }
+
+    /// Each event's stored bytes, in order, when the body has an `events` array.
+    pub(crate) fn stored_events(&self) -> Option<&[&'a [u8]]> {
+        self.events.as_deref()
+    }
+}
+
+/// The batch if `body` is one JSON object; `None` for anything else or any error (left to
+/// serde_json to report). A key given twice keeps its last value, as in serde_json's `Map`.
+fn walk(body: &[u8]) -> Option<StoredBatch<'_>> {
+    let mut cursor = Cursor { body, at: 0 };
+    if !cursor.eat(b'{') {
+        return None;
+    }
+    let mut document = Map::new();
+    let mut events = None;
+    if !cursor.eat(b'}') {
+        loop {
+            let (key, _) = cursor.value::<String>()?;
+            if !cursor.eat(b':') {
+                return None;
+            }
+            if key == "events" && cursor.peek() == Some(b'[') {
+                let (parsed, stored) = cursor.array()?;
+                document.insert(key, Value::Array(parsed));
+                events = Some(stored);
+            } else {
+                let (value, _) = cursor.value::<Value>()?;
+                if key == "events" {
+                    events = None;
+                }
+                document.insert(key, value);
+            }
+            if cursor.eat(b',') {
+                continue;
+            }
+            if cursor.eat(b'}') {
+                break;
+            }
+            return None;
+        }
+    }
+    cursor.skip_whitespace();
+    (cursor.at == body.len()).then_some(StoredBatch {
+        document: Value::Object(document),
+        events,
+    })
+}
+
+/// A place in a body being walked.
+struct Cursor<'a> {
+    body: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn skip_whitespace(&mut self) {
+        while matches!(self.body.get(self.at), Some(b' ' | b'\n' | b'\t' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.skip_whitespace();
+        self.body.get(self.at).copied()
+    }
+
+    /// Steps over `byte` if it comes next.
+    fn eat(&mut self, byte: u8) -> bool {
+        let next = self.peek() == Some(byte);
+        if next {
+            self.at += 1;
+        }
+        next
+    }
+
+    /// The next value, parsed, and its bytes.
+    fn value<T: DeserializeOwned>(&mut self) -> Option<(T, &'a [u8])> {
+        self.skip_whitespace();
+        let rest = self.body.get(self.at..)?;
+        let mut stream = Deserializer::from_slice(rest).into_iter::<T>();
+        let value = stream.next()?.ok()?;
+        let len = stream.byte_offset();
+        self.at += len;
+        Some((value, rest.get(..len)?))
+    }
+
+    /// The array that comes next: its values, parsed, and the bytes of each.
+    fn array(&mut self) -> Option<(Vec<Value>, Vec<&'a [u8]>)> {
+        if !self.eat(b'[') {
+            return None;
+        }
+        let (mut parsed, mut stored) = (Vec::new(), Vec::new());
+        if self.eat(b']') {
+            return Some((parsed, stored));
+        }
+        loop {
+            let (value, bytes) = self.value::<Value>()?;
+            parsed.push(value);
+            stored.push(bytes);
+            if self.eat(b',') {
+                continue;
+            }
+            return self.eat(b']').then_some((parsed, stored));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The walk's document and error are serde_json's, and each event's bytes read as the event.
+    fn check(body: &[u8]) {
+        let read = StoredBatch::read(body);
+        let expected = serde_json::from_slice::<Value>(body);
+        match (&read, &expected) {
+            (Ok(read), Ok(expected)) => {
+                assert_eq!(&read.document, expected);
+                if let Some(stored) = read.stored_events() {
+                    let events = expected["events"].as_array().expect("an events array");
+                    assert_eq!(stored.len(), events.len());
+                    for (bytes, event) in stored.iter().zip(events) {
+                        let reread: Value = serde_json::from_slice(bytes).expect("an event");
+                        assert_eq!(&reread, event);
+                    }
+                }
+            }
+            (Err(read), Err(expected)) => assert_eq!(read.to_string(), expected.to_string()),
+            _ => panic!("read {read:?}, serde_json {expected:?}"),
+        }
+    }
+
+    #[test]
+    fn the_walk_reads_what_serde_json_reads() {
+        for body in [
+            r#"{"events":[{"a":1},{"b":[2,3]}],"mpid":5}"#,
+            r#" { "mpid" : 1 , "events" : [ { "a" : "x" } , 2.5e3 , null , "s" ] } "#,
+            r#"{"events":[]}"#,
+            r#"{}"#,
+            r#"{"events":null}"#,
+            r#"{"events":[1],"events":[2,3]}"#,
+            r#"{"events":[1],"events":{"a":1}}"#,
+            r#"{"request_type":"alias","data":{"source_mpid":1}}"#,
+            r#"{"k\u00e9\"y":"v\n","events":[{"\\":"\ud83d\ude00"}]}"#,
+            r#"[1,2]"#,
+            r#""text""#,
+            r#"{"events":[1,]}"#,
+            r#"{"events":[1 2]}"#,
+            r#"{"a":1}x"#,
+            r#"{"a" 1}"#,
+            r#"{"a":1,}"#,
+            r#"{"a":01}"#,
+            r#"{"events":[tru]}"#,
+            r#"{"a":"#,
+            "",
+        ] {
+            check(body.as_bytes());
+        }
+    }
+
+    #[test]
+    fn a_stored_batch_gives_each_event_as_written() {
+        let document = json!({"events": [{"event_type": "custom_event", "data": {"n": 0.1}},
+                                         {"event_type": "screen_view"}], "mpid": 7});
+        let body = serde_json::to_vec(&document).expect("serialisable");
+        let read = StoredBatch::read(&body).expect("readable");
+        let stored = read.stored_events().expect("events");
+        assert_eq!(
+            stored[0],
+            br#"{"data":{"n":0.1},"event_type":"custom_event"}"#
+        );
+        assert_eq!(stored[1], br#"{"event_type":"screen_view"}"#);
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "\\PC{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+                proptest::collection::btree_map("\\PC{0,6}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_document_reads_as_serde_json_reads_it(
+            fields in proptest::collection::btree_map("[a-z]{1,3}", arb_json(), 0..5),
+            events in proptest::option::of(proptest::collection::vec(arb_json(), 0..6)),
+            pretty in any::<bool>(),
+        ) {
+            let mut document: Map<String, Value> = fields.into_iter().collect();
+            if let Some(events) = events {
+                document.insert("events".into(), Value::from(events));
+            }
+            let document = Value::Object(document);
+            let body = if pretty {
+                serde_json::to_vec_pretty(&document)
+            } else {
+                serde_json::to_vec(&document)
+            };
+            check(&body.expect("serialisable"));
+        }
+    }
+}
