@@ -13,6 +13,7 @@ use super::event_type::EventType;
 use super::field_path::FieldPath;
 use super::identity::types::IdentityType;
 use super::identity::{NOT_STORABLE, is_storable};
+use super::kept_members::{KeptMembers, StoredForm, is_object_or_null};
 
 const ENVIRONMENTS: &[&str] = &["development", "production", "unknown"];
 
@@ -40,10 +41,23 @@ impl BatchError {
 /// A validated, normalised batch ready to be stored.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct NormalizedBatch {
-    /// The outbound-form document (without `batch_id`, which the store assigns).
+    /// The outbound-form document (without `batch_id`, which the store assigns), without the
+    /// members kept as sent.
     pub(crate) document: Value,
+    /// Members stored as the client sent them, which no step of the acceptance reads.
+    pub(crate) kept: KeptMembers,
     pub(crate) source_request_id: Option<String>,
     pub(crate) event_count: usize,
+}
+
+impl NormalizedBatch {
+    /// The batch as the store keeps it: the document with the kept members, as JSON text.
+    pub(crate) fn stored_body(&self) -> serde_json::Result<Vec<u8>> {
+        serde_json::to_vec(&StoredForm {
+            document: &self.document,
+            kept: &self.kept,
+        })
+    }
 }
 
 /// Where a batch came from; recorded as `source_info.channel`.
@@ -66,10 +80,25 @@ impl Channel {
     }
 }
 
-/// Validates and normalises one inbound batch. `prefix` locates the batch in error messages
-/// (empty for `/v2/events`, `[3]` for the fourth batch of a bulk request).
+/// Validates and normalises one inbound batch parsed whole. `prefix` locates the batch in error
+/// messages (empty for `/v2/events`, `[3]` for the fourth batch of a bulk request). Requests
+/// come through [`normalize_split`]; this is the form the tests and fuzz targets compare with.
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn normalize(
     value: Value,
+    channel: Channel,
+    now_ms: i64,
+    prefix: &str,
+) -> Result<NormalizedBatch, BatchError> {
+    normalize_split(value, KeptMembers::default(), channel, now_ms, prefix)
+}
+
+/// [`normalize`] for a batch whose members in `kept` were kept as the text they came in
+/// ([`super::kept_members::split_batch`]): `value` holds the others. Checks and answers the
+/// same as [`normalize`] of the whole batch parsed as one `Value`.
+pub(crate) fn normalize_split(
+    value: Value,
+    kept: KeptMembers,
     channel: Channel,
     now_ms: i64,
     prefix: &str,
@@ -103,7 +132,13 @@ pub(crate) fn normalize(
         "consent_state",
         "integration_attributes",
     ] {
-        expect_optional(&batch, key, at(key), Value::is_object, "must be an object")?;
+        match kept.get(key) {
+            Some(text) if !is_object_or_null(text) => {
+                return Err(BatchError::new(at(key), "must be an object"));
+            }
+            Some(_) => {}
+            None => expect_optional(&batch, key, at(key), Value::is_object, "must be an object")?,
+        }
     }
     check_deleted_attributes(&batch, at("deleted_user_attributes"))?;
     check_profile_consent(&batch, at("consent_state"))?;
@@ -143,6 +178,7 @@ pub(crate) fn normalize(
 
     Ok(NormalizedBatch {
         document: Value::Object(batch),
+        kept,
         source_request_id,
         event_count,
     })

@@ -104,8 +104,7 @@ fn wrong_types_are_named() {
         "user_identities.nope"
     );
     assert_eq!(
-        err(json!({"events": [{"event_type": "custom_event", "data": {"event_name": "a"}}]}))
-            .field,
+        err(json!({"events": [{"event_type": "custom_event", "data": {"event_name": "a"}}]})).field,
         "events[0].data.custom_event_type"
     );
     assert_eq!(err(json!([1])).field, "batch");
