@@ -281,22 +281,21 @@ fn normalize_event(event: &mut Value, field: FieldPath<'_>, now_ms: i64) -> Resu
             "must be an object with \"event_type\" and \"data\"",
         ));
     };
-    let event_type = match event.get("event_type") {
-        Some(Value::String(t)) if EventType::parse(t).is_some() => t.clone(),
-        Some(Value::String(t)) if !t.is_empty() => {
-            return Err(BatchError {
-                field: format!("{field}.event_type"),
-                message: format!("Field \"{field}.event_type\" has unknown event type \"{t}\"."),
-            });
-        }
-        _ => {
-            return Err(BatchError {
-                field: format!("{field}.event_type"),
-                message: format!(
-                    "Required event field \"{field}.event_type\" is missing or empty."
-                ),
-            });
-        }
+    // Parsed, not cloned: the checks below decide by type, and the event keeps its string.
+    let name = event
+        .get("event_type")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let Some(event_type) = EventType::parse(name) else {
+        let message = if name.is_empty() {
+            format!("Required event field \"{field}.event_type\" is missing or empty.")
+        } else {
+            format!("Field \"{field}.event_type\" has unknown event type \"{name}\".")
+        };
+        return Err(BatchError {
+            field: format!("{field}.event_type"),
+            message,
+        });
     };
     let data = event.entry("data").or_insert_with(|| json!({}));
     let Value::Object(data) = data else {
@@ -307,7 +306,7 @@ fn normalize_event(event: &mut Value, field: FieldPath<'_>, now_ms: i64) -> Resu
     };
     let data_field = field.key("data");
     check_common_data(data, data_field)?;
-    check_type_specific(&event_type, data, data_field)?;
+    check_type_specific(event_type, data, data_field)?;
     // Server time when the client gave none (spec §1.5).
     if is_absent(data, "timestamp_unixtime_ms") {
         data.insert("timestamp_unixtime_ms".into(), json!(now_ms));
@@ -328,7 +327,8 @@ fn check_common_data(
         "session_start_unixtime_ms",
         "event_start_unixtime_ms",
     ] {
-        if let Some(v) = data.get(key).filter(|v| !v.is_null()) {
+        // A string of digits becomes a number; an int64 is kept as it is (no key to allocate).
+        if let Some(v) = data.get(key).filter(|v| !v.is_null() && !v.is_i64()) {
             let n = parse_int64(v).ok_or_else(|| {
                 BatchError::new(format!("{field}.{key}"), "must be a 64-bit integer")
             })?;
@@ -372,7 +372,7 @@ fn check_common_data(
 }
 
 fn check_type_specific(
-    event_type: &str,
+    event_type: EventType,
     data: &mut Map<String, Value>,
     field: FieldPath<'_>,
 ) -> Result<(), BatchError> {
@@ -384,12 +384,12 @@ fn check_type_specific(
         }),
     };
     match event_type {
-        "custom_event" => {
+        EventType::CustomEvent => {
             required_string(data, "event_name")?;
             required_string(data, "custom_event_type")?;
             truncate_event_name(data);
         }
-        "screen_view" => {
+        EventType::ScreenView => {
             expect_optional(
                 data,
                 "screen_name",
@@ -398,7 +398,7 @@ fn check_type_specific(
                 "must be a string",
             )?;
         }
-        "commerce_event" => {
+        EventType::CommerceEvent => {
             for key in ["product_action", "promotion_action", "shopping_cart"] {
                 expect_optional(
                     data,
@@ -417,7 +417,7 @@ fn check_type_specific(
             )?;
             normalize_promotion_action(data);
         }
-        "session_end" => {
+        EventType::SessionEnd => {
             expect_optional(
                 data,
                 "session_duration_ms",

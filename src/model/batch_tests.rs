@@ -232,3 +232,30 @@ fn the_sample_batches_from_the_spec_are_accepted() {
         assert!(result.is_ok(), "{file}: {result:?}");
     }
 }
+
+/// The event type's messages, whatever the field holds (the type is parsed once, not cloned).
+#[test]
+fn a_missing_or_unknown_event_type_is_named_with_its_message() {
+    let missing = "Required event field \"events[0].event_type\" is missing or empty.";
+    for event_type in [json!(null), json!(""), json!(7)] {
+        let e = err(json!({"events": [{"event_type": event_type, "data": {}}]}));
+        assert_eq!(
+            (e.field.as_str(), e.message.as_str()),
+            ("events[0].event_type", missing)
+        );
+    }
+    assert_eq!(err(json!({"events": [{"data": {}}]})).message, missing);
+    let e = err(json!({"events": [{"event_type": "Custom_Event", "data": {}}]}));
+    assert_eq!(
+        e.message,
+        "Field \"events[0].event_type\" has unknown event type \"Custom_Event\"."
+    );
+    // An int64 timestamp is kept; a string of digits becomes one.
+    let b = ok(json!({"events": [
+        {"event_type": "screen_view", "data": {"timestamp_unixtime_ms": 5, "event_num": "6"}}]}));
+    assert_eq!(
+        b.document["events"][0]["data"]["timestamp_unixtime_ms"],
+        json!(5)
+    );
+    assert_eq!(b.document["events"][0]["data"]["event_num"], json!(6));
+}
