@@ -12,10 +12,10 @@ use axum::response::Response;
 use serde_json::Value;
 
 use super::auth::authenticate;
-use super::body::parse_json;
+use super::body::{batch_document, parse_json};
 use super::response::{IngestError, accepted, reject};
 use crate::model::batch::Channel;
-use crate::model::kept_members::{KeptMembers, split_batch, split_bulk};
+use crate::model::kept_members::{KeptMembers, split_bulk};
 use crate::pipeline::Document;
 use crate::pipeline::catalog::InputEntry;
 use crate::state::AppState;
@@ -81,13 +81,7 @@ async fn accept(
 /// shape) is parsed whole as before, which gives it the same answer as before.
 fn documents_of(body: &[u8], shape: Shape, limit: usize) -> Result<Vec<Document>, IngestError> {
     match shape {
-        Shape::Single => {
-            if let Some((members, kept)) = split_batch(body) {
-                let document = Document::split(String::new(), Value::Object(members), kept);
-                return Ok(vec![document]);
-            }
-            Ok(vec![Document::single(parse_json(body)?)])
-        }
+        Shape::Single => Ok(vec![batch_document(body)?]),
         Shape::Bulk => {
             if let Some(batches) = split_bulk(body) {
                 check_bulk_size(batches.len(), limit)?;
