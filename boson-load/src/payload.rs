@@ -227,6 +227,23 @@ mod tests {
         assert!((1000..=2600).contains(&len), "batch is {len} bytes");
     }
 
+    /// Boson's tests store `tests/data/boson-load.sdk-batch.json` both ways (its members kept as
+    /// sent, and parsed whole): it must be the batch this tool sends.
+    #[test]
+    fn the_sdk_batch_in_bosons_test_data_is_the_one_sent() {
+        let shape = Shape {
+            payload: Payload::Sdk,
+            run: 0x17_a5c0_ffee,
+            ..Shape::default()
+        };
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/data/boson-load.sdk-batch.json"
+        );
+        let fixture = std::fs::read_to_string(path).expect("the test data");
+        assert_eq!(fixture.trim_end(), shape.batch(7, 1_700_000_000_123_456));
+    }
+
     #[test]
     fn an_sdk_batch_carries_device_and_app_and_is_about_4_3_kilobytes() {
         let shape = Shape {

@@ -8,7 +8,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::{Map, Value};
 
 use crate::ingest::body::{decode_body, parse_json};
-use crate::model::batch::{BatchError, Channel, NormalizedBatch, normalize};
+use crate::model::batch::{BatchError, Channel, NormalizedBatch, normalize, normalize_split};
+use crate::model::kept_members::{StoredForm, split_batch, split_bulk};
 use crate::model::legacy_web;
 use crate::model::mobile::{MobileOs, translate};
 
@@ -17,8 +18,10 @@ const NOW_MS: i64 = 1_700_000_000_000;
 /// The body limit `gzip` decodes under; small, so the fuzzer reaches it.
 const GZIP_LIMIT: usize = 1024;
 
-/// `/v2/events` and the Web SDK's v3 upload: the body as one batch, on both channels.
+/// `/v2/events` and the Web SDK's v3 upload: the body as one batch, on both channels; and
+/// split as `/v2/events` splits it, the same answer and the same stored batch.
 pub fn batch(data: &[u8]) {
+    check_split(data);
     let Ok(value) = parse_json(data) else {
         return;
     };
@@ -87,6 +90,62 @@ pub fn gzip(data: &[u8]) {
     // Without the header the body passes as it came.
     let plain = decode_body(&HeaderMap::new(), data, GZIP_LIMIT).expect("plain body");
     assert_eq!(plain, data);
+}
+
+/// A body split with its members kept as sent (`model::kept_members`) splits exactly when it
+/// parses as an object, and normalises to the same error or to a stored batch that parses to
+/// the same document (but for the `message_id`s normalisation draws at random). A bulk body
+/// splits exactly when it parses as an array of objects, into the same batches.
+fn check_split(data: &[u8]) {
+    let whole = parse_json(data).ok();
+    let Some((members, kept)) = split_batch(data) else {
+        assert!(
+            !matches!(whole, Some(Value::Object(_))),
+            "not split: {whole:?}"
+        );
+        check_split_bulk(data, whole.as_ref());
+        return;
+    };
+    let whole = whole.expect("split a body that does not parse");
+    let channel = Channel::ServerToServer;
+    let old = normalize(whole.clone(), channel, NOW_MS, "");
+    let new = normalize_split(Value::Object(members), kept, channel, NOW_MS, "");
+    match (old, new) {
+        (Err(old), Err(new)) => assert_eq!(new, old),
+        (Ok(old), Ok(new)) => assert_eq!(without_drawn_ids(&new), without_drawn_ids(&old)),
+        (old, new) => panic!("{whole}: {old:?} but split {new:?}"),
+    }
+}
+
+fn check_split_bulk(data: &[u8], whole: Option<&Value>) {
+    let batches = split_bulk(data).map(|batches| {
+        let stored = batches.into_iter().map(|(members, kept)| {
+            let document = Value::Object(members);
+            let text = serde_json::to_vec(&StoredForm {
+                document: &document,
+                kept: &kept,
+            });
+            serde_json::from_slice(&text.expect("serialise")).expect("parse again")
+        });
+        Value::Array(stored.collect())
+    });
+    match whole {
+        Some(Value::Array(items)) if items.iter().all(Value::is_object) => {
+            assert_eq!(batches.as_ref(), whole);
+        }
+        _ => assert_eq!(batches, None, "split: {whole:?}"),
+    }
+}
+
+/// The stored body parsed back, its `message_id`s blanked.
+fn without_drawn_ids(batch: &NormalizedBatch) -> Value {
+    let mut stored: Value =
+        serde_json::from_slice(&batch.stored_body().expect("serialise")).expect("parse again");
+    stored["message_id"] = Value::Null;
+    for event in stored["events"].as_array_mut().into_iter().flatten() {
+        event["data"]["message_id"] = Value::Null;
+    }
+    stored
 }
 
 /// Normalises `value` and checks what came out, or that the error names its field.

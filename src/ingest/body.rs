@@ -6,6 +6,8 @@ use axum::http::header::CONTENT_ENCODING;
 use serde_json::Value;
 
 use super::response::IngestError;
+use crate::model::kept_members::split_batch;
+use crate::pipeline::Document;
 
 /// Parses a JSON body (whatever its declared content type: the Web SDK sends `text/plain`).
 pub(crate) fn parse_json(body: &[u8]) -> Result<Value, IngestError> {
@@ -15,6 +17,17 @@ pub(crate) fn parse_json(body: &[u8]) -> Result<Value, IngestError> {
             format!("Request body is not valid JSON: {e}."),
         )
     })
+}
+
+/// An Events API batch body as one document, its members Boson only stores kept as the text
+/// they came in (`model::kept_members`); a body that does not split so (malformed, not an
+/// object, or refused by a `Value` parse) is parsed whole, which gives it the same answer and
+/// error as before.
+pub(crate) fn batch_document(body: &[u8]) -> Result<Document, IngestError> {
+    match split_batch(body) {
+        Some((members, kept)) => Ok(Document::split(String::new(), Value::Object(members), kept)),
+        None => Ok(Document::single(parse_json(body)?)),
+    }
 }
 
 /// The request body, gunzipped when `Content-Encoding: gzip` (the mobile SDKs compress uploads

@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::body::parse_json;
+use super::body::{batch_document, parse_json};
 use super::response::{IngestError, reject};
 use crate::model::Platform;
 use crate::model::batch::Channel;
@@ -44,7 +44,7 @@ pub(crate) async fn events(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    upload(&state, &key, &headers, body, "web_v3", Ok).await
+    upload(&state, &key, &headers, body, "web_v3", batch_document).await
 }
 
 /// `POST /v2/JS/{key}/Events`: one event in the legacy per-event format (Web SDK ≤ 2.21).
@@ -54,21 +54,22 @@ pub(crate) async fn legacy_events(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let translate = |dto: Value| {
-        legacy_web::translate(&dto)
-            .map_err(|e| IngestError::bad_request("invalid_batch", e.message))
+    let translate = |body: &[u8]| {
+        let document = legacy_web::translate(&parse_json(body)?)
+            .map_err(|e| IngestError::bad_request("invalid_batch", e.message))?;
+        Ok(Document::single(document))
     };
     upload(&state, &key, &headers, body, "web_legacy", translate).await
 }
 
-/// Accepts one Web SDK upload: `to_batch` turns the parsed body into an Events API batch.
+/// Accepts one Web SDK upload: `to_batch` turns the body into an Events API batch.
 async fn upload(
     state: &AppState,
     key: &str,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
     endpoint: &'static str,
-    to_batch: impl FnOnce(Value) -> Result<Value, IngestError>,
+    to_batch: impl FnOnce(&[u8]) -> Result<Document, IngestError>,
 ) -> Response {
     let input = match web_input(state, key, headers) {
         Ok(input) => input,
@@ -79,14 +80,10 @@ async fn upload(
         let body = body.map_err(|r| {
             IngestError::from_body_rejection(&r, state.config.ingest.max_body_bytes)
         })?;
-        let document = to_batch(parse_json(&body)?)?;
+        let document = to_batch(&body)?;
         state
             .pipeline
-            .accept(
-                &input,
-                vec![Document::single(document)],
-                Channel::Javascript,
-            )
+            .accept(&input, vec![document], Channel::Javascript)
             .await?;
         Ok(())
     }

@@ -13,8 +13,9 @@ use super::fanout::{self, fan_out};
 use super::{identity, inbound};
 use crate::live::LiveStream;
 use crate::model::alias_request::AliasRequest;
-use crate::model::batch::{Channel, NormalizedBatch, normalize};
+use crate::model::batch::{Channel, NormalizedBatch, normalize_split};
 use crate::model::ids::InputId;
+use crate::model::kept_members::KeptMembers;
 use crate::model::{Platform, now_ms};
 use crate::store::queue::IngestOutcome;
 use crate::store::writer::Writer;
@@ -25,15 +26,24 @@ use crate::telemetry::Metrics;
 #[derive(Debug, Clone)]
 pub(crate) struct Document {
     pub(crate) location: String,
+    /// The batch, without the members in `kept`.
     pub(crate) body: Value,
+    /// Members kept as the text they came in ([`crate::model::kept_members`]).
+    pub(crate) kept: KeptMembers,
 }
 
 impl Document {
     /// The only document of a request.
     pub(crate) fn single(body: Value) -> Self {
+        Self::split(String::new(), body, KeptMembers::default())
+    }
+
+    /// A document at `location` whose members in `kept` were kept as sent.
+    pub(crate) fn split(location: String, body: Value, kept: KeptMembers) -> Self {
         Self {
-            location: String::new(),
+            location,
             body,
+            kept,
         }
     }
 }
@@ -161,7 +171,7 @@ impl Pipeline {
         for mut batch in batches {
             // A batch without an MPID gets its user in the commit that stores it.
             let unnamed = identity::unnamed(&mut batch.document);
-            let body = serde_json::to_vec(&batch.document).map_err(|_| AcceptError::Unavailable)?;
+            let body = batch.stored_body().map_err(|_| AcceptError::Unavailable)?;
             let accepted = fanout::AcceptedBatch {
                 input_id: &input.id,
                 source_request_id: batch.source_request_id,
@@ -321,8 +331,14 @@ fn normalize_all(
     documents
         .into_iter()
         .map(|document| {
-            normalize(document.body, channel, now, &document.location)
-                .map_err(|e| AcceptError::Invalid(e.message))
+            normalize_split(
+                document.body,
+                document.kept,
+                channel,
+                now,
+                &document.location,
+            )
+            .map_err(|e| AcceptError::Invalid(e.message))
         })
         .collect()
 }
@@ -334,10 +350,11 @@ mod tests {
     use super::*;
 
     fn with_events(location: &str, n: usize) -> Document {
-        Document {
-            location: location.to_owned(),
-            body: json!({"events": vec![json!({}); n]}),
-        }
+        Document::split(
+            location.to_owned(),
+            json!({"events": vec![json!({}); n]}),
+            KeptMembers::default(),
+        )
     }
 
     #[test]

@@ -1,0 +1,258 @@
+//! The members of an inbound batch that Boson stores but never reads or changes (the device, the
+//! app, ...), kept as the text they arrived in. Parsing them into a `Value` tree and writing the
+//! tree out again was a large share of the work of accepting an SDK's batch (issue 16): one
+//! allocation per key and per string, for members that only need to be stored.
+//!
+//! A member is kept as text only if a `Value` parse of the whole body would have accepted it:
+//! delivery parses the stored batch into a `Value`, so a member it would refuse (a lone
+//! surrogate escape, a number out of range, nesting past serde_json's depth limit) must never be
+//! stored. Such a body makes [`split_batch`] answer `None`, and the caller parses it the old way,
+//! which gives the request the same answer as before.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// The members kept as text: objects that `normalize` only checks to be objects, and that no
+/// step of the acceptance reads (identity, the profile update, the data catalog and the Live
+/// Stream read other members; delivery reads the stored text). Sorted.
+const KEPT_AS_SENT: [&str; 4] = [
+    "application_info",
+    "context",
+    "device_info",
+    "integration_attributes",
+];
+
+/// How deep serde_json lets containers nest: it refuses the 128th level.
+const MAX_DEPTH: usize = 127;
+
+/// Members of one batch kept as the text they came in, each key once, sorted by key.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KeptMembers(Vec<(String, Box<RawValue>)>);
+
+impl KeptMembers {
+    /// The member `key`'s text, if it was kept.
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+        let at = self.0.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok()?;
+        Some(self.0[at].1.get())
+    }
+
+    /// Sets `key`; a later member of the same name replaces an earlier one, as in a `Value`.
+    fn set(&mut self, key: String, value: Box<RawValue>) {
+        match self.0.binary_search_by(|(k, _)| k.cmp(&key)) {
+            Ok(at) => self.0[at].1 = value,
+            Err(at) => self.0.insert(at, (key, value)),
+        }
+    }
+}
+
+impl PartialEq for KeptMembers {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .zip(&other.0)
+                .all(|((a, x), (b, y))| a == b && x.get() == y.get())
+    }
+}
+
+/// Whether a kept member's text is a JSON object or `null` (the text starts at the value: the
+/// parser leaves out the whitespace around it).
+pub(crate) fn is_object_or_null(text: &str) -> bool {
+    text.starts_with('{') || text == "null"
+}
+
+/// A batch's body as its members other than [`KEPT_AS_SENT`] (as `Value`s) and those kept as
+/// text; `None` when the body is not a JSON object or anything in it would fail a `Value` parse.
+pub(crate) fn split_batch(body: &[u8]) -> Option<(Map<String, Value>, KeptMembers)> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let split = Split { enclosing: 0 }.deserialize(&mut deserializer).ok()?;
+    deserializer.end().ok()?;
+    Some(split)
+}
+
+/// A bulk request's body (an array of batches) split as [`split_batch`] splits one; `None` when
+/// it is not an array of objects or would fail a `Value` parse.
+pub(crate) fn split_bulk(body: &[u8]) -> Option<Vec<(Map<String, Value>, KeptMembers)>> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let batches = (&mut deserializer).deserialize_seq(Batches).ok()?;
+    deserializer.end().ok()?;
+    Some(batches)
+}
+
+/// A normalised batch as it is stored: the document's members and the kept ones, in key order,
+/// as serde_json writes a `Value` object.
+pub(crate) struct StoredForm<'a> {
+    pub(crate) document: &'a Value,
+    pub(crate) kept: &'a KeptMembers,
+}
+
+impl Serialize for StoredForm<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Value::Object(members) = self.document else {
+            return self.document.serialize(serializer);
+        };
+        if self.kept.0.is_empty() {
+            return self.document.serialize(serializer);
+        }
+        let mut map = serializer.serialize_map(Some(members.len() + self.kept.0.len()))?;
+        let mut kept = self.kept.0.iter().peekable();
+        for (key, value) in members {
+            while let Some((k, text)) = kept.next_if(|(k, _)| k < key) {
+                map.serialize_entry(k, text)?;
+            }
+            map.serialize_entry(key, value)?;
+        }
+        for (k, text) in kept {
+            map.serialize_entry(k, text)?;
+        }
+        map.end()
+    }
+}
+
+/// One batch object `enclosing` containers deep.
+struct Split {
+    enclosing: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Split {
+    type Value = (Map<String, Value>, KeptMembers);
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Split {
+    type Value = (Map<String, Value>, KeptMembers);
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a batch object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut members = Map::new();
+        let mut kept = KeptMembers::default();
+        while let Some(key) = map.next_key::<String>()? {
+            if KEPT_AS_SENT.contains(&key.as_str()) {
+                let text: Box<RawValue> = map.next_value()?;
+                // The member's own container is two levels below what encloses the batch.
+                check_as_value(text.get(), self.enclosing + 2).map_err(de::Error::custom)?;
+                kept.set(key, text);
+            } else {
+                members.insert(key, map.next_value()?);
+            }
+        }
+        Ok((members, kept))
+    }
+}
+
+/// The batches of a bulk request (the array is the one enclosing container).
+struct Batches;
+
+impl<'de> Visitor<'de> for Batches {
+    type Value = Vec<(Map<String, Value>, KeptMembers)>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array of batch objects")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut batches = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(batch) = seq.next_element_seed(Split { enclosing: 1 })? {
+            batches.push(batch);
+        }
+        Ok(batches)
+    }
+}
+
+/// Checks that `text` (one JSON value, whose container would sit at nesting level `level` of the
+/// whole body) passes what a `Value` parse checks that skipping it does not: escapes that make
+/// characters, numbers in range, the depth limit. Allocates nothing.
+fn check_as_value(text: &str, level: usize) -> serde_json::Result<()> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    Checked { level }.deserialize(&mut deserializer)?;
+    deserializer.end()
+}
+
+/// A value read the way `Value` reads it (every string unescaped, every number converted) and
+/// dropped; `level` is the nesting level a container here would have in the whole body.
+#[derive(Clone, Copy)]
+struct Checked {
+    level: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Checked {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Checked {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let inner = self.enter::<A::Error>()?;
+        while seq.next_element_seed(inner)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let inner = self.enter::<A::Error>()?;
+        // Keys through `Checked` too: an ignored key would not have its escapes checked.
+        while map.next_key_seed(inner)?.is_some() {
+            map.next_value_seed(inner)?;
+        }
+        Ok(())
+    }
+}
+
+impl Checked {
+    /// The seed for what this container holds, or the error serde_json gives past its limit.
+    fn enter<E: de::Error>(self) -> Result<Self, E> {
+        if self.level > MAX_DEPTH {
+            return Err(E::custom("recursion limit exceeded"));
+        }
+        Ok(Self {
+            level: self.level + 1,
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "kept_members_tests.rs"]
+mod tests;
