@@ -148,8 +148,9 @@ pub(crate) fn retries_start(head_created_at: i64, newest_created_at: i64, window
 /// batch in the group). Requests are cut between runs of whole batches by their STORED sizes,
 /// not their filtered bodies: the cut must stay put when a retry filters differently (a consent
 /// statement since, edited output settings), or a retry's `progress` would skip undelivered
-/// events or repeat delivered ones. Filtering only removes, so a run's request stays within the
-/// cap as its stored batches were.
+/// events or repeat delivered ones. Filtering only removes, and no stored batch is shorter than
+/// serde_json writes it back (members kept as sent hold no floats: `model::kept_members`), so a
+/// run's request stays within the cap as its stored batches were.
 fn requests(
     filtered: &[(&Job, Filtered)],
     members: &[&Job],

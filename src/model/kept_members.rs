@@ -8,6 +8,13 @@
 //! surrogate escape, a number out of range, nesting past serde_json's depth limit) must never be
 //! stored. Such a body makes [`split_batch`] answer `None`, and the caller parses it the old way,
 //! which gives the request the same answer as before.
+//!
+//! A member holding a fractional or out-of-range number is parsed after all: serde_json writes
+//! such a number back longer than it may have come (`1e15` as `1000000000000000.0`), and
+//! delivery cuts send-as-batch requests by stored sizes on the rule that what goes out is never
+//! longer than what was stored. Whitespace, escapes and repeated keys only make the text as
+//! sent longer than serde_json's, and integers come back as they were written. Nothing inside
+//! `events` is kept as sent: delivery copies stored event bytes into requests as they are.
 
 use std::fmt;
 
@@ -45,6 +52,13 @@ impl KeptMembers {
         match self.0.binary_search_by(|(k, _)| k.cmp(&key)) {
             Ok(at) => self.0[at].1 = value,
             Err(at) => self.0.insert(at, (key, value)),
+        }
+    }
+
+    /// Forgets `key`, which a later member of the same name, parsed, replaces.
+    fn remove(&mut self, key: &str) {
+        if let Ok(at) = self.0.binary_search_by(|(k, _)| k.as_str().cmp(key)) {
+            self.0.remove(at);
         }
     }
 }
@@ -141,8 +155,18 @@ impl<'de> Visitor<'de> for Split {
             if KEPT_AS_SENT.contains(&key.as_str()) {
                 let text: Box<RawValue> = map.next_value()?;
                 // The member's own container is two levels below what encloses the batch.
-                check_as_value(text.get(), self.enclosing + 2).map_err(de::Error::custom)?;
-                kept.set(key, text);
+                let read = check_as_value(text.get(), self.enclosing + 2);
+                match read.map_err(de::Error::custom)? {
+                    Numbers::WrittenBackAsSent => {
+                        members.remove(&key);
+                        kept.set(key, text);
+                    }
+                    Numbers::Rewritten => {
+                        let value = serde_json::from_str(text.get()).map_err(de::Error::custom)?;
+                        kept.remove(&key);
+                        members.insert(key, value);
+                    }
+                }
             } else {
                 members.insert(key, map.next_value()?);
             }
@@ -170,13 +194,26 @@ impl<'de> Visitor<'de> for Batches {
     }
 }
 
+/// Whether serde_json writes a value's numbers back as they came (ordered: a value holding both
+/// kinds is `Rewritten`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Numbers {
+    /// Integers only (or no numbers): each is written back as it was sent.
+    WrittenBackAsSent,
+    /// A fraction, an exponent or an integer past 64 bits: written back as a float, which may
+    /// be longer than it came.
+    Rewritten,
+}
+
 /// Checks that `text` (one JSON value, whose container would sit at nesting level `level` of the
 /// whole body) passes what a `Value` parse checks that skipping it does not: escapes that make
-/// characters, numbers in range, the depth limit. Allocates nothing.
-fn check_as_value(text: &str, level: usize) -> serde_json::Result<()> {
+/// characters, numbers in range, the depth limit; and tells how its numbers are written back.
+/// Allocates nothing.
+fn check_as_value(text: &str, level: usize) -> serde_json::Result<Numbers> {
     let mut deserializer = serde_json::Deserializer::from_str(text);
-    Checked { level }.deserialize(&mut deserializer)?;
-    deserializer.end()
+    let numbers = Checked { level }.deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(numbers)
 }
 
 /// A value read the way `Value` reads it (every string unescaped, every number converted) and
@@ -187,57 +224,61 @@ struct Checked {
 }
 
 impl<'de> DeserializeSeed<'de> for Checked {
-    type Value = ();
+    type Value = Numbers;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Numbers, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for Checked {
-    type Value = ();
+    type Value = Numbers;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
+    fn visit_bool<E>(self, _: bool) -> Result<Numbers, E> {
+        Ok(Numbers::WrittenBackAsSent)
     }
 
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
+    fn visit_i64<E>(self, _: i64) -> Result<Numbers, E> {
+        Ok(Numbers::WrittenBackAsSent)
     }
 
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
+    fn visit_u64<E>(self, _: u64) -> Result<Numbers, E> {
+        Ok(Numbers::WrittenBackAsSent)
     }
 
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
+    fn visit_f64<E>(self, _: f64) -> Result<Numbers, E> {
+        Ok(Numbers::Rewritten)
     }
 
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
+    fn visit_str<E>(self, _: &str) -> Result<Numbers, E> {
+        Ok(Numbers::WrittenBackAsSent)
     }
 
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
+    fn visit_unit<E>(self) -> Result<Numbers, E> {
+        Ok(Numbers::WrittenBackAsSent)
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Numbers, A::Error> {
         let inner = self.enter::<A::Error>()?;
-        while seq.next_element_seed(inner)?.is_some() {}
-        Ok(())
+        let mut numbers = Numbers::WrittenBackAsSent;
+        while let Some(item) = seq.next_element_seed(inner)? {
+            numbers = numbers.max(item);
+        }
+        Ok(numbers)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Numbers, A::Error> {
         let inner = self.enter::<A::Error>()?;
+        let mut numbers = Numbers::WrittenBackAsSent;
         // Keys through `Checked` too: an ignored key would not have its escapes checked.
         while map.next_key_seed(inner)?.is_some() {
-            map.next_value_seed(inner)?;
+            numbers = numbers.max(map.next_value_seed(inner)?);
         }
-        Ok(())
+        Ok(numbers)
     }
 }
 
