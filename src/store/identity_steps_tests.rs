@@ -384,3 +384,44 @@ async fn new_users_get_mpids_that_grow_in_the_order_they_are_made() {
     let out_of_order: Vec<_> = made.windows(2).filter(|w| w[0] >= w[1]).collect();
     assert!(out_of_order.is_empty(), "not growing: {out_of_order:?}");
 }
+
+/// `calls` resolved in one group and committed; each batch's user.
+async fn group_of(store: &Store, calls: &[Given<'_>]) -> Vec<Option<Mpid>> {
+    let mut batches: Vec<NewBatch> = calls.iter().map(unnamed).collect();
+    let mut tx = store.begin().await.expect("begin");
+    let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
+    let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
+    write(&mut tx, &decided, &[], 1_000, false)
+        .await
+        .expect("write");
+    tx.commit().await.expect("commit");
+    batches
+        .iter()
+        .map(|b| b.profile.as_ref().map(|p| p.mpid))
+        .collect()
+}
+
+/// A device whose user has since logged in gets a new anonymous user, as IDSync gives it:
+/// the second group must read from the store that the device's user has a login (in one
+/// group that is known without a read).
+#[tokio::test]
+async fn a_device_whose_user_logged_in_in_an_earlier_group_gets_a_new_user() {
+    let db = TestStore::open().await;
+    let first = group_of(
+        &db.store,
+        &[
+            (&[], Some("dev-9"), true),
+            (&[("customer_id", "c9")], Some("dev-9"), true),
+        ],
+    )
+    .await;
+    assert!(first[0].is_some());
+    assert_eq!(first[0], first[1], "the device's user logs in");
+    let second = group_of(&db.store, &[(&[], Some("dev-9"), true)]).await;
+    assert!(second[0].is_some());
+    assert_ne!(
+        second[0], first[0],
+        "the logged-in user was given to an anonymous batch"
+    );
+    assert_eq!(users(&db.store).await, 2);
+}
