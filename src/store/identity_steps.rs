@@ -46,9 +46,8 @@ use crate::model::ids::Mpid;
 
 /// `$1` new MPIDs, `$2` now: new users none of whose batches was stored (a resend racing its
 /// original; their identities are still given to them).
-const INSERT_USERS: Sql = Sql::each(
+const INSERT_USERS: Sql = Sql::sqlite_only(
     "INSERT INTO users (mpid, created_at, last_seen_at) SELECT value, $2, $2 FROM json_each($1)",
-    "",
 );
 // A new user's attributes and consent as the profile upsert would merge its profile rows into
 // an empty profile (`user_attributes` and `consent` start as `{}`), so the row is written once
@@ -62,32 +61,29 @@ macro_rules! insert_new_profiles_sqlite {
     };
 }
 /// `$1` the new users' profile rows, `$2` now.
-const INSERT_NEW_PROFILES: Sql = Sql::each(insert_new_profiles_sqlite!(), "");
+const INSERT_NEW_PROFILES: Sql = Sql::sqlite_only(insert_new_profiles_sqlite!());
 /// The same, answering each user's consent (for jobs handed to delivery with it).
-const INSERT_NEW_PROFILES_RETURNING_CONSENT: Sql = Sql::each(
-    concat!(insert_new_profiles_sqlite!(), " RETURNING mpid, consent"),
-    "",
-);
+const INSERT_NEW_PROFILES_RETURNING_CONSENT: Sql = Sql::sqlite_only(concat!(
+    insert_new_profiles_sqlite!(),
+    " RETURNING mpid, consent"
+));
 /// `$1` `Attach` rows, `$2` now. The advisory locks make a conflict impossible but for an
 /// identity `/modify` gave its user meanwhile (then, as in IDSync, the first owner keeps it).
-const ATTACH: Sql = Sql::each(
+const ATTACH: Sql = Sql::sqlite_only(
     "INSERT INTO user_identities (identity_type, identity, mpid, created_at) \
      SELECT value ->> 't', value ->> 'v', value ->> 'mpid', $2 FROM json_each($1) WHERE true \
      ON CONFLICT (identity_type, identity) DO NOTHING",
-    "",
 );
 /// `$1` `Attach` rows, `$2` now: each attached identity in its user's history.
-const RECORD_ATTACHED: Sql = Sql::each(
+const RECORD_ATTACHED: Sql = Sql::sqlite_only(
     "INSERT INTO identity_changes (mpid, identity_type, old_value, new_value, changed_at) \
      SELECT value ->> 'mpid', value ->> 't', NULL, value ->> 'v', $2 FROM json_each($1)",
-    "",
 );
 /// `$1` `PointDevice` rows (one per device), `$2` now.
-const POINT_DEVICES: Sql = Sql::each(
+const POINT_DEVICES: Sql = Sql::sqlite_only(
     "INSERT INTO device_users (device, mpid, updated_at) \
      SELECT value ->> 'd', value ->> 'mpid', $2 FROM json_each($1) WHERE true \
      ON CONFLICT (device) DO UPDATE SET mpid = excluded.mpid, updated_at = excluded.updated_at",
-    "",
 );
 /// PostgreSQL: every write above in one statement (four round trips were one each): `$1` the
 /// new users' profile rows, `$2` now, `$3` the new users without one, `$4` `Attach` rows, `$5`
