@@ -18,7 +18,7 @@ use serde::Serialize;
 use sqlx::postgres::Postgres;
 
 use super::backend::{Sql, Tx, args};
-use super::identity_sql::sorted;
+use super::identity_sql::{device_lock_key, identity_lock_key, sorted};
 use super::queue::Unresolved;
 use crate::model::identity::resolve::UserSummary;
 use crate::model::identity::types::IdentityType;
@@ -89,8 +89,8 @@ fn lock_keys(candidates: &[&Unresolved]) -> Vec<String> {
     let keys = candidates
         .iter()
         .flat_map(|u| {
-            let identities = u.identities.iter().map(|(k, v)| format!("{k}:{v}"));
-            identities.chain(u.device.iter().map(|d| format!("device:{d}")))
+            let identities = u.identities.iter().map(|(k, v)| identity_lock_key(k, v));
+            identities.chain(u.device.as_deref().map(device_lock_key))
         })
         .collect();
     sorted(keys)

@@ -9,6 +9,7 @@ use serde_json::json;
 use super::*;
 use crate::model::ids::{ConnectionId, InputId};
 use crate::store::Store;
+use crate::store::identity_sql::identity_lock_key;
 use crate::store::queue::NewJob;
 use crate::store::tests::harness::{TestStore, on_postgres};
 
@@ -248,7 +249,7 @@ async fn a_group_waiting_for_an_identitys_lock_finds_the_user_its_holder_made() 
     let db = TestStore::open().await;
     let mut holder = db.store.begin().await.expect("begin");
     holder
-        .execute(LOCK, args!["email:late@x"])
+        .execute(LOCK, args![identity_lock_key("email", "late@x").as_str()])
         .await
         .expect("lock");
     holder.execute(MADE_USER, &[]).await.expect("user");
