@@ -82,6 +82,12 @@ impl Sql {
     }
 }
 
+/// Serialises rows for a JSON-array parameter, the way a whole group's rows go in one statement
+/// (plain data: this cannot fail).
+pub(super) fn json<T: serde::Serialize + ?Sized>(rows: &T) -> String {
+    serde_json::to_string(rows).unwrap_or_else(|_| "[]".to_owned())
+}
+
 /// A value bound to a placeholder.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Arg<'a> {

@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 use sqlx::postgres::Postgres;
 
-use super::backend::{Sql, Tx, args};
+use super::backend::{Sql, Tx, args, json};
 use super::identity_sql::{device_lock_key, identity_lock_key, sorted};
 use super::queue::Unresolved;
 use crate::model::identity::resolve::UserSummary;
@@ -216,8 +216,4 @@ async fn read_known(tx: &mut Tx<'_>, candidates: &[&Unresolved]) -> Result<Known
         known.logged_in = rows.into_iter().map(|(m,)| m).collect();
     }
     Ok(known)
-}
-
-fn json<T: Serialize + ?Sized>(rows: &T) -> String {
-    serde_json::to_string(rows).unwrap_or_else(|_| "[]".to_owned())
 }

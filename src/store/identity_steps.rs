@@ -31,7 +31,7 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 use sqlx::postgres::Postgres;
 
-use super::backend::{Sql, Tx, args};
+use super::backend::{Sql, Tx, args, json};
 use super::identity_read::{self, Known};
 use super::identity_sql::new_mpid;
 use super::queue::{NewBatch, ProfileUpdate, Unresolved};
@@ -452,10 +452,6 @@ fn with_mpid(body: &[u8], mpid: Mpid) -> Arc<[u8]> {
     }
     out.extend_from_slice(rest);
     Arc::from(out)
-}
-
-fn json<T: Serialize + ?Sized>(rows: &T) -> String {
-    serde_json::to_string(rows).unwrap_or_else(|_| "[]".to_owned())
 }
 
 #[cfg(test)]
