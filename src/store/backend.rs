@@ -369,8 +369,12 @@ pub(crate) enum Tx<'c> {
 
 /// SQLite must take the write lock up front: a transaction that reads first and writes later
 /// cannot wait for the lock and fails at once if another writer holds it. (On PostgreSQL row
-/// locks and advisory locks do that job.)
-const BEGIN: Sql = Sql::each("BEGIN IMMEDIATE", "BEGIN");
+/// locks and advisory locks do that job.) PostgreSQL's isolation is pinned to READ COMMITTED,
+/// which the store is written for, whatever the server's `default_transaction_isolation`: a
+/// statement after an advisory lock must see what the lock's holder committed (IDSync's reads,
+/// the identity step's; at REPEATABLE READ they would make two users of one identity), and an
+/// update must not fail on a row another transaction changed. Part of the BEGIN: no round trip.
+const BEGIN: Sql = Sql::each("BEGIN IMMEDIATE", "BEGIN ISOLATION LEVEL READ COMMITTED");
 
 impl Store {
     /// Starts a transaction that may write.
@@ -422,8 +426,10 @@ impl Store {
 /// answer still runs). A setting does not invalidate cached plans: a statement first planned
 /// on a pooled connection outside a group keeps its plan there; the group's statements are
 /// the ones that run at every poll. Sent with the BEGIN (one simple query), it costs no round trip of its
-/// own. SQLite plans each statement from the table as it is: nothing to do.
-const GROUP_BEGIN_POSTGRES: &str = "BEGIN; SET LOCAL enable_seqscan = off";
+/// own. SQLite plans each statement from the table as it is: nothing to do. READ COMMITTED as
+/// in [`BEGIN`], for the same reasons.
+const GROUP_BEGIN_POSTGRES: &str =
+    "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL enable_seqscan = off";
 
 /// How long a kept PostgreSQL connection may take to answer a group's BEGIN before it is taken
 /// for dead and replaced. Generous: a live server answers in well under a millisecond, even

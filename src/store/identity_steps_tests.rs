@@ -426,3 +426,59 @@ async fn a_device_whose_user_logged_in_in_an_earlier_group_gets_a_new_user() {
     );
     assert_eq!(users(&db.store).await, 2);
 }
+
+const ISOLATION: Sql = Sql::postgres_only("SHOW transaction_isolation");
+
+/// The isolation a transaction begun by `begin` runs at.
+async fn isolation_of(tx: &mut crate::store::backend::Tx<'_>) -> String {
+    let (level,): (String,) = tx.fetch_one(ISOLATION, &[]).await.expect("isolation");
+    level
+}
+
+/// PostgreSQL: the group's transaction and IDSync's run at READ COMMITTED whatever the server's
+/// default: the identity read's statements each need a snapshot taken after the locks they
+/// wait for (at REPEATABLE READ the first statement's snapshot would serve them all, and a group
+/// waiting for an identity's lock would make a second user of it).
+#[tokio::test]
+async fn identity_transactions_read_committed_on_a_repeatable_read_server() {
+    if !on_postgres() {
+        return;
+    }
+    let db = TestStore::open().await;
+    let Store::Postgres(pool) = &db.store else {
+        unreachable!("on PostgreSQL")
+    };
+    let options = (*pool.connect_options())
+        .clone()
+        .options([("default_transaction_isolation", "repeatable read")]);
+    let strict = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .expect("connect");
+    let store = Store::Postgres(strict);
+    let (default,): (String,) = store
+        .fetch_one(
+            Sql::postgres_only("SHOW default_transaction_isolation"),
+            &[],
+        )
+        .await
+        .expect("default");
+    assert_eq!(
+        default, "repeatable read",
+        "the server's default was not set"
+    );
+    let mut writer = store.writer_connection();
+    let mut group = writer.begin(&store).await.expect("group begin");
+    let group_level = isolation_of(&mut group).await;
+    group.commit().await.expect("commit");
+    let mut idsync = store.begin().await.expect("begin");
+    let idsync_level = isolation_of(&mut idsync).await;
+    idsync.commit().await.expect("commit");
+    writer.close().await;
+    store.close().await;
+    assert_eq!(
+        (group_level.as_str(), idsync_level.as_str()),
+        ("read committed", "read committed")
+    );
+}
