@@ -15,14 +15,15 @@
 //! writes than a batch with an MPID; this is one of them). Its identities and device pointer
 //! follow it, since they refer to it.
 //!
-//! Locks: on PostgreSQL the group takes the advisory lock of every identity and device it
-//! resolves, in key order, as [`Store::resolve_identity`](super::Store::resolve_identity) does
-//! for IDSync, so two nodes (or a node and an IDSync call) never make two users of one new
-//! identity; the reads come after the locks, each with a snapshot taken after them, so they
-//! see what a node that held them committed (see [`super::identity_read`]). The step runs after the group's job-row changes and before its batch keys and
-//! profile rows (see the lock order in [`super::group`]); it touches no user row another
-//! transaction updates (a returning user's `last_seen_at` is set by the profile upsert, in
-//! MPID order with the others), so it adds no cycle.
+//! Locks: on PostgreSQL the group takes the advisory lock of every identity and device it resolves,
+//! in key order, as [`Store::resolve_identity`](super::Store::resolve_identity) does for IDSync, so
+//! two nodes (or a node and an IDSync call) never make two users of one new identity; the reads
+//! come after the locks, each with a snapshot taken after them (READ COMMITTED, pinned at the
+//! group's BEGIN), so they see what a node that held them committed (see [`super::identity_read`]).
+//! The step runs after the group's job-row changes and before its batch keys and profile rows (see
+//! the lock order in [`super::group`]); it touches no user row another transaction updates (a
+//! returning user's `last_seen_at` is set by the profile upsert, in MPID order with the others), so
+//! it adds no cycle.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -160,14 +161,14 @@ impl Decided {
     }
 }
 
-/// Gives every batch of `batches` that arrived without an MPID its user, in order, and
-/// answers the writes the decisions call for, for [`write`] once the batches are stored. A batch that would need a new user where it may not
-/// make one keeps none. A duplicate (its `source_request_id` already stored, or taken by an
-/// earlier batch of the group) is stored as nothing, so it resolves nothing and writes nothing:
-/// whatever identities a resend names, only the batch first stored had its say. The stored
-/// keys are read without a lock on them: a resend racing its uncommitted original on another
-/// lane or node, with no identity or device in common (so no advisory lock between them),
-/// still resolves before its insert finds the duplicate.
+/// Gives every batch of `batches` that arrived without an MPID its user, in order, and answers the
+/// writes the decisions call for, for [`write`] once the batches are stored. A batch that would
+/// need a new user where it may not make one keeps none. A duplicate (its `source_request_id`
+/// already stored, or taken by an earlier batch of the group) is stored as nothing, so it resolves
+/// nothing and writes nothing: whatever identities a resend names, only the batch first stored had
+/// its say. The stored keys are read without a lock on them: a resend racing its uncommitted
+/// original on another lane or node, with no identity or device in common (so no advisory lock
+/// between them), still resolves before its insert finds the duplicate.
 pub(super) async fn resolve_batches(
     tx: &mut Tx<'_>,
     batches: &mut [&mut NewBatch],
