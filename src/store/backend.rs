@@ -372,8 +372,10 @@ pub(crate) enum Tx<'c> {
 /// locks and advisory locks do that job.) PostgreSQL's isolation is pinned to READ COMMITTED,
 /// which the store is written for, whatever the server's `default_transaction_isolation`: a
 /// statement after an advisory lock must see what the lock's holder committed (IDSync's reads,
-/// the identity step's; at REPEATABLE READ they would make two users of one identity), and an
-/// update must not fail on a row another transaction changed. Part of the BEGIN: no round trip.
+/// the identity step's: at REPEATABLE READ they would decide from a snapshot older than that
+/// commit, a new user for an identity that has one, whose write then fails the transaction with
+/// a serialization error), and an update must not fail on a row another transaction changed.
+/// Part of the BEGIN: no round trip.
 const BEGIN: Sql = Sql::each("BEGIN IMMEDIATE", "BEGIN ISOLATION LEVEL READ COMMITTED");
 
 impl Store {
