@@ -17,6 +17,9 @@ use crate::model::ids::{BatchId, ConnectionId, InputId, Mpid, OutputId};
 pub(crate) struct Sql {
     sqlite: &'static str,
     postgres: &'static str,
+    /// A statement PostgreSQL does another way (in a statement of its own): running it there is
+    /// a bug, answered with an error rather than with an empty query's nothing.
+    sqlite_only: bool,
 }
 
 impl Sql {
@@ -25,12 +28,34 @@ impl Sql {
         Self {
             sqlite: text,
             postgres: text,
+            sqlite_only: false,
         }
     }
 
-    /// A statement the dialects spell differently.
+    /// A statement the dialects spell differently. Both texts are needed (a `const` with an
+    /// empty one does not compile): a statement one backend does without is
+    /// [`Sql::postgres_only`] or [`Sql::sqlite_only`].
     pub(crate) const fn each(sqlite: &'static str, postgres: &'static str) -> Self {
-        Self { sqlite, postgres }
+        assert!(
+            !sqlite.is_empty() && !postgres.is_empty(),
+            "an empty statement: use Sql::postgres_only or Sql::sqlite_only"
+        );
+        Self {
+            sqlite,
+            postgres,
+            sqlite_only: false,
+        }
+    }
+
+    /// A statement only SQLite runs, where PostgreSQL does the same work another way (e.g. the
+    /// identity step's reads and writes, one statement each there). Run on PostgreSQL, it is an
+    /// error: a step that forgot to branch would otherwise skip its work without a word.
+    pub(crate) const fn sqlite_only(sqlite: &'static str) -> Self {
+        Self {
+            sqlite,
+            postgres: "",
+            sqlite_only: true,
+        }
     }
 
     /// The SQLite text (for tests that read a statement's plan).
@@ -52,8 +77,15 @@ impl Sql {
         Self {
             sqlite: "",
             postgres,
+            sqlite_only: false,
         }
     }
+}
+
+/// Serialises rows for a JSON-array parameter, the way a whole group's rows go in one statement
+/// (plain data: this cannot fail).
+pub(super) fn json<T: serde::Serialize + ?Sized>(rows: &T) -> String {
+    serde_json::to_string(rows).unwrap_or_else(|_| "[]".to_owned())
 }
 
 /// A value bound to a placeholder.
@@ -238,10 +270,14 @@ enum Pick {
 }
 
 impl Pick {
-    fn text(self, sql: Sql) -> &'static str {
+    /// The text to run; an error for a [`Sql::sqlite_only`] statement on PostgreSQL.
+    fn text(self, sql: Sql) -> Result<&'static str, sqlx::Error> {
         match self {
-            Pick::Sqlite => sql.sqlite,
-            Pick::Postgres => sql.postgres,
+            Pick::Sqlite => Ok(sql.sqlite),
+            Pick::Postgres if sql.sqlite_only => Err(sqlx::Error::Configuration(
+                format!("a SQLite-only statement run on PostgreSQL: {}", sql.sqlite).into(),
+            )),
+            Pick::Postgres => Ok(sql.postgres),
         }
     }
 }
@@ -258,7 +294,7 @@ macro_rules! statements {
                 args: &[Arg<'_>],
             ) -> Result<u64, sqlx::Error> {
                 dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
-                    let text = pick.text(sql);
+                    let text = pick.text(sql)?;
                     if text.is_empty() {
                         // A statement only the other backend needs.
                         return Ok(0);
@@ -276,7 +312,7 @@ macro_rules! statements {
                 args: &[Arg<'_>],
             ) -> Result<Vec<R>, sqlx::Error> {
                 dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
-                    let text = pick.text(sql);
+                    let text = pick.text(sql)?;
                     if text.is_empty() {
                         return Ok(Vec::new());
                     }
@@ -293,7 +329,7 @@ macro_rules! statements {
                 args: &[Arg<'_>],
             ) -> Result<Option<R>, sqlx::Error> {
                 dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
-                    let text = pick.text(sql);
+                    let text = pick.text(sql)?;
                     if text.is_empty() {
                         return Ok(None);
                     }
@@ -310,7 +346,7 @@ macro_rules! statements {
                 args: &[Arg<'_>],
             ) -> Result<R, sqlx::Error> {
                 dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
-                    let text = pick.text(sql);
+                    let text = pick.text(sql)?;
                     if text.is_empty() {
                         return Err(sqlx::Error::RowNotFound);
                     }
@@ -333,8 +369,14 @@ pub(crate) enum Tx<'c> {
 
 /// SQLite must take the write lock up front: a transaction that reads first and writes later
 /// cannot wait for the lock and fails at once if another writer holds it. (On PostgreSQL row
-/// locks and advisory locks do that job.)
-const BEGIN: Sql = Sql::each("BEGIN IMMEDIATE", "BEGIN");
+/// locks and advisory locks do that job.) PostgreSQL's isolation is pinned to READ COMMITTED,
+/// which the store is written for, whatever the server's `default_transaction_isolation`: a
+/// statement after an advisory lock must see what the lock's holder committed (IDSync's reads,
+/// the identity step's: at REPEATABLE READ they would decide from a snapshot older than that
+/// commit, a new user for an identity that has one, whose write then fails the transaction with
+/// a serialization error), and an update must not fail on a row another transaction changed.
+/// Part of the BEGIN: no round trip.
+const BEGIN: Sql = Sql::each("BEGIN IMMEDIATE", "BEGIN ISOLATION LEVEL READ COMMITTED");
 
 impl Store {
     /// Starts a transaction that may write.
@@ -386,8 +428,10 @@ impl Store {
 /// answer still runs). A setting does not invalidate cached plans: a statement first planned
 /// on a pooled connection outside a group keeps its plan there; the group's statements are
 /// the ones that run at every poll. Sent with the BEGIN (one simple query), it costs no round trip of its
-/// own. SQLite plans each statement from the table as it is: nothing to do.
-const GROUP_BEGIN_POSTGRES: &str = "BEGIN; SET LOCAL enable_seqscan = off";
+/// own. SQLite plans each statement from the table as it is: nothing to do. READ COMMITTED as
+/// in [`BEGIN`], for the same reasons.
+const GROUP_BEGIN_POSTGRES: &str =
+    "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL enable_seqscan = off";
 
 /// How long a kept PostgreSQL connection may take to answer a group's BEGIN before it is taken
 /// for dead and replaced. Generous: a live server answers in well under a millisecond, even
@@ -547,5 +591,31 @@ pub(crate) mod round_trips {
     /// The round trips counted on this thread since the last call.
     pub(crate) fn take() -> u64 {
         COUNT.with(|count| count.replace(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Pick, Sql};
+
+    #[test]
+    fn a_sqlite_only_statement_is_an_error_on_postgresql() {
+        let sql = Sql::sqlite_only("SELECT json_each('[]')");
+        assert_eq!(Pick::Sqlite.text(sql).ok(), Some("SELECT json_each('[]')"));
+        let error = Pick::Postgres.text(sql).expect_err("run on PostgreSQL");
+        assert!(
+            error.to_string().contains("SQLite-only"),
+            "unclear error: {error}"
+        );
+    }
+
+    #[test]
+    fn a_postgres_only_statement_is_nothing_on_sqlite() {
+        let sql = Sql::postgres_only("SELECT pg_advisory_xact_lock(1)");
+        assert_eq!(Pick::Sqlite.text(sql).ok(), Some(""));
+        assert_eq!(
+            Pick::Postgres.text(sql).ok(),
+            Some("SELECT pg_advisory_xact_lock(1)")
+        );
     }
 }

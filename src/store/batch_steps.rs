@@ -177,7 +177,7 @@ fn sqlite_allocating_inserts() -> &'static [Sql] {
                      ON CONFLICT (input_id, source_request_id) DO NOTHING RETURNING id",
                     rows.join(", ")
                 );
-                Sql::each(text.leak(), "")
+                Sql::sqlite_only(text.leak())
             })
             .collect()
     })

@@ -14,7 +14,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::backend::{Sql, Tx, args};
+use super::backend::{Sql, Tx, args, json};
 use super::queue::ClaimedJob;
 
 // On PostgreSQL ids and heads are matched with `= ANY(ARRAY(…))`, not `IN (…)` (see the note in
@@ -115,10 +115,6 @@ const RELEASE_MATES: Sql = Sql::each(
      AND coalesce_head = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) \
      AND id <> coalesce_head AND leased_by = $2",
 );
-
-fn json(ids: &[i64]) -> String {
-    serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned())
-}
 
 /// Forms the groups of the coalesced heads among `claimed` that have none yet, and leases every
 /// claimed head's mates to `node`, appending them to `claimed` (see the module docs).

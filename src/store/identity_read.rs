@@ -17,8 +17,8 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 use sqlx::postgres::Postgres;
 
-use super::backend::{Sql, Tx, args};
-use super::identity_sql::sorted;
+use super::backend::{Sql, Tx, args, json};
+use super::identity_sql::{device_lock_key, identity_lock_key, sorted};
 use super::queue::Unresolved;
 use crate::model::identity::resolve::UserSummary;
 use crate::model::identity::types::IdentityType;
@@ -31,27 +31,23 @@ const GROUP_IDENTITIES_POSTGRES: &str = "SELECT kind, a, b, mpid, logged_in \
 // SQLite's reads (PostgreSQL's are the function's: no text for it here).
 
 /// `$1` batch keys as a JSON array of `{"i": input, "r": source_request_id}`: those stored.
-const STORED_KEYS: Sql = Sql::each(
+const STORED_KEYS: Sql = Sql::sqlite_only(
     "SELECT j.value ->> 'i', j.value ->> 'r' FROM json_each($1) AS j WHERE EXISTS \
      (SELECT 1 FROM batches b WHERE b.input_id = j.value ->> 'i' AND b.source_request_id = j.value ->> 'r')",
-    "",
 );
 /// `$1` identities as a JSON array of `{"t": type, "v": value}`: the owners of those known.
-const OWNERS: Sql = Sql::each(
+const OWNERS: Sql = Sql::sqlite_only(
     "SELECT u.identity_type, u.identity, u.mpid FROM json_each($1) AS j \
      JOIN user_identities u ON u.identity_type = j.value ->> 't' AND u.identity = j.value ->> 'v'",
-    "",
 );
 /// `$1` devices as a JSON array: the user each points to.
-const DEVICE_USERS: Sql = Sql::each(
+const DEVICE_USERS: Sql = Sql::sqlite_only(
     "SELECT device, mpid FROM device_users WHERE device IN (SELECT value FROM json_each($1))",
-    "",
 );
 /// `$1` MPIDs as a JSON array, `$2` the login type: those of them with a login.
-const LOGGED_IN: Sql = Sql::each(
+const LOGGED_IN: Sql = Sql::sqlite_only(
     "SELECT DISTINCT mpid FROM user_identities \
      WHERE identity_type = $2 AND mpid IN (SELECT value FROM json_each($1))",
-    "",
 );
 
 /// What the identity store holds for the group, as read and then as the group's earlier
@@ -93,8 +89,8 @@ fn lock_keys(candidates: &[&Unresolved]) -> Vec<String> {
     let keys = candidates
         .iter()
         .flat_map(|u| {
-            let identities = u.identities.iter().map(|(k, v)| format!("{k}:{v}"));
-            identities.chain(u.device.iter().map(|d| format!("device:{d}")))
+            let identities = u.identities.iter().map(|(k, v)| identity_lock_key(k, v));
+            identities.chain(u.device.as_deref().map(device_lock_key))
         })
         .collect();
     sorted(keys)
@@ -220,8 +216,4 @@ async fn read_known(tx: &mut Tx<'_>, candidates: &[&Unresolved]) -> Result<Known
         known.logged_in = rows.into_iter().map(|(m,)| m).collect();
     }
     Ok(known)
-}
-
-fn json<T: Serialize + ?Sized>(rows: &T) -> String {
-    serde_json::to_string(rows).unwrap_or_else(|_| "[]".to_owned())
 }

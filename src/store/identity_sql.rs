@@ -117,6 +117,17 @@ const INSERT_ALIAS: Sql = Sql::shared(
      (input_id, source_mpid, destination_mpid, start_ms, end_ms, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
 );
 
+/// The advisory lock key of an identity. IDSync, `/modify` and the group commit's identity step
+/// must spell it alike, or two of them would not exclude each other on one identity.
+pub(super) fn identity_lock_key(kind: &str, value: &str) -> String {
+    format!("{kind}:{value}")
+}
+
+/// The advisory lock key of a device (see [`identity_lock_key`]).
+pub(super) fn device_lock_key(device: &str) -> String {
+    format!("device:{device}")
+}
+
 /// Lock keys in one order, so two transactions never wait on each other crosswise.
 pub(super) fn sorted(mut keys: Vec<String>) -> Vec<String> {
     keys.sort();
@@ -215,8 +226,11 @@ impl Store {
         now: i64,
         decide: impl FnOnce(&Lookup) -> Option<Decision> + Send,
     ) -> StoreResult<Resolution> {
-        let mut keys: Vec<String> = identities.iter().map(|(k, v)| format!("{k}:{v}")).collect();
-        keys.extend(device.map(|d| format!("device:{d}")));
+        let mut keys: Vec<String> = identities
+            .iter()
+            .map(|(k, v)| identity_lock_key(k, v))
+            .collect();
+        keys.extend(device.map(device_lock_key));
         let mut tx = self.begin().await?;
         for key in sorted(keys) {
             tx.execute(LOCK_KEY, args![&key]).await?;
@@ -299,7 +313,7 @@ impl Store {
             .filter_map(|c| {
                 c.new_value
                     .as_ref()
-                    .map(|v| format!("{}:{v}", c.identity_type))
+                    .map(|v| identity_lock_key(c.identity_type.as_str(), v))
             })
             .collect();
         let mut tx = self.begin().await?;

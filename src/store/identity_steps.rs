@@ -15,14 +15,15 @@
 //! writes than a batch with an MPID; this is one of them). Its identities and device pointer
 //! follow it, since they refer to it.
 //!
-//! Locks: on PostgreSQL the group takes the advisory lock of every identity and device it
-//! resolves, in key order, as [`Store::resolve_identity`](super::Store::resolve_identity) does
-//! for IDSync, so two nodes (or a node and an IDSync call) never make two users of one new
-//! identity; the reads come after the locks, each with a snapshot taken after them, so they
-//! see what a node that held them committed (see [`super::identity_read`]). The step runs after the group's job-row changes and before its batch keys and
-//! profile rows (see the lock order in [`super::group`]); it touches no user row another
-//! transaction updates (a returning user's `last_seen_at` is set by the profile upsert, in
-//! MPID order with the others), so it adds no cycle.
+//! Locks: on PostgreSQL the group takes the advisory lock of every identity and device it resolves,
+//! in key order, as [`Store::resolve_identity`](super::Store::resolve_identity) does for IDSync, so
+//! two nodes (or a node and an IDSync call) never make two users of one new identity; the reads
+//! come after the locks, each with a snapshot taken after them (READ COMMITTED, pinned at the
+//! group's BEGIN), so they see what a node that held them committed (see [`super::identity_read`]).
+//! The step runs after the group's job-row changes and before its batch keys and profile rows (see
+//! the lock order in [`super::group`]); it touches no user row another transaction updates (a
+//! returning user's `last_seen_at` is set by the profile upsert, in MPID order with the others), so
+//! it adds no cycle.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -31,7 +32,7 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 use sqlx::postgres::Postgres;
 
-use super::backend::{Sql, Tx, args};
+use super::backend::{Sql, Tx, args, json};
 use super::identity_read::{self, Known};
 use super::identity_sql::new_mpid;
 use super::queue::{NewBatch, ProfileUpdate, Unresolved};
@@ -46,9 +47,8 @@ use crate::model::ids::Mpid;
 
 /// `$1` new MPIDs, `$2` now: new users none of whose batches was stored (a resend racing its
 /// original; their identities are still given to them).
-const INSERT_USERS: Sql = Sql::each(
+const INSERT_USERS: Sql = Sql::sqlite_only(
     "INSERT INTO users (mpid, created_at, last_seen_at) SELECT value, $2, $2 FROM json_each($1)",
-    "",
 );
 // A new user's attributes and consent as the profile upsert would merge its profile rows into
 // an empty profile (`user_attributes` and `consent` start as `{}`), so the row is written once
@@ -62,32 +62,29 @@ macro_rules! insert_new_profiles_sqlite {
     };
 }
 /// `$1` the new users' profile rows, `$2` now.
-const INSERT_NEW_PROFILES: Sql = Sql::each(insert_new_profiles_sqlite!(), "");
+const INSERT_NEW_PROFILES: Sql = Sql::sqlite_only(insert_new_profiles_sqlite!());
 /// The same, answering each user's consent (for jobs handed to delivery with it).
-const INSERT_NEW_PROFILES_RETURNING_CONSENT: Sql = Sql::each(
-    concat!(insert_new_profiles_sqlite!(), " RETURNING mpid, consent"),
-    "",
-);
+const INSERT_NEW_PROFILES_RETURNING_CONSENT: Sql = Sql::sqlite_only(concat!(
+    insert_new_profiles_sqlite!(),
+    " RETURNING mpid, consent"
+));
 /// `$1` `Attach` rows, `$2` now. The advisory locks make a conflict impossible but for an
 /// identity `/modify` gave its user meanwhile (then, as in IDSync, the first owner keeps it).
-const ATTACH: Sql = Sql::each(
+const ATTACH: Sql = Sql::sqlite_only(
     "INSERT INTO user_identities (identity_type, identity, mpid, created_at) \
      SELECT value ->> 't', value ->> 'v', value ->> 'mpid', $2 FROM json_each($1) WHERE true \
      ON CONFLICT (identity_type, identity) DO NOTHING",
-    "",
 );
 /// `$1` `Attach` rows, `$2` now: each attached identity in its user's history.
-const RECORD_ATTACHED: Sql = Sql::each(
+const RECORD_ATTACHED: Sql = Sql::sqlite_only(
     "INSERT INTO identity_changes (mpid, identity_type, old_value, new_value, changed_at) \
      SELECT value ->> 'mpid', value ->> 't', NULL, value ->> 'v', $2 FROM json_each($1)",
-    "",
 );
 /// `$1` `PointDevice` rows (one per device), `$2` now.
-const POINT_DEVICES: Sql = Sql::each(
+const POINT_DEVICES: Sql = Sql::sqlite_only(
     "INSERT INTO device_users (device, mpid, updated_at) \
      SELECT value ->> 'd', value ->> 'mpid', $2 FROM json_each($1) WHERE true \
      ON CONFLICT (device) DO UPDATE SET mpid = excluded.mpid, updated_at = excluded.updated_at",
-    "",
 );
 /// PostgreSQL: every write above in one statement (four round trips were one each): `$1` the
 /// new users' profile rows, `$2` now, `$3` the new users without one, `$4` `Attach` rows, `$5`
@@ -164,14 +161,14 @@ impl Decided {
     }
 }
 
-/// Gives every batch of `batches` that arrived without an MPID its user, in order, and
-/// answers the writes the decisions call for, for [`write`] once the batches are stored. A batch that would need a new user where it may not
-/// make one keeps none. A duplicate (its `source_request_id` already stored, or taken by an
-/// earlier batch of the group) is stored as nothing, so it resolves nothing and writes nothing:
-/// whatever identities a resend names, only the batch first stored had its say. The stored
-/// keys are read without a lock on them: a resend racing its uncommitted original on another
-/// lane or node, with no identity or device in common (so no advisory lock between them),
-/// still resolves before its insert finds the duplicate.
+/// Gives every batch of `batches` that arrived without an MPID its user, in order, and answers the
+/// writes the decisions call for, for [`write`] once the batches are stored. A batch that would
+/// need a new user where it may not make one keeps none. A duplicate (its `source_request_id`
+/// already stored, or taken by an earlier batch of the group) is stored as nothing, so it resolves
+/// nothing and writes nothing: whatever identities a resend names, only the batch first stored had
+/// its say. The stored keys are read without a lock on them: a resend racing its uncommitted
+/// original on another lane or node, with no identity or device in common (so no advisory lock
+/// between them), still resolves before its insert finds the duplicate.
 pub(super) async fn resolve_batches(
     tx: &mut Tx<'_>,
     batches: &mut [&mut NewBatch],
@@ -456,10 +453,6 @@ fn with_mpid(body: &[u8], mpid: Mpid) -> Arc<[u8]> {
     }
     out.extend_from_slice(rest);
     Arc::from(out)
-}
-
-fn json<T: Serialize + ?Sized>(rows: &T) -> String {
-    serde_json::to_string(rows).unwrap_or_else(|_| "[]".to_owned())
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use serde_json::json;
 use super::*;
 use crate::model::ids::{ConnectionId, InputId};
 use crate::store::Store;
+use crate::store::identity_sql::identity_lock_key;
 use crate::store::queue::NewJob;
 use crate::store::tests::harness::{TestStore, on_postgres};
 
@@ -246,28 +247,51 @@ async fn a_group_waiting_for_an_identitys_lock_finds_the_user_its_holder_made() 
         return;
     }
     let db = TestStore::open().await;
-    let mut holder = db.store.begin().await.expect("begin");
+    let store = db.store.clone();
+    waits_for_the_holder_and_finds_its_user(&db.store, store).await;
+}
+
+/// The same on a server whose transactions default to REPEATABLE READ: there the first
+/// statement's snapshot would serve the group's whole transaction, unless its BEGIN says READ
+/// COMMITTED (without it, the group decided a new user and its write failed: "could not
+/// serialize access due to concurrent update").
+#[tokio::test]
+async fn a_group_on_a_repeatable_read_server_finds_the_user_its_lock_holder_made() {
+    if !on_postgres() {
+        return;
+    }
+    let db = TestStore::open().await;
+    let strict = repeatable_read(&db.store).await;
+    waits_for_the_holder_and_finds_its_user(&db.store, strict.clone()).await;
+    strict.close().await;
+}
+
+/// A holder on `holder_store` locks `email:late@x` and makes user 77 of it; a group on `store`
+/// waits for the lock; once the holder commits, the group must resolve to 77, the only user.
+async fn waits_for_the_holder_and_finds_its_user(holder_store: &Store, store: Store) {
+    let mut holder = holder_store.begin().await.expect("begin");
     holder
-        .execute(LOCK, args!["email:late@x"])
+        .execute(LOCK, args![identity_lock_key("email", "late@x").as_str()])
         .await
         .expect("lock");
     holder.execute(MADE_USER, &[]).await.expect("user");
     holder.execute(GAVE_IDENTITY, &[]).await.expect("identity");
-    let store = db.store.clone();
     let group = tokio::spawn(async move {
         let mut batches = [unnamed(&(&[("email", "late@x")], None, true))];
-        let mut tx = store.begin().await.expect("begin");
+        let mut writer = store.writer_connection();
+        let mut tx = writer.begin(&store).await.expect("begin");
         let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
         let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
         write(&mut tx, &decided, &[], 1_000, false)
             .await
             .expect("write");
         tx.commit().await.expect("commit");
+        writer.close().await;
         batches[0].profile.as_ref().map(|p| p.mpid)
     });
     let mut polls = 0;
     loop {
-        let (waiting,): (i64,) = db.store.fetch_one(WAITING, &[]).await.expect("locks");
+        let (waiting,): (i64,) = holder_store.fetch_one(WAITING, &[]).await.expect("locks");
         if waiting > 0 {
             break;
         }
@@ -281,7 +305,11 @@ async fn a_group_waiting_for_an_identitys_lock_finds_the_user_its_holder_made() 
     holder.commit().await.expect("commit");
     let user = group.await.expect("the group");
     assert_eq!(user, Some(Mpid::new(77)));
-    assert_eq!(users(&db.store).await, 1, "a second user of one identity");
+    assert_eq!(
+        users(holder_store).await,
+        1,
+        "a second user of one identity"
+    );
 }
 
 #[test]
@@ -383,4 +411,107 @@ async fn new_users_get_mpids_that_grow_in_the_order_they_are_made() {
     assert!(made.iter().all(|m| m.get() > 0), "positive: {made:?}");
     let out_of_order: Vec<_> = made.windows(2).filter(|w| w[0] >= w[1]).collect();
     assert!(out_of_order.is_empty(), "not growing: {out_of_order:?}");
+}
+
+/// `calls` resolved in one group and committed; each batch's user.
+async fn group_of(store: &Store, calls: &[Given<'_>]) -> Vec<Option<Mpid>> {
+    let mut batches: Vec<NewBatch> = calls.iter().map(unnamed).collect();
+    let mut tx = store.begin().await.expect("begin");
+    let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
+    let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
+    write(&mut tx, &decided, &[], 1_000, false)
+        .await
+        .expect("write");
+    tx.commit().await.expect("commit");
+    batches
+        .iter()
+        .map(|b| b.profile.as_ref().map(|p| p.mpid))
+        .collect()
+}
+
+/// A device whose user has since logged in gets a new anonymous user, as IDSync gives it:
+/// the second group must read from the store that the device's user has a login (in one
+/// group that is known without a read).
+#[tokio::test]
+async fn a_device_whose_user_logged_in_in_an_earlier_group_gets_a_new_user() {
+    let db = TestStore::open().await;
+    let first = group_of(
+        &db.store,
+        &[
+            (&[], Some("dev-9"), true),
+            (&[("customer_id", "c9")], Some("dev-9"), true),
+        ],
+    )
+    .await;
+    assert!(first[0].is_some());
+    assert_eq!(first[0], first[1], "the device's user logs in");
+    let second = group_of(&db.store, &[(&[], Some("dev-9"), true)]).await;
+    assert!(second[0].is_some());
+    assert_ne!(
+        second[0], first[0],
+        "the logged-in user was given to an anonymous batch"
+    );
+    assert_eq!(users(&db.store).await, 2);
+}
+
+const ISOLATION: Sql = Sql::postgres_only("SHOW transaction_isolation");
+
+/// A store on `store`'s PostgreSQL database whose connections' transactions default to
+/// REPEATABLE READ (set with the connection's options: the test database is left as it is).
+async fn repeatable_read(store: &Store) -> Store {
+    let Store::Postgres(pool) = store else {
+        unreachable!("on PostgreSQL")
+    };
+    let options = (*pool.connect_options())
+        .clone()
+        .options([("default_transaction_isolation", "repeatable read")]);
+    let strict = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .expect("connect");
+    Store::Postgres(strict)
+}
+
+/// The isolation a transaction runs at.
+async fn isolation_of(tx: &mut crate::store::backend::Tx<'_>) -> String {
+    let (level,): (String,) = tx.fetch_one(ISOLATION, &[]).await.expect("isolation");
+    level
+}
+
+/// PostgreSQL: the group's transaction and IDSync's run at READ COMMITTED whatever the server's
+/// default: the identity read's statements each need a snapshot taken after the locks they
+/// wait for (at REPEATABLE READ the first statement's snapshot would serve them all: see
+/// `a_group_on_a_repeatable_read_server_finds_the_user_its_lock_holder_made`).
+#[tokio::test]
+async fn identity_transactions_read_committed_on_a_repeatable_read_server() {
+    if !on_postgres() {
+        return;
+    }
+    let db = TestStore::open().await;
+    let store = repeatable_read(&db.store).await;
+    let (default,): (String,) = store
+        .fetch_one(
+            Sql::postgres_only("SHOW default_transaction_isolation"),
+            &[],
+        )
+        .await
+        .expect("default");
+    assert_eq!(
+        default, "repeatable read",
+        "the server's default was not set"
+    );
+    let mut writer = store.writer_connection();
+    let mut group = writer.begin(&store).await.expect("group begin");
+    let group_level = isolation_of(&mut group).await;
+    group.commit().await.expect("commit");
+    let mut idsync = store.begin().await.expect("begin");
+    let idsync_level = isolation_of(&mut idsync).await;
+    idsync.commit().await.expect("commit");
+    writer.close().await;
+    store.close().await;
+    assert_eq!(
+        (group_level.as_str(), idsync_level.as_str()),
+        ("read committed", "read committed")
+    );
 }

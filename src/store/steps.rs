@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::backend::{Sql, Tx, args};
+use super::backend::{Sql, Tx, args, json};
 use super::queue::{AttemptRecord, ClaimedJob, DeadLetter, JobKey};
 use crate::model::consent;
 use crate::model::ids::{BatchId, ConnectionId, Mpid};
@@ -347,11 +347,6 @@ const INSERT_JOBS: Sql = Sql::each(
      leased_by text, mpid bigint, next_attempt_at bigint, coalesce_head bigint) \
      RETURNING id, batch_id, connection_id, lease_until",
 );
-
-/// Serialises rows for a JSON-array parameter (plain data: this cannot fail).
-fn json<T: Serialize + ?Sized>(rows: &T) -> String {
-    serde_json::to_string(rows).unwrap_or_else(|_| "[]".to_owned())
-}
 
 /// Extends the leases `node` still holds on `job_ids` to `lease_until`; returns the ids it
 /// still held (the others were released, finished, or claimed by another node).

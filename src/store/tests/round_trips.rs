@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use super::harness::{TestStore, batch, on_postgres};
 use crate::model::ids::Mpid;
-use crate::store::backend::round_trips;
+use crate::store::backend::{Sql, round_trips};
 use crate::store::group::{Command, commit};
 use crate::store::queue::{IngestOutcome, ProfileUpdate, Unresolved};
 
@@ -104,9 +104,11 @@ fn unnamed_requests(
     (commands, answers)
 }
 
-/// The round trips of committing `group` after `warm` on one lane's connection; asserts every
-/// batch of both was stored.
-async fn round_trips_of(warm: &mut [Command], group: &mut [Command]) -> u64 {
+const USERS: Sql = Sql::shared("SELECT COUNT(*) FROM users");
+
+/// The round trips of committing `group` after `warm` on one lane's connection, and the users
+/// stored then; asserts every batch of both was stored.
+async fn round_trips_of(warm: &mut [Command], group: &mut [Command]) -> (u64, i64) {
     let db = TestStore::open().await;
     let mut connection = db.store.writer_connection();
     commit(&db.store, &mut connection, warm, 60_000, "node")
@@ -119,7 +121,8 @@ async fn round_trips_of(warm: &mut [Command], group: &mut [Command]) -> u64 {
     let trips = round_trips::take();
     assert_eq!(done.len(), group.len());
     assert_eq!(db.batches().await.len(), warm.len() + group.len());
-    trips
+    let (users,): (i64,) = db.store.fetch_one(USERS, &[]).await.expect("users");
+    (trips, users)
 }
 
 // Batches without an MPID cost one round trip more than those with one on PostgreSQL: the
@@ -133,19 +136,25 @@ async fn a_group_of_returning_users_without_mpids_costs_one_round_trip_more() {
     let user = |n: usize| format!("user-{}", n % 8);
     let (mut warm, _warm) = unnamed_requests(0, 8, user);
     let (mut group, _answers) = unnamed_requests(100, 45, user);
-    let trips = round_trips_of(&mut warm, &mut group).await;
+    let (trips, users) = round_trips_of(&mut warm, &mut group).await;
     let expected = if on_postgres() { 6 } else { 10 };
     assert_eq!(
         trips, expected,
         "round trips of 45 returning users' batches"
     );
+    assert_eq!(users, 8, "the warm group's 8 users, and no other");
 }
 
 #[tokio::test]
 async fn a_group_of_new_users_without_mpids_costs_one_round_trip_more() {
     let (mut warm, _warm) = unnamed_requests(0, 3, |n| format!("first-{n}"));
     let (mut group, _answers) = unnamed_requests(100, 45, |n| format!("new-{n}"));
-    let trips = round_trips_of(&mut warm, &mut group).await;
+    let (trips, users) = round_trips_of(&mut warm, &mut group).await;
     let expected = if on_postgres() { 6 } else { 12 };
     assert_eq!(trips, expected, "round trips of 45 new users' batches");
+    assert_eq!(
+        users,
+        3 + 45,
+        "the warm group's 3 users and one per new batch"
+    );
 }
