@@ -6,10 +6,15 @@
 //! stream; so the batch's object and its `events` array are walked here (a few bytes of
 //! punctuation) and every key and value in them is parsed by serde_json as one value of a stream.
 //! Scanning the body a second time for the events' bytes (as `RawValue`s) cost as many
-//! instructions as writing the events again.
+//! instructions as writing the events again. Parsed on its own, a value may nest as deep as a
+//! whole body may, levels deeper than it stands in this one: the walk refuses what serde_json
+//! would refuse in the body (ingest stores nothing that deep, see [`crate::model::nesting`],
+//! but a batch stored before it checked may be).
 
 use serde::de::DeserializeOwned;
 use serde_json::{Deserializer, Map, Value};
+
+use crate::model::nesting;
 
 /// A stored batch body, read.
 #[derive(Debug)]
@@ -20,7 +25,8 @@ pub(crate) struct StoredBatch<'a> {
 }
 
 impl<'a> StoredBatch<'a> {
-    /// Reads `body`: the document is the one `serde_json::from_slice` gives, and so is the error.
+    /// Reads `body`: the document is the one `serde_json::from_slice` gives, and so is the error
+    /// (past serde_json's depth limit too).
     pub(crate) fn read(body: &'a [u8]) -> serde_json::Result<Self> {
         match walk(body) {
             Some(read) => Ok(read),
@@ -59,7 +65,8 @@ fn walk(body: &[u8]) -> Option<StoredBatch<'_>> {
                 document.insert(key, Value::Array(parsed));
                 events = Some(stored);
             } else {
-                let (value, _) = cursor.value::<Value>()?;
+                // A field's value is the body's second level.
+                let (value, _) = cursor.nested_value(2)?;
                 if key == "events" {
                     events = None;
                 }
@@ -119,6 +126,16 @@ impl<'a> Cursor<'a> {
         Some((value, rest.get(..len)?))
     }
 
+    /// The next value, parsed, and its bytes, unless it reaches past serde_json's depth limit
+    /// from `level` of the body.
+    fn nested_value(&mut self, level: usize) -> Option<(Value, &'a [u8])> {
+        let (value, bytes) = self.value::<Value>()?;
+        // Each level opens with a bracket: counting them spares walking nearly every value.
+        let brackets = bytes.iter().filter(|&&b| b == b'[' || b == b'{').count();
+        let too_deep = level + brackets > nesting::MAX_LEVEL && nesting::too_deep_at(&value, level);
+        (!too_deep).then_some((value, bytes))
+    }
+
     /// The array that comes next: its values, parsed, and the bytes of each.
     fn array(&mut self) -> Option<(Vec<Value>, Vec<&'a [u8]>)> {
         if !self.eat(b'[') {
@@ -129,7 +146,8 @@ impl<'a> Cursor<'a> {
             return Some((parsed, stored));
         }
         loop {
-            let (value, bytes) = self.value::<Value>()?;
+            // An event is the body's third level.
+            let (value, bytes) = self.nested_value(3)?;
             parsed.push(value);
             stored.push(bytes);
             if self.eat(b',') {
@@ -193,6 +211,13 @@ mod tests {
             "",
         ] {
             check(body.as_bytes());
+        }
+        // Nested to serde_json's limit (127 levels) and one past it, in an event (level 3
+        // down) and in another field (level 2 down): each is parsed as a value of its own.
+        let nested = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+        for levels in [125, 126] {
+            check(format!(r#"{{"events":[{{"a":1}},{}]}}"#, nested(levels)).as_bytes());
+            check(format!(r#"{{"mpid":1,"a":{}}}"#, nested(levels + 1)).as_bytes());
         }
     }
 
