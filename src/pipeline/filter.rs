@@ -8,6 +8,7 @@ use crate::model::event_type::EventType;
 use crate::model::ids::BatchId;
 use crate::model::settings::{ConnectionSettings, ConnectionStatus, SettingName, WebhookSettings};
 
+use super::request_body::Payload;
 use super::request_body::{self, OutboundEvent, with_events};
 use super::rules;
 pub(crate) use super::rules::{Rule, StrippedUserData};
@@ -21,16 +22,6 @@ pub(crate) enum Verdict {
     Filtered(SettingName),
     /// Dropped by a rule of the Data Filter or the forwarding rules, which it names.
     Ruled(Rule),
-}
-
-/// One webhook request body and how many events it carries.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Payload {
-    /// The JSON body, serialised.
-    pub(crate) body: Vec<u8>,
-    pub(crate) event_count: usize,
-    /// Positions in the inbound batch of the events this body carries.
-    pub(crate) event_indexes: Vec<usize>,
 }
 
 /// The filter's answer for one batch on one connection.

@@ -15,11 +15,21 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use crate::model::data_filter::DataFilter;
 use crate::model::ids::BatchId;
 use crate::model::settings::{ConnectionSettings, WebhookSettings};
 
-use super::filter::Payload;
 use super::rules::{self, StrippedUserData};
+
+/// One webhook request body and how many events it carries.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Payload {
+    /// The JSON body, serialised.
+    pub(crate) body: Vec<u8>,
+    pub(crate) event_count: usize,
+    /// Positions in the inbound batch of the events this body carries.
+    pub(crate) event_indexes: Vec<usize>,
+}
 
 /// A batch's fields other than `events`, in key order, as they go out: borrowed unless a
 /// setting changed them.
@@ -81,8 +91,24 @@ pub(super) fn outbound_base<'a>(
     if let Some(unique_id) = settings.unique_id.as_deref().filter(|u| !u.is_empty()) {
         base.insert("unique_id", Cow::Owned(json!(unique_id)));
     }
-    let stripped = rules::strip_user_data(&settings.data_filter, &mut base);
+    let stripped = strip_user_data(&settings.data_filter, &mut base);
     (base, stripped)
+}
+
+/// Removes the user attributes and identities the Data Filter does not send from the base,
+/// and names what it removed; a field is cloned only if the filter may remove from it.
+fn strip_user_data(filter: &DataFilter, base: &mut Base<'_>) -> StrippedUserData {
+    let mut stripped = StrippedUserData::default();
+    if filter.is_pass_through() {
+        return stripped;
+    }
+    if let Some(attributes) = base.get_mut("user_attributes") {
+        stripped.user_attributes = rules::strip_user_attributes(filter, attributes.to_mut());
+    }
+    if let Some(identities) = base.get_mut("user_identities") {
+        stripped.identity_types = rules::strip_identities(filter, identities.to_mut());
+    }
+    stripped
 }
 
 /// An event as it goes out: as stored (`stored`, when at hand) or parsed, unless something must

@@ -275,7 +275,7 @@ fn cloned_base(
         .iter()
         .map(|(k, v)| (k.as_str(), Cow::Borrowed(v)))
         .collect();
-    rules::strip_user_data(&settings.data_filter, &mut borrowed);
+    strip_user_data(&settings.data_filter, &mut borrowed);
     serde_json::to_vec(&borrowed).expect("serialisable")
 }
 
