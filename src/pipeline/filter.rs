@@ -8,6 +8,7 @@ use crate::model::event_type::EventType;
 use crate::model::ids::BatchId;
 use crate::model::settings::{ConnectionSettings, ConnectionStatus, SettingName, WebhookSettings};
 
+use super::events_body::to_json;
 use super::request_body::Payload;
 use super::request_body::{self, OutboundEvent, with_events};
 use super::rules;
@@ -174,7 +175,7 @@ fn plan_with(
     // The batch-level fields are serialised once and shared by every body cut from this batch;
     // cloning and re-serialising them per event was the largest cost of real-time delivery.
     let (base, stripped) = request_body::outbound_base(settings, webhook, batch_id, document);
-    let base = request_body::serialize_base(&base);
+    let base = to_json(&base);
     // The stored events only if they are the parsed ones, one for one.
     let stored = stored.filter(|stored| stored.len() == events.len());
     let forwarded: Vec<(usize, OutboundEvent<'_>)> = events
@@ -229,7 +230,7 @@ fn alias_plan(settings: &ConnectionSettings, document: &Value) -> Plan {
             fields.insert("unique_id".into(), json!(unique_id));
         }
         vec![Payload {
-            body: serialize(&document),
+            body: to_json(&document),
             event_count: 0,
             event_indexes: Vec::new(),
         }]
@@ -242,11 +243,6 @@ fn alias_plan(settings: &ConnectionSettings, document: &Value) -> Plan {
         removed_attributes: Vec::new(),
         stripped: StrippedUserData::default(),
     }
-}
-
-fn serialize(value: &impl serde::Serialize) -> Vec<u8> {
-    // Serialising JSON values cannot fail: their keys are strings.
-    serde_json::to_vec(value).unwrap_or_default()
 }
 
 #[cfg(test)]

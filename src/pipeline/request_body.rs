@@ -19,6 +19,7 @@ use crate::model::data_filter::DataFilter;
 use crate::model::ids::BatchId;
 use crate::model::settings::{ConnectionSettings, WebhookSettings};
 
+use super::events_body::{EventsBody, write_json};
 use super::rules::{self, StrippedUserData};
 
 /// One webhook request body and how many events it carries.
@@ -140,22 +141,8 @@ pub(super) fn outbound_event<'a>(
     OutboundEvent::Changed(event)
 }
 
-/// The serialised base object, written once per batch and shared by all its bodies.
-pub(super) fn serialize_base(base: &Base<'_>) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    write_json(&mut bytes, base);
-    bytes
-}
-
-/// Writes `value` as JSON; serialising JSON values (string keys) cannot fail.
-pub(super) fn write_json(body: &mut Vec<u8>, value: &impl serde::Serialize) {
-    let _ = serde_json::to_writer(body, value);
-}
-
 /// `{"events":[…],<base fields>}` from the serialised base object and the events.
 pub(super) fn with_events(base: &[u8], events: &[(usize, OutboundEvent<'_>)]) -> Payload {
-    let event_count = events.len();
-    let event_indexes = events.iter().map(|(i, _)| *i).collect();
     let stored_len: usize = events
         .iter()
         .map(|(_, event)| match event {
@@ -163,26 +150,14 @@ pub(super) fn with_events(base: &[u8], events: &[(usize, OutboundEvent<'_>)]) ->
             _ => 0,
         })
         .sum();
-    let mut body = Vec::with_capacity(base.len() + stored_len + 16);
-    body.extend_from_slice(b"{\"events\":[");
-    for (k, (_, event)) in events.iter().enumerate() {
-        if k > 0 {
-            body.push(b',');
-        }
-        event.write_to(&mut body);
-    }
-    body.push(b']');
-    // `base` is a serialised object, `{}` or `{"k":…}`: its fields follow the events.
-    if base.len() > 2 {
-        body.push(b',');
-        body.extend_from_slice(&base[1..]);
-    } else {
-        body.push(b'}');
+    let mut body = EventsBody::with_capacity(base.len() + stored_len + 16);
+    for (_, event) in events {
+        event.write_to(body.next_event());
     }
     Payload {
-        body,
-        event_count,
-        event_indexes,
+        body: body.finish(base),
+        event_count: events.len(),
+        event_indexes: events.iter().map(|(i, _)| *i).collect(),
     }
 }
 

@@ -8,6 +8,7 @@ use super::*;
 use crate::model::batch::{Channel, normalize};
 use crate::model::event_type::EventType;
 use crate::model::settings::ConnectionStatus;
+use crate::pipeline::events_body::to_json;
 use crate::pipeline::filter::{plan, plan_stored};
 use crate::pipeline::stored_batch::StoredBatch;
 
@@ -285,7 +286,7 @@ fn the_borrowed_base_is_the_cloned_one() {
         for (k, settings) in settings_cases().iter().enumerate() {
             let (base, _) = outbound_base(settings, &webhook(), BatchId::new(4), &document);
             let expected = cloned_base(settings, &webhook(), BatchId::new(4), &document);
-            assert_eq!(serialize_base(&base), expected, "{name}, settings case {k}");
+            assert_eq!(to_json(&base), expected, "{name}, settings case {k}");
         }
     }
 }
