@@ -19,6 +19,8 @@ use crate::model::nesting;
 /// A stored batch body, read.
 #[derive(Debug)]
 pub(crate) struct StoredBatch<'a> {
+    /// The whole batch, parsed (what `serde_json::from_slice` gives), events included: the
+    /// filter decides from it, and writes from it what it changes.
     pub(crate) document: Value,
     /// Each event's bytes in the body, in order; `None` if the body has no `events` array.
     events: Option<Vec<&'a [u8]>>,
