@@ -11,6 +11,8 @@
 
 use serde_json::Value;
 
+use crate::pipeline::events_body::{self, EventsBody, to_json};
+
 /// One batch's filtered body, with its events' indexes in the stored batch.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Part {
@@ -71,33 +73,21 @@ fn split(part: &Part) -> Option<Split> {
     if events.len() != part.events.len() {
         return None;
     }
-    let events = events.iter().map(to_vec).collect();
+    let events = events.iter().map(to_json).collect();
     Some(Split {
         member: part.member,
         accepted: part.accepted,
         indexes: part.events.clone(),
         events,
-        base: to_vec(&Value::Object(object)),
+        base: to_json(&Value::Object(object)),
     })
-}
-
-fn to_vec(value: &Value) -> Vec<u8> {
-    // Serialising a JSON value cannot fail: its keys are strings.
-    serde_json::to_vec(value).unwrap_or_default()
 }
 
 /// The body length of `chunk` with `next` added (whose fields would then be the request's).
 fn size_with(chunk: &[Split], next: &Split) -> usize {
     let events = chunk.iter().chain([next]).flat_map(|s| &s.events);
     let (count, bytes) = events.fold((0, 0), |(n, b), e| (n + 1, b + e.len()));
-    body_len(count, bytes, next.base.len())
-}
-
-/// `{"events":[e1,e2]` then `,<fields>}` (or `}` without fields).
-fn body_len(count: usize, event_bytes: usize, base_len: usize) -> usize {
-    let commas = count.saturating_sub(1);
-    let tail = if base_len > 2 { base_len } else { 1 };
-    b"{\"events\":[".len() + event_bytes + commas + 1 + tail
+    events_body::len(count, bytes, next.base.len())
 }
 
 fn flush(chunk: &mut Vec<Split>, out: &mut Vec<Merged>) {
@@ -105,26 +95,18 @@ fn flush(chunk: &mut Vec<Split>, out: &mut Vec<Merged>) {
     let Some(newest) = chunk.iter().max_by_key(|split| split.accepted) else {
         return;
     };
-    let base = &newest.base;
-    let mut body = b"{\"events\":[".to_vec();
+    let mut body = EventsBody::with_capacity(newest.base.len());
     let mut events = Vec::new();
     for split in chunk.iter() {
         for (event, &index) in split.events.iter().zip(&split.indexes) {
-            if !events.is_empty() {
-                body.push(b',');
-            }
-            body.extend_from_slice(event);
+            body.next_event().extend_from_slice(event);
             events.push((split.member, index));
         }
     }
-    body.push(b']');
-    if base.len() > 2 {
-        body.push(b',');
-        body.extend_from_slice(&base[1..]);
-    } else {
-        body.push(b'}');
-    }
-    out.push(Merged { body, events });
+    out.push(Merged {
+        body: body.finish(&newest.base),
+        events,
+    });
     chunk.clear();
 }
 

@@ -14,6 +14,7 @@ use super::field_path::FieldPath;
 use super::identity::types::IdentityType;
 use super::identity::{NOT_STORABLE, is_storable};
 use super::kept_members::{KeptMembers, StoredForm, is_object_or_null};
+use super::nesting::{self, MAX_LEVEL};
 
 const ENVIRONMENTS: &[&str] = &["development", "production", "unknown"];
 
@@ -165,6 +166,9 @@ pub(crate) fn normalize_split(
         }
     }
     // `schema_version` is accepted whatever it holds (spec §1.4) and overwritten below.
+    for (key, value) in &batch {
+        check_nesting(value, 2, root_path.key(key))?;
+    }
 
     // What mParticle adds on receipt (spec §1.8); read-only keys a client sent are overwritten.
     batch.insert("schema_version".into(), json!(2));
@@ -182,6 +186,32 @@ pub(crate) fn normalize_split(
         source_request_id,
         event_count,
     })
+}
+
+/// Refuses `value`, at `level` of the batch (the batch is level 1), if it nests deeper than
+/// serde_json reads back (see [`nesting`]); the error names the field down to an event's data
+/// member (`events[0].data.custom_attributes`), the level an SDK's attributes reach.
+fn check_nesting(value: &Value, level: usize, field: FieldPath<'_>) -> Result<(), BatchError> {
+    if !nesting::too_deep_at(value, level) {
+        return Ok(());
+    }
+    if level < 5 {
+        match value {
+            Value::Object(map) => {
+                for (key, inner) in map {
+                    check_nesting(inner, level + 1, field.key(key))?;
+                }
+            }
+            Value::Array(items) => {
+                for (i, inner) in items.iter().enumerate() {
+                    check_nesting(inner, level + 1, field.index(i))?;
+                }
+            }
+            _ => {}
+        }
+    }
+    let problem = format!("is nested too deeply; a batch may nest at most {MAX_LEVEL} levels");
+    Err(BatchError::new(field, &problem))
 }
 
 /// A fresh `message_id`: a random UUID in its lowercase hyphenated form, written without the

@@ -259,3 +259,41 @@ fn a_missing_or_unknown_event_type_is_named_with_its_message() {
     );
     assert_eq!(b.document["events"][0]["data"]["event_num"], json!(6));
 }
+
+/// `levels` arrays, one inside the other, around a number (`0` is the number alone).
+fn nested(levels: usize) -> Value {
+    (0..levels).fold(json!(1), |inner, _| json!([inner]))
+}
+
+/// The SDKs' uploads put a custom attribute deeper in the batch than they sent it, so an
+/// upload serde_json read can make a batch it cannot read back. A batch whose stored body
+/// serde_json would refuse is refused, naming the field; one it reads is stored as before.
+#[test]
+fn a_batch_is_stored_only_if_serde_json_reads_it_back() {
+    // The batch, `events`, the event, `data` and `custom_attributes` are levels 1 to 5, the
+    // attribute's value level 6: it may nest 122 levels (to level 127).
+    for levels in 118..=126 {
+        let batch = json!({"events": [{"event_type": "custom_event", "data": {
+            "event_name": "x", "custom_event_type": "other",
+            "custom_attributes": {"k": nested(levels)}}}]});
+        let normalized = normalize(batch, Channel::Native, 1, "");
+        match normalized {
+            Ok(batch) => {
+                let body = batch.stored_body().expect("serialisable");
+                let read = serde_json::from_slice::<Value>(&body);
+                assert!(read.is_ok(), "{levels} levels: stored, then {read:?}");
+            }
+            Err(e) => {
+                assert!(levels > 122, "{levels} levels refused: {e}");
+                assert_eq!(
+                    e.message,
+                    "Field \"events[0].data.custom_attributes\" is nested too deeply; \
+                     a batch may nest at most 127 levels."
+                );
+            }
+        }
+    }
+    let deep = json!({"user_attributes": {"a": 1}, "something_new": nested(127)});
+    // Named down to the level of an event's data members.
+    assert_eq!(err(deep).field, "something_new[0][0][0]");
+}

@@ -23,6 +23,8 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::nesting::MAX_LEVEL;
+
 /// The members kept as text: objects that `normalize` only checks to be objects, and that no
 /// step of the acceptance reads (identity, the profile update, the data catalog and the Live
 /// Stream read other members; delivery reads the stored text). Sorted.
@@ -32,9 +34,6 @@ const KEPT_AS_SENT: [&str; 4] = [
     "device_info",
     "integration_attributes",
 ];
-
-/// How deep serde_json lets containers nest: it refuses the 128th level.
-const MAX_DEPTH: usize = 127;
 
 /// Members of one batch kept as the text they came in, each key once, sorted by key.
 #[derive(Debug, Clone, Default)]
@@ -285,7 +284,7 @@ impl<'de> Visitor<'de> for Checked {
 impl Checked {
     /// The seed for what this container holds, or the error serde_json gives past its limit.
     fn enter<E: de::Error>(self) -> Result<Self, E> {
-        if self.level > MAX_DEPTH {
+        if self.level > MAX_LEVEL {
             return Err(E::custom("recursion limit exceeded"));
         }
         Ok(Self {

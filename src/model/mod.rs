@@ -20,6 +20,7 @@ pub(crate) mod legacy_web;
 mod metadata_paths;
 pub(crate) mod metrics;
 pub(crate) mod mobile;
+pub(crate) mod nesting;
 pub(crate) mod operator_event;
 pub(crate) mod settings;
 pub(crate) mod signed_date;

@@ -171,6 +171,9 @@ impl Pipeline {
         for mut batch in batches {
             // A batch without an MPID gets its user in the commit that stores it.
             let unnamed = identity::unnamed(&mut batch.document);
+            // Its events are written here by serde_json (only the kept members, batch fields,
+            // are text as sent): delivery copies an unchanged event's stored bytes into its
+            // requests (`request_body`), where they must be what serialising the event gives.
             let body = batch.stored_body().map_err(|_| AcceptError::Unavailable)?;
             let accepted = fanout::AcceptedBatch {
                 input_id: &input.id,

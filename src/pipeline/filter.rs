@@ -8,6 +8,8 @@ use crate::model::event_type::EventType;
 use crate::model::ids::BatchId;
 use crate::model::settings::{ConnectionSettings, ConnectionStatus, SettingName, WebhookSettings};
 
+use super::events_body::to_json;
+use super::request_body::Payload;
 use super::request_body::{self, OutboundEvent, with_events};
 use super::rules;
 pub(crate) use super::rules::{Rule, StrippedUserData};
@@ -21,16 +23,6 @@ pub(crate) enum Verdict {
     Filtered(SettingName),
     /// Dropped by a rule of the Data Filter or the forwarding rules, which it names.
     Ruled(Rule),
-}
-
-/// One webhook request body and how many events it carries.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Payload {
-    /// The JSON body, serialised.
-    pub(crate) body: Vec<u8>,
-    pub(crate) event_count: usize,
-    /// Positions in the inbound batch of the events this body carries.
-    pub(crate) event_indexes: Vec<usize>,
 }
 
 /// The filter's answer for one batch on one connection.
@@ -183,7 +175,7 @@ fn plan_with(
     // The batch-level fields are serialised once and shared by every body cut from this batch;
     // cloning and re-serialising them per event was the largest cost of real-time delivery.
     let (base, stripped) = request_body::outbound_base(settings, webhook, batch_id, document);
-    let base = request_body::serialize_base(&base);
+    let base = to_json(&base);
     // The stored events only if they are the parsed ones, one for one.
     let stored = stored.filter(|stored| stored.len() == events.len());
     let forwarded: Vec<(usize, OutboundEvent<'_>)> = events
@@ -238,7 +230,7 @@ fn alias_plan(settings: &ConnectionSettings, document: &Value) -> Plan {
             fields.insert("unique_id".into(), json!(unique_id));
         }
         vec![Payload {
-            body: serialize(&document),
+            body: to_json(&document),
             event_count: 0,
             event_indexes: Vec::new(),
         }]
@@ -251,11 +243,6 @@ fn alias_plan(settings: &ConnectionSettings, document: &Value) -> Plan {
         removed_attributes: Vec::new(),
         stripped: StrippedUserData::default(),
     }
-}
-
-fn serialize(value: &impl serde::Serialize) -> Vec<u8> {
-    // Serialising JSON values cannot fail: their keys are strings.
-    serde_json::to_vec(value).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -15,11 +15,22 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use crate::model::data_filter::DataFilter;
 use crate::model::ids::BatchId;
 use crate::model::settings::{ConnectionSettings, WebhookSettings};
 
-use super::filter::Payload;
+use super::events_body::{EventsBody, write_json};
 use super::rules::{self, StrippedUserData};
+
+/// One webhook request body and how many events it carries.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Payload {
+    /// The JSON body, serialised.
+    pub(crate) body: Vec<u8>,
+    pub(crate) event_count: usize,
+    /// Positions in the inbound batch of the events this body carries.
+    pub(crate) event_indexes: Vec<usize>,
+}
 
 /// A batch's fields other than `events`, in key order, as they go out: borrowed unless a
 /// setting changed them.
@@ -81,8 +92,24 @@ pub(super) fn outbound_base<'a>(
     if let Some(unique_id) = settings.unique_id.as_deref().filter(|u| !u.is_empty()) {
         base.insert("unique_id", Cow::Owned(json!(unique_id)));
     }
-    let stripped = rules::strip_user_data(&settings.data_filter, &mut base);
+    let stripped = strip_user_data(&settings.data_filter, &mut base);
     (base, stripped)
+}
+
+/// Removes the user attributes and identities the Data Filter does not send from the base,
+/// and names what it removed; a field is cloned only if the filter may remove from it.
+fn strip_user_data(filter: &DataFilter, base: &mut Base<'_>) -> StrippedUserData {
+    let mut stripped = StrippedUserData::default();
+    if filter.is_pass_through() {
+        return stripped;
+    }
+    if let Some(attributes) = base.get_mut("user_attributes") {
+        stripped.user_attributes = rules::strip_user_attributes(filter, attributes.to_mut());
+    }
+    if let Some(identities) = base.get_mut("user_identities") {
+        stripped.identity_types = rules::strip_identities(filter, identities.to_mut());
+    }
+    stripped
 }
 
 /// An event as it goes out: as stored (`stored`, when at hand) or parsed, unless something must
@@ -114,22 +141,8 @@ pub(super) fn outbound_event<'a>(
     OutboundEvent::Changed(event)
 }
 
-/// The serialised base object, written once per batch and shared by all its bodies.
-pub(super) fn serialize_base(base: &Base<'_>) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    write_json(&mut bytes, base);
-    bytes
-}
-
-/// Writes `value` as JSON; serialising JSON values (string keys) cannot fail.
-pub(super) fn write_json(body: &mut Vec<u8>, value: &impl serde::Serialize) {
-    let _ = serde_json::to_writer(body, value);
-}
-
 /// `{"events":[…],<base fields>}` from the serialised base object and the events.
 pub(super) fn with_events(base: &[u8], events: &[(usize, OutboundEvent<'_>)]) -> Payload {
-    let event_count = events.len();
-    let event_indexes = events.iter().map(|(i, _)| *i).collect();
     let stored_len: usize = events
         .iter()
         .map(|(_, event)| match event {
@@ -137,26 +150,14 @@ pub(super) fn with_events(base: &[u8], events: &[(usize, OutboundEvent<'_>)]) ->
             _ => 0,
         })
         .sum();
-    let mut body = Vec::with_capacity(base.len() + stored_len + 16);
-    body.extend_from_slice(b"{\"events\":[");
-    for (k, (_, event)) in events.iter().enumerate() {
-        if k > 0 {
-            body.push(b',');
-        }
-        event.write_to(&mut body);
-    }
-    body.push(b']');
-    // `base` is a serialised object, `{}` or `{"k":…}`: its fields follow the events.
-    if base.len() > 2 {
-        body.push(b',');
-        body.extend_from_slice(&base[1..]);
-    } else {
-        body.push(b'}');
+    let mut body = EventsBody::with_capacity(base.len() + stored_len + 16);
+    for (_, event) in events {
+        event.write_to(body.next_event());
     }
     Payload {
-        body,
-        event_count,
-        event_indexes,
+        body: body.finish(base),
+        event_count: events.len(),
+        event_indexes: events.iter().map(|(i, _)| *i).collect(),
     }
 }
 

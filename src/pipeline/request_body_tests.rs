@@ -8,6 +8,7 @@ use super::*;
 use crate::model::batch::{Channel, normalize};
 use crate::model::event_type::EventType;
 use crate::model::settings::ConnectionStatus;
+use crate::pipeline::events_body::to_json;
 use crate::pipeline::filter::{plan, plan_stored};
 use crate::pipeline::stored_batch::StoredBatch;
 
@@ -135,6 +136,72 @@ fn events_left_unchanged_go_out_as_stored() {
     }
 }
 
+/// An unchanged event is the very slice of the stored body it was stored as; removing its
+/// location or an attribute writes it anew, without them.
+#[test]
+fn an_unchanged_event_is_its_stored_slice() {
+    let (_, body) = stored(sdk_batch());
+    let read = read(&body);
+    let stored_events = read.stored_events().expect("events");
+    let (event, stored) = (&read.document["events"][0], stored_events[0]);
+    let keep = ConnectionSettings::default();
+    match outbound_event(&keep, event, Some(stored), &[]) {
+        OutboundEvent::Stored(bytes) => {
+            assert!(std::ptr::eq(bytes, stored), "not the stored slice");
+            assert!(body.as_ptr_range().contains(&bytes.as_ptr()));
+        }
+        other => panic!("not sent as stored: {other:?}"),
+    }
+    let no_location = ConnectionSettings::from_json(json!({"include_location_information": false}))
+        .expect("valid settings");
+    let mut expected = event.clone();
+    expected["data"]
+        .as_object_mut()
+        .expect("data")
+        .remove("location");
+    match outbound_event(&no_location, event, Some(stored), &[]) {
+        OutboundEvent::Changed(changed) => assert_eq!(changed, expected),
+        other => panic!("location not removed: {other:?}"),
+    }
+    let mut expected = event.clone();
+    expected["data"]["custom_attributes"]
+        .as_object_mut()
+        .expect("attributes")
+        .remove("page");
+    match outbound_event(&keep, event, Some(stored), &["page".to_owned()]) {
+        OutboundEvent::Changed(changed) => assert_eq!(changed, expected),
+        other => panic!("attribute not removed: {other:?}"),
+    }
+}
+
+/// The filter sends an unchanged event as its stored text: stored another way than serde_json
+/// writes (spaced out, a number as `1e5`, which serde_json writes `100000.0`), the request
+/// carries that text as it is.
+#[test]
+fn the_request_carries_an_unchanged_events_stored_text() {
+    let event = r#"{ "event_type" : "custom_event", "data" : { "event_name" : "x",
+        "custom_event_type" : "other", "custom_attributes" : { "n" : 1e5 } } }"#;
+    let body = format!(r#"{{ "mpid" : 5, "events" : [ {event} ] }}"#);
+    for settings in [
+        ConnectionSettings::default(),
+        ConnectionSettings::from_json(json!({"send_as_batch": true})).expect("valid settings"),
+    ] {
+        let cut = plan_stored(
+            &settings,
+            &webhook(),
+            BatchId::new(1),
+            &read(body.as_bytes()),
+            None,
+        );
+        assert_eq!(cut.payloads.len(), 1);
+        let sent = std::str::from_utf8(&cut.payloads[0].body).expect("utf-8");
+        assert!(
+            sent.starts_with(&format!("{{\"events\":[{event}]")),
+            "{sent}"
+        );
+    }
+}
+
 /// A body that is not the document's own serialisation still gives the same JSON: its events'
 /// bytes go out as they are (here with their spacing), which reads as the same events.
 #[test]
@@ -209,7 +276,7 @@ fn cloned_base(
         .iter()
         .map(|(k, v)| (k.as_str(), Cow::Borrowed(v)))
         .collect();
-    rules::strip_user_data(&settings.data_filter, &mut borrowed);
+    strip_user_data(&settings.data_filter, &mut borrowed);
     serde_json::to_vec(&borrowed).expect("serialisable")
 }
 
@@ -219,7 +286,7 @@ fn the_borrowed_base_is_the_cloned_one() {
         for (k, settings) in settings_cases().iter().enumerate() {
             let (base, _) = outbound_base(settings, &webhook(), BatchId::new(4), &document);
             let expected = cloned_base(settings, &webhook(), BatchId::new(4), &document);
-            assert_eq!(serialize_base(&base), expected, "{name}, settings case {k}");
+            assert_eq!(to_json(&base), expected, "{name}, settings case {k}");
         }
     }
 }

@@ -14,8 +14,6 @@ use crate::model::forwarding_rules::{AttributeScope, ForwardingRules};
 use crate::model::identity::types::IdentityType;
 use crate::model::settings::SettingName;
 
-use super::request_body::Base;
-
 /// The rule that dropped an event; its `Display` is what the Live Stream shows after `filtered`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Rule {
@@ -263,27 +261,27 @@ impl StrippedUserData {
     }
 }
 
-/// Removes the user attributes and identities the Data Filter does not send from a batch's
-/// outbound fields, and names what it removed.
-pub(crate) fn strip_user_data(filter: &DataFilter, base: &mut Base<'_>) -> StrippedUserData {
-    let mut stripped = StrippedUserData::default();
-    if filter.is_pass_through() {
-        return stripped;
-    }
-    if let Some(attributes) = base.get_mut("user_attributes")
-        && let Value::Object(attributes) = attributes.to_mut()
-    {
+/// Removes from a batch's outbound `user_attributes` those the Data Filter does not send, and
+/// names them.
+pub(crate) fn strip_user_attributes(filter: &DataFilter, attributes: &mut Value) -> Vec<String> {
+    let mut removed = Vec::new();
+    if let Value::Object(attributes) = attributes {
         attributes.retain(|key, _| {
             let sends = filter.sends(&DataPointRef::UserAttribute(key));
             if !sends {
-                stripped.user_attributes.push(key.clone());
+                removed.push(key.clone());
             }
             sends
         });
     }
-    if let Some(identities) = base.get_mut("user_identities")
-        && let Value::Array(identities) = identities.to_mut()
-    {
+    removed
+}
+
+/// Removes from a batch's outbound `user_identities` the entries the Data Filter does not
+/// send, and names the `identity_type` of each.
+pub(crate) fn strip_identities(filter: &DataFilter, identities: &mut Value) -> Vec<String> {
+    let mut removed = Vec::new();
+    if let Value::Array(identities) = identities {
         identities.retain(|identity| {
             let kind = identity.get("identity_type").and_then(Value::as_str);
             let sends = match kind.and_then(IdentityType::parse) {
@@ -291,12 +289,10 @@ pub(crate) fn strip_user_data(filter: &DataFilter, base: &mut Base<'_>) -> Strip
                 None => filter.send_new_data_points,
             };
             if !sends {
-                stripped
-                    .identity_types
-                    .push(kind.unwrap_or("unknown").to_owned());
+                removed.push(kind.unwrap_or("unknown").to_owned());
             }
             sends
         });
     }
-    stripped
+    removed
 }

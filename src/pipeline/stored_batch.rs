@@ -6,21 +6,29 @@
 //! stream; so the batch's object and its `events` array are walked here (a few bytes of
 //! punctuation) and every key and value in them is parsed by serde_json as one value of a stream.
 //! Scanning the body a second time for the events' bytes (as `RawValue`s) cost as many
-//! instructions as writing the events again.
+//! instructions as writing the events again. Parsed on its own, a value may nest as deep as a
+//! whole body may, levels deeper than it stands in this one: the walk refuses what serde_json
+//! would refuse in the body (ingest stores nothing that deep, see [`crate::model::nesting`],
+//! but a batch stored before it checked may be).
 
 use serde::de::DeserializeOwned;
 use serde_json::{Deserializer, Map, Value};
 
+use crate::model::nesting;
+
 /// A stored batch body, read.
 #[derive(Debug)]
 pub(crate) struct StoredBatch<'a> {
+    /// The whole batch, parsed (what `serde_json::from_slice` gives), events included: the
+    /// filter decides from it, and writes from it what it changes.
     pub(crate) document: Value,
     /// Each event's bytes in the body, in order; `None` if the body has no `events` array.
     events: Option<Vec<&'a [u8]>>,
 }
 
 impl<'a> StoredBatch<'a> {
-    /// Reads `body`: the document is the one `serde_json::from_slice` gives, and so is the error.
+    /// Reads `body`: the document is the one `serde_json::from_slice` gives, and so is the error
+    /// (past serde_json's depth limit too).
     pub(crate) fn read(body: &'a [u8]) -> serde_json::Result<Self> {
         match walk(body) {
             Some(read) => Ok(read),
@@ -59,7 +67,8 @@ fn walk(body: &[u8]) -> Option<StoredBatch<'_>> {
                 document.insert(key, Value::Array(parsed));
                 events = Some(stored);
             } else {
-                let (value, _) = cursor.value::<Value>()?;
+                // A field's value is the body's second level.
+                let (value, _) = cursor.nested_value(2)?;
                 if key == "events" {
                     events = None;
                 }
@@ -79,6 +88,33 @@ fn walk(body: &[u8]) -> Option<StoredBatch<'_>> {
         document: Value::Object(document),
         events,
     })
+}
+
+/// Whether `value`, read from `bytes` at `level` of the body, reaches past serde_json's depth
+/// limit. Each level it nests takes two brackets: a value too short or with too few opening
+/// ones cannot, which spares walking the value for (nearly) every value.
+fn too_deep(value: &Value, bytes: &[u8], level: usize) -> bool {
+    let levels = (nesting::MAX_LEVEL + 1).saturating_sub(level);
+    if bytes.len() <= 2 * levels {
+        return false;
+    }
+    opening_brackets(bytes) > levels && nesting::too_deep_at(value, level)
+}
+
+/// How many `[` and `{` are in `bytes` (strings' too). Counted in byte-wide sums, which the
+/// compiler turns into vector instructions: counted a byte at a time, it was 8 instructions
+/// per byte of every stored batch.
+fn opening_brackets(bytes: &[u8]) -> usize {
+    // `[` is `{` but for the 0x20 bit, which no other byte adds to make `{`.
+    let chunk_count = |chunk: &[u8]| {
+        chunk
+            .iter()
+            .fold(0u8, |n, &b| n + u8::from(b | 0x20 == b'{'))
+    };
+    bytes
+        .chunks(255)
+        .map(|chunk| usize::from(chunk_count(chunk)))
+        .sum()
 }
 
 /// A place in a body being walked.
@@ -119,6 +155,13 @@ impl<'a> Cursor<'a> {
         Some((value, rest.get(..len)?))
     }
 
+    /// The next value, parsed, and its bytes, unless it reaches past serde_json's depth limit
+    /// from `level` of the body.
+    fn nested_value(&mut self, level: usize) -> Option<(Value, &'a [u8])> {
+        let (value, bytes) = self.value::<Value>()?;
+        (!too_deep(&value, bytes, level)).then_some((value, bytes))
+    }
+
     /// The array that comes next: its values, parsed, and the bytes of each.
     fn array(&mut self) -> Option<(Vec<Value>, Vec<&'a [u8]>)> {
         if !self.eat(b'[') {
@@ -129,7 +172,8 @@ impl<'a> Cursor<'a> {
             return Some((parsed, stored));
         }
         loop {
-            let (value, bytes) = self.value::<Value>()?;
+            // An event is the body's third level.
+            let (value, bytes) = self.nested_value(3)?;
             parsed.push(value);
             stored.push(bytes);
             if self.eat(b',') {
@@ -193,6 +237,15 @@ mod tests {
             "",
         ] {
             check(body.as_bytes());
+        }
+        let text = r#"{"a":["[{",{"b":[]},"]"],"c":"{x[y"}"#.repeat(40);
+        assert_eq!(opening_brackets(text.as_bytes()), 40 * 8);
+        // Nested to serde_json's limit (127 levels) and one past it, in an event (level 3
+        // down) and in another field (level 2 down): each is parsed as a value of its own.
+        let nested = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+        for levels in [125, 126] {
+            check(format!(r#"{{"events":[{{"a":1}},{}]}}"#, nested(levels)).as_bytes());
+            check(format!(r#"{{"mpid":1,"a":{}}}"#, nested(levels + 1)).as_bytes());
         }
     }
 

@@ -599,3 +599,35 @@ async fn an_oversized_gzip_identity_call_is_413_too_large() {
     }
     app.stop().await.unwrap();
 }
+
+/// `levels` arrays, one inside the other, around a number.
+fn nested(levels: usize) -> Value {
+    (0..levels).fold(json!(1), |inner, _| json!([inner]))
+}
+
+/// An upload's `attrs` sit a level deeper in the batch it becomes: an upload serde_json reads
+/// whose batch it could not read back is refused, as delivery and replay would fail on it.
+#[tokio::test]
+async fn an_upload_nested_deeper_than_its_batch_can_be_read_is_refused() {
+    let app = spawn_app().await;
+    let android = app.create_input("android").await;
+    // The upload, `msgs`, the message and `attrs` are levels 1 to 4: 123 arrays reach 127.
+    let mut deep = fixture("android_batch.json");
+    deep["msgs"][4]["attrs"] = json!({"k": nested(123)});
+    serde_json::from_str::<Value>(&deep.to_string()).expect("serde_json reads the upload");
+    let (status, body) = upload(&app, &android, &deep, None).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        body["errors"][0]["message"],
+        "Field \"events[4].data.custom_attributes\" is nested too deeply; \
+         a batch may nest at most 127 levels.",
+        "{body}"
+    );
+    assert_eq!(app.count("batches").await, 0);
+
+    let mut deepest = fixture("android_batch.json");
+    deepest["msgs"][4]["attrs"] = json!({"k": nested(122)});
+    assert_eq!(upload(&app, &android, &deepest, None).await.0, 202);
+    assert_eq!(app.count("batches").await, 1);
+    app.stop().await.unwrap();
+}
