@@ -92,7 +92,12 @@ fn unnamed(call: &Given<'_>) -> NewBatch {
 /// Every call resolved in one group (its users bare: no profile rows); the batches as the step
 /// left them.
 async fn in_one_group(store: &Store) -> Vec<NewBatch> {
-    let mut batches: Vec<NewBatch> = CALLS.iter().map(unnamed).collect();
+    resolved_together(store, CALLS).await
+}
+
+/// `calls` resolved in one group and committed; the batches as the step left them.
+async fn resolved_together(store: &Store, calls: &[Given<'_>]) -> Vec<NewBatch> {
+    let mut batches: Vec<NewBatch> = calls.iter().map(unnamed).collect();
     let mut tx = store.begin().await.expect("begin");
     let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
     let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
@@ -415,15 +420,8 @@ async fn new_users_get_mpids_that_grow_in_the_order_they_are_made() {
 
 /// `calls` resolved in one group and committed; each batch's user.
 async fn group_of(store: &Store, calls: &[Given<'_>]) -> Vec<Option<Mpid>> {
-    let mut batches: Vec<NewBatch> = calls.iter().map(unnamed).collect();
-    let mut tx = store.begin().await.expect("begin");
-    let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
-    let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
-    write(&mut tx, &decided, &[], 1_000, false)
+    resolved_together(store, calls)
         .await
-        .expect("write");
-    tx.commit().await.expect("commit");
-    batches
         .iter()
         .map(|b| b.profile.as_ref().map(|p| p.mpid))
         .collect()
