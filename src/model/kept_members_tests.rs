@@ -233,4 +233,8 @@ fn a_member_holding_a_float_is_parsed_and_one_of_integers_kept() {
     let (members, kept) = split_batch(body).expect("splits");
     assert_eq!(members.get("device_info"), None);
     assert_eq!(kept.get("device_info"), Some(r#"{"a":2}"#));
+    let body = br#"{"device_info":{"a":2},"device_info":{"a":1.5}}"#;
+    let (members, kept) = split_batch(body).expect("splits");
+    assert_eq!(members.get("device_info"), Some(&json!({"a": 1.5})));
+    assert_eq!(kept.get("device_info"), None);
 }
