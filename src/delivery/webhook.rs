@@ -558,15 +558,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_receiver_that_never_answers_times_out() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/", listener.local_addr().unwrap());
-        // Accepts connections and holds them without answering.
-        let _held = tokio::spawn(async move {
-            let mut sockets = Vec::new();
-            while let Ok((socket, _)) = listener.accept().await {
-                sockets.push(socket);
-            }
-        });
+        let url = never_answering().await;
         let client = WebhookClient::new(true, Duration::from_millis(200)).unwrap();
         let result = client
             .post(&output(&url), "d1", Bytes::from_static(b"{}"))
@@ -600,6 +592,20 @@ mod tests {
             matches!(result, Ok(Answer { status: 200, .. })),
             "{result:?}"
         );
+    }
+
+    /// A receiver that accepts connections and holds them without answering, for the test's
+    /// lifetime; its URL.
+    async fn never_answering() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let mut sockets = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                sockets.push(socket);
+            }
+        });
+        url
     }
 
     /// A receiver that answers with a status and then never ends the body, and the moment its
@@ -642,14 +648,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unanswered_request_is_given_up_when_told() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/", listener.local_addr().unwrap());
-        let _held = tokio::spawn(async move {
-            let mut sockets = Vec::new();
-            while let Ok((socket, _)) = listener.accept().await {
-                sockets.push(socket);
-            }
-        });
+        let url = never_answering().await;
         let client = WebhookClient::new(true, Duration::from_secs(30)).unwrap();
         let abandon = tokio::time::sleep(Duration::from_millis(100));
         let result = client

@@ -164,20 +164,10 @@ async fn users(store: &Store) -> i64 {
 async fn a_group_resolves_as_idsync_would_one_call_at_a_time() {
     let grouped = TestStore::open().await;
     let batches = in_one_group(&grouped.store).await;
-    let group_users: Vec<Option<Mpid>> = batches
-        .iter()
-        .map(|b| b.profile.as_ref().map(|p| p.mpid))
-        .collect();
+    let group_users = users_of(&batches);
     let single = TestStore::open().await;
     let single_users = one_by_one(&single.store).await;
-    let (group_classes, group_map) = classes(&group_users);
-    let (single_classes, single_map) = classes(&single_users);
-    assert_eq!(group_classes, single_classes);
-    assert_eq!(
-        owners(&grouped.store, &group_map).await,
-        owners(&single.store, &single_map).await
-    );
-    assert_eq!(users(&grouped.store).await, users(&single.store).await);
+    assert_same_users(&grouped, &group_users, &single, &single_users).await;
 }
 
 #[tokio::test]
@@ -212,21 +202,11 @@ async fn a_second_group_reads_what_the_first_stored_as_idsync_would() {
     let grouped = TestStore::open().await;
     let mut batches = in_one_group(&grouped.store).await;
     batches.extend(in_one_group(&grouped.store).await);
-    let group_users: Vec<Option<Mpid>> = batches
-        .iter()
-        .map(|b| b.profile.as_ref().map(|p| p.mpid))
-        .collect();
+    let group_users = users_of(&batches);
     let single = TestStore::open().await;
     let mut single_users = one_by_one(&single.store).await;
     single_users.extend(one_by_one(&single.store).await);
-    let (group_classes, group_map) = classes(&group_users);
-    let (single_classes, single_map) = classes(&single_users);
-    assert_eq!(group_classes, single_classes);
-    assert_eq!(
-        owners(&grouped.store, &group_map).await,
-        owners(&single.store, &single_map).await
-    );
-    assert_eq!(users(&grouped.store).await, users(&single.store).await);
+    assert_same_users(&grouped, &group_users, &single, &single_users).await;
 }
 
 const LOCK: Sql = Sql::postgres_only("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))");
@@ -420,11 +400,34 @@ async fn new_users_get_mpids_that_grow_in_the_order_they_are_made() {
 
 /// `calls` resolved in one group and committed; each batch's user.
 async fn group_of(store: &Store, calls: &[Given<'_>]) -> Vec<Option<Mpid>> {
-    resolved_together(store, calls)
-        .await
+    users_of(&resolved_together(store, calls).await)
+}
+
+/// Each batch's user, as the step left it.
+fn users_of(batches: &[NewBatch]) -> Vec<Option<Mpid>> {
+    batches
         .iter()
         .map(|b| b.profile.as_ref().map(|p| p.mpid))
         .collect()
+}
+
+/// The same calls gave the same users in `grouped` (resolved in groups) as in `single` (one
+/// call at a time): the same batches share a user, the users own the same identities, and the
+/// stores hold the same users.
+async fn assert_same_users(
+    grouped: &TestStore,
+    group_users: &[Option<Mpid>],
+    single: &TestStore,
+    single_users: &[Option<Mpid>],
+) {
+    let (group_classes, group_map) = classes(group_users);
+    let (single_classes, single_map) = classes(single_users);
+    assert_eq!(group_classes, single_classes);
+    assert_eq!(
+        owners(&grouped.store, &group_map).await,
+        owners(&single.store, &single_map).await
+    );
+    assert_eq!(users(&grouped.store).await, users(&single.store).await);
 }
 
 /// A device whose user has since logged in gets a new anonymous user, as IDSync gives it:
