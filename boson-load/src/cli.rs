@@ -103,7 +103,8 @@ pub(crate) struct Args {
     pub(crate) database_url: Option<String>,
 
     /// Boson processes sharing the database (PostgreSQL only; on SQLite there is one). Defaults:
-    /// 3 for propagation and for isolation on PostgreSQL, otherwise 1.
+    /// 3 for propagation and for isolation on PostgreSQL, otherwise 1. Throughput runs spread
+    /// their batches over the nodes round robin.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=16))]
     pub(crate) nodes: Option<u64>,
 

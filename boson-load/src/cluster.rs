@@ -57,11 +57,35 @@ impl Cluster {
             .collect()
     }
 
+    /// The largest peak RSS of any node, in MB.
+    pub(crate) fn peak_rss_mb(&self) -> Result<f64> {
+        self.nodes
+            .iter()
+            .map(Boson::peak_rss_mb)
+            .try_fold(0.0, |peak, node| Ok(f64::max(peak, node?)))
+    }
+
+    /// CPU seconds (user + system) of every node together.
+    pub(crate) fn cpu_secs(&self) -> Result<f64> {
+        self.nodes.iter().map(Boson::cpu_secs).sum()
+    }
+
     /// Stops every node gracefully and drops the database; problems are only reported.
     pub(crate) async fn stop(self) {
+        if let Err(e) = self.shutdown().await {
+            eprintln!("boson-load: {e:#}");
+        }
+    }
+
+    /// Stops every node gracefully, all of them whatever fails, and drops the database. The
+    /// first node that failed to stop is the error; other problems are only reported.
+    pub(crate) async fn shutdown(self) -> Result<()> {
+        let mut first = None;
         for node in self.nodes {
-            if let Err(e) = node.shutdown().await {
-                eprintln!("boson-load: {e:#}");
+            match (node.shutdown().await, &first) {
+                (Ok(()), _) => {}
+                (Err(e), None) => first = Some(e),
+                (Err(e), Some(_)) => eprintln!("boson-load: {e:#}"),
             }
         }
         if let Some(database) = self.database
@@ -69,5 +93,6 @@ impl Cluster {
         {
             eprintln!("boson-load: {e:#}");
         }
+        first.map_or(Ok(()), Err)
     }
 }

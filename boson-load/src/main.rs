@@ -6,7 +6,8 @@
 //! `/v2/events`, wait for the receiver to see every accepted event, and print
 //! one JSON line of results on stdout. Progress and diagnostics go to stderr.
 //!
-//! `--database-url` runs it on a fresh PostgreSQL database instead. Other
+//! `--database-url` runs it on a fresh PostgreSQL database instead, with `--nodes` Boson
+//! processes sharing it (batches spread over them round robin). Other
 //! scenarios (`--scenario`): `propagation` measures how soon a setting saved on
 //! one of several nodes applies on the others (see `propagation.rs`),
 //! `isolation` whether failing connections slow the healthy ones
@@ -39,9 +40,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use clap::Parser as _;
 
-use crate::boson::Boson;
 use crate::cli::{Args, Scenario};
-use crate::database::FreshDatabase;
+use crate::cluster::Cluster;
 use crate::receiver::{Receiver, Summary};
 use crate::report::{Report, per_second};
 
@@ -69,43 +69,27 @@ async fn main() -> Result<()> {
         Scenario::Isolation => return isolation::run(&args, &http).await,
         Scenario::Recovery => return recovery::run(&args, &http).await,
     }
-    let database = match &args.database_url {
-        Some(server) => Some(FreshDatabase::create(server).await?),
-        None => None,
-    };
-
     let total_events = usize::try_from(args.total_events()).context("too many batches")?;
     let receiver = Receiver::start(total_events).await?;
     if args.failing_user {
         // User 0 of `--users` sends as MPID 1.
         receiver.fail_user(1);
     }
-    let boson = Boson::start(
-        &args.boson_bin(),
-        &http,
-        database.as_ref().map(FreshDatabase::url),
-        &args.boson_log,
-    )
-    .await?;
+    let cluster = Cluster::start(&args, &http).await?;
     eprintln!(
         "boson-load: Boson ready at {}, receiver at {}",
-        boson.base_url(),
+        cluster.event_urls().join(", "),
         receiver.url()
     );
 
     // Whatever happens during the run, read the peak RSS and stop Boson
     // gracefully before reporting (or propagating the error).
-    let measured = measure(&args, &http, &boson, &receiver).await;
-    let peak_rss_mb = boson
+    let measured = measure(&args, &http, &cluster, &receiver).await;
+    let peak_rss_mb = cluster
         .peak_rss_mb()
         .inspect_err(|e| eprintln!("boson-load: peak RSS unavailable: {e:#}"))
         .ok();
-    let shutdown = boson.shutdown().await;
-    if let Some(database) = database
-        && let Err(e) = database.drop_now().await
-    {
-        eprintln!("boson-load: {e:#}");
-    }
+    let shutdown = cluster.shutdown().await;
     let summary = receiver.stop();
     let sent = measured?;
     shutdown?;
@@ -147,6 +131,7 @@ async fn main() -> Result<()> {
         requests_per_event: (summary.delivered > 0)
             .then(|| summary.requests as f64 / summary.delivered as f64),
         failed_requests: args.failing_user.then_some(summary.failed_requests),
+        nodes: args.node_count(),
     }
     .rounded();
     println!("{}", report.to_json_line());
@@ -192,17 +177,19 @@ fn per_event_us(cpu_secs: Option<f64>, events: u64) -> Option<f64> {
         .map(|secs| secs * 1e6 / events as f64)
 }
 
-/// Sets up the pipeline, sends everything, and waits for deliveries to drain.
+/// Sets up the pipeline (through the first node), sends everything (spread over the nodes),
+/// and waits for deliveries to drain.
 async fn measure(
     args: &Args,
     http: &reqwest::Client,
-    boson: &Boson,
+    cluster: &Cluster,
     receiver: &Receiver,
 ) -> Result<Measured> {
+    let first = cluster.nodes().first().context("no node started")?;
     let credentials = admin::setup_pipeline(
         http,
-        boson.base_url(),
-        boson.admin_token(),
+        first.base_url(),
+        first.admin_token(),
         (!args.ingest_only).then(|| receiver.url()).as_deref(),
         admin::Options {
             send_as_batch: args.send_as_batch,
@@ -226,7 +213,7 @@ async fn measure(
         ),
     );
     let plan = sender::Plan {
-        url: format!("{}/v2/events", boson.base_url()),
+        urls: cluster.event_urls(),
         credentials,
         batches: args.batches,
         concurrency: args.concurrency,
@@ -239,7 +226,7 @@ async fn measure(
             run: 0,
         },
     };
-    let cpu_before = boson.cpu_secs().ok();
+    let cpu_before = cluster.cpu_secs().ok();
     let outcome = sender::run(plan).await?;
     let send_secs = outcome
         .finished
@@ -261,12 +248,12 @@ async fn measure(
         (true, Some(users)) => args.batches.div_ceil(users) * payload::EVENTS_PER_BATCH as u64,
         _ => 0,
     };
-    let cpu_sent = boson.cpu_secs().ok();
+    let cpu_sent = cluster.cpu_secs().ok();
     if !args.ingest_only {
         let expected = outcome.accepted_events.saturating_sub(never);
         wait_for_deliveries(receiver, expected, args.drain_timeout()).await;
     }
-    let cpu_drained = boson
+    let cpu_drained = cluster
         .cpu_secs()
         .inspect_err(|e| eprintln!("boson-load: CPU time unavailable: {e:#}"))
         .ok();

@@ -1,7 +1,8 @@
 //! Sending event batches to `POST /v2/events`.
 //!
 //! `concurrency` worker tasks share one counter of batch indices, so batches go
-//! out in index order and at most `concurrency` requests are in flight.
+//! out in index order and at most `concurrency` requests are in flight. With
+//! several nodes, batch `k` goes to node `k mod N`.
 //!
 //! * Closed loop (no `--rate`): each worker sends its next batch as soon as
 //!   the previous one is answered, measuring Boson's maximum intake.
@@ -35,7 +36,8 @@ const MAX_LOGGED_ERRORS: u64 = 5;
 /// What to send and how.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
-    pub(crate) url: String,
+    /// `/v2/events` of every node; batch `k` goes to the URL at `k mod len`.
+    pub(crate) urls: Vec<String>,
     pub(crate) credentials: InputCredentials,
     pub(crate) batches: u64,
     pub(crate) concurrency: u64,
@@ -74,7 +76,7 @@ struct WorkerTally {
 #[derive(Debug, Clone)]
 struct Sender {
     client: Client<HttpConnector, Full<Bytes>>,
-    uri: Uri,
+    uris: Arc<[Uri]>,
     authorization: HeaderValue,
     shape: Shape,
 }
@@ -94,9 +96,15 @@ impl Sender {
             "Basic {}",
             base64::engine::general_purpose::STANDARD.encode(credentials)
         );
+        let uris = plan
+            .urls
+            .iter()
+            .map(|url| url.parse().context("parsing the events URL"))
+            .collect::<Result<Arc<[Uri]>>>()?;
+        anyhow::ensure!(!uris.is_empty(), "no node to send to");
         Ok(Self {
             client,
-            uri: plan.url.parse().context("parsing the events URL")?,
+            uris,
             authorization: HeaderValue::try_from(authorization)?,
             shape: Shape {
                 run: this_run(),
@@ -107,7 +115,8 @@ impl Sender {
 
     /// Sends batch `k`; `Ok` only for a 202.
     async fn send(&self, k: u64, sent_at_us: u64) -> Result<()> {
-        let request = Request::post(self.uri.clone())
+        let node = usize::try_from(k % self.uris.len() as u64).unwrap_or(0);
+        let request = Request::post(self.uris[node].clone())
             .header(AUTHORIZATION, self.authorization.clone())
             .header(CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(self.shape.batch(k, sent_at_us))))?;
@@ -225,4 +234,61 @@ pub(crate) fn batch_from(k: u64, user: u64, sent_at_us: u64) -> String {
         ..Shape::default()
     };
     shape.batch_of(k, user, sent_at_us)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use axum::extract::State;
+    use axum::routing::post;
+
+    use super::*;
+    use crate::admin::InputCredentials;
+
+    /// A node that answers 202 to every batch and counts them.
+    async fn counting_node() -> (String, Arc<AtomicU64>) {
+        let count = Arc::new(AtomicU64::new(0));
+        let app = axum::Router::new()
+            .route(
+                "/v2/events",
+                post(|State(count): State<Arc<AtomicU64>>| async move {
+                    count.fetch_add(1, Ordering::Relaxed);
+                    StatusCode::ACCEPTED
+                }),
+            )
+            .with_state(Arc::clone(&count));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}/v2/events", listener.local_addr().expect("addr"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, count)
+    }
+
+    #[tokio::test]
+    async fn batches_are_spread_over_the_nodes_round_robin() {
+        let (first, first_count) = counting_node().await;
+        let (second, second_count) = counting_node().await;
+        let plan = Plan {
+            urls: vec![first, second],
+            credentials: InputCredentials {
+                api_key: "key".to_owned(),
+                api_secret: "secret".to_owned(),
+            },
+            batches: 9,
+            concurrency: 3,
+            rate: None,
+            shape: Shape::default(),
+        };
+        let outcome = run(plan).await.expect("run");
+        assert_eq!((outcome.accepted_events, outcome.errors), (90, 0));
+        assert_eq!(
+            (
+                first_count.load(Ordering::Relaxed),
+                second_count.load(Ordering::Relaxed)
+            ),
+            (5, 4)
+        );
+    }
 }
