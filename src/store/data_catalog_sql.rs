@@ -29,7 +29,7 @@ const MERGE: Sql = Sql::each(
     "INSERT INTO data_points (input_id, kind, event_type, event_name, name, value_type, seen, \
      first_seen_ms, last_seen_ms) \
      SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
-     value ->> 6, value ->> 7, value ->> 8 FROM json_each($1) WHERE true \
+     value ->> 6, value ->> 7, value ->> 8 FROM jsonb_each($1) WHERE true \
      ON CONFLICT (input_id, kind, event_type, event_name, name) DO UPDATE SET \
      seen = data_points.seen + excluded.seen, \
      first_seen_ms = MIN(data_points.first_seen_ms, excluded.first_seen_ms), \

@@ -50,7 +50,7 @@ const KNOWN_KITS: Sql = Sql::each(
 // `WHERE true` keeps SQLite from reading ON CONFLICT as a join constraint.
 const ADD_COUNTS: Sql = Sql::each(
     "INSERT INTO forwarding_stats (input_id, module_id, events, last_at) \
-     SELECT $1, value ->> 0, value ->> 1, $3 FROM json_each($2) WHERE true \
+     SELECT $1, value ->> 0, value ->> 1, $3 FROM jsonb_each($2) WHERE true \
      ON CONFLICT (input_id, module_id) DO UPDATE SET \
      events = forwarding_stats.events + excluded.events, last_at = excluded.last_at",
     "INSERT INTO forwarding_stats (input_id, module_id, events, last_at) \

@@ -28,16 +28,17 @@ use crate::model::ids::Mpid;
 const GROUP_IDENTITIES_POSTGRES: &str = "SELECT kind, a, b, mpid, logged_in \
      FROM boson_group_identities($1, $2, $3, $4, $5, $6, $7)";
 
-// SQLite's reads (PostgreSQL's are the function's: no text for it here).
+// SQLite's reads (PostgreSQL's are the function's: no text for it here). Object rows are walked
+// with `jsonb_each`, so each `->>` reads SQLite's binary JSON (see `super::steps`).
 
 /// `$1` batch keys as a JSON array of `{"i": input, "r": source_request_id}`: those stored.
 const STORED_KEYS: Sql = Sql::sqlite_only(
-    "SELECT j.value ->> 'i', j.value ->> 'r' FROM json_each($1) AS j WHERE EXISTS \
+    "SELECT j.value ->> 'i', j.value ->> 'r' FROM jsonb_each($1) AS j WHERE EXISTS \
      (SELECT 1 FROM batches b WHERE b.input_id = j.value ->> 'i' AND b.source_request_id = j.value ->> 'r')",
 );
 /// `$1` identities as a JSON array of `{"t": type, "v": value}`: the owners of those known.
 const OWNERS: Sql = Sql::sqlite_only(
-    "SELECT u.identity_type, u.identity, u.mpid FROM json_each($1) AS j \
+    "SELECT u.identity_type, u.identity, u.mpid FROM jsonb_each($1) AS j \
      JOIN user_identities u ON u.identity_type = j.value ->> 't' AND u.identity = j.value ->> 'v'",
 );
 /// `$1` devices as a JSON array: the user each points to.

@@ -43,7 +43,8 @@ use crate::model::identity::types::IdentityType;
 use crate::model::ids::Mpid;
 
 // SQLite's writes, one statement each (a statement costs SQLite no round trip over a network;
-// PostgreSQL's are one statement, `WRITE_POSTGRES`).
+// PostgreSQL's are one statement, `WRITE_POSTGRES`). Object rows are walked with `jsonb_each`,
+// so each `->>` reads SQLite's binary JSON (see `super::steps`).
 
 /// `$1` new MPIDs, `$2` now: new users none of whose batches was stored (a resend racing its
 /// original; their identities are still given to them).
@@ -58,7 +59,7 @@ macro_rules! insert_new_profiles_sqlite {
     () => {
         "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
          SELECT value ->> 'mpid', $2, $2, json_patch('{}', value ->> 'patch'), \
-         json_patch('{\"gdpr\":{},\"ccpa\":{}}', value ->> 'consent') FROM json_each($1)"
+         json_patch('{\"gdpr\":{},\"ccpa\":{}}', value ->> 'consent') FROM jsonb_each($1)"
     };
 }
 /// `$1` the new users' profile rows, `$2` now.
@@ -72,18 +73,18 @@ const INSERT_NEW_PROFILES_RETURNING_CONSENT: Sql = Sql::sqlite_only(concat!(
 /// identity `/modify` gave its user meanwhile (then, as in IDSync, the first owner keeps it).
 const ATTACH: Sql = Sql::sqlite_only(
     "INSERT INTO user_identities (identity_type, identity, mpid, created_at) \
-     SELECT value ->> 't', value ->> 'v', value ->> 'mpid', $2 FROM json_each($1) WHERE true \
+     SELECT value ->> 't', value ->> 'v', value ->> 'mpid', $2 FROM jsonb_each($1) WHERE true \
      ON CONFLICT (identity_type, identity) DO NOTHING",
 );
 /// `$1` `Attach` rows, `$2` now: each attached identity in its user's history.
 const RECORD_ATTACHED: Sql = Sql::sqlite_only(
     "INSERT INTO identity_changes (mpid, identity_type, old_value, new_value, changed_at) \
-     SELECT value ->> 'mpid', value ->> 't', NULL, value ->> 'v', $2 FROM json_each($1)",
+     SELECT value ->> 'mpid', value ->> 't', NULL, value ->> 'v', $2 FROM jsonb_each($1)",
 );
 /// `$1` `PointDevice` rows (one per device), `$2` now.
 const POINT_DEVICES: Sql = Sql::sqlite_only(
     "INSERT INTO device_users (device, mpid, updated_at) \
-     SELECT value ->> 'd', value ->> 'mpid', $2 FROM json_each($1) WHERE true \
+     SELECT value ->> 'd', value ->> 'mpid', $2 FROM jsonb_each($1) WHERE true \
      ON CONFLICT (device) DO UPDATE SET mpid = excluded.mpid, updated_at = excluded.updated_at",
 );
 /// PostgreSQL: every write above in one statement (four round trips were one each): `$1` the

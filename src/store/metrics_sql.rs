@@ -20,7 +20,7 @@ const MERGE_MINUTES: Sql = Sql::each(
     "INSERT INTO metric_minutes (subject, minute_ms, received, forwarded, requests, failures, \
      dead_letters, backlog) \
      SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
-     value ->> 6, value ->> 7 FROM json_each($1) WHERE true \
+     value ->> 6, value ->> 7 FROM jsonb_each($1) WHERE true \
      ON CONFLICT (subject, minute_ms) DO UPDATE SET \
      received = metric_minutes.received + excluded.received, \
      forwarded = metric_minutes.forwarded + excluded.forwarded, \
@@ -44,7 +44,7 @@ const MERGE_MINUTES: Sql = Sql::each(
 /// `$1` is a JSON array of `[subject, minute_ms, bucket, count]`.
 const MERGE_LATENCY: Sql = Sql::each(
     "INSERT INTO metric_latency (subject, minute_ms, bucket, count) \
-     SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each($1) WHERE true \
+     SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM jsonb_each($1) WHERE true \
      ON CONFLICT (subject, minute_ms, bucket) DO UPDATE SET \
      count = metric_latency.count + excluded.count",
     "INSERT INTO metric_latency (subject, minute_ms, bucket, count) \
