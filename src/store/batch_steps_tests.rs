@@ -194,5 +194,8 @@ async fn a_group_is_one_insert_and_empty_rows_store_nothing() {
         .fetch_one(Sql::shared("SELECT COUNT(*) FROM batches"), &[])
         .await
         .expect("count");
-    assert_eq!(count.0, 46, "the 45 batches and the later one, no empty row");
+    assert_eq!(
+        count.0, 46,
+        "the 45 batches and the later one, no empty row"
+    );
 }
