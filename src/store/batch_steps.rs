@@ -110,8 +110,12 @@ async fn postgres_insert(
     Ok((rows.into_iter().map(|(id, _)| id).collect(), stored))
 }
 
-/// The largest SQLite insert. Chunks are powers of two, so a handful of distinct statements
-/// (each prepared once per connection) cover every group size.
+/// The most rows one SQLite insert takes. A chunk's statement has a power-of-two number of rows
+/// (1 to this), the chunk's rows and then empty ones the statement skips, so a handful of
+/// distinct statements (each prepared once per connection) cover every group size, and a group
+/// of up to this many batches is inserted in one round trip to the database's thread. (Chunks
+/// of the size's binary digits without empty rows took up to 6 round trips for one group; a
+/// group of 45 took 4.)
 const MAX_INSERT_ROWS: usize = 64;
 /// Parameters per row of SQLite's insert.
 const SQLITE_COLUMNS: usize = 5;
@@ -125,10 +129,10 @@ async fn sqlite_insert(
 ) -> Result<(Vec<BatchId>, HashSet<BatchId>), sqlx::Error> {
     let mut ids = Vec::with_capacity(batches.len());
     let mut stored = HashSet::with_capacity(batches.len());
-    let mut rows = batches.iter();
-    for size in chunk_sizes(batches.len()) {
-        let mut values: Vec<Arg<'_>> = Vec::with_capacity(size * SQLITE_COLUMNS);
-        for batch in rows.by_ref().take(size) {
+    for chunk in batches.chunks(MAX_INSERT_ROWS) {
+        let slots = statement_rows(chunk.len());
+        let mut values: Vec<Arg<'_>> = Vec::with_capacity(slots * SQLITE_COLUMNS);
+        for batch in chunk {
             values.extend([
                 Arg::from(&batch.input_id),
                 Arg::OptText(batch.source_request_id.as_deref()),
@@ -137,28 +141,38 @@ async fn sqlite_insert(
                 Arg::Bytes(&batch.body),
             ]);
         }
-        let statement = sqlite_allocating_inserts()[size.trailing_zeros() as usize];
+        // The statement's rows past the chunk: all NULL, which the insert skips.
+        values.resize(slots * SQLITE_COLUMNS, Arg::OptInt(None));
+        let statement = sqlite_allocating_inserts()[slots.trailing_zeros() as usize];
         let answered: Vec<i64> = tx.fetch_ids(statement, &values).await?;
         let Some((&base, inserted)) = answered.split_first() else {
             return Err(sqlx::Error::Protocol(
                 "no id base for a batch insert".into(),
             ));
         };
-        ids.extend((1..).take(size).map(|k: i64| BatchId::new(base + k)));
+        ids.extend((1..).take(chunk.len()).map(|k: i64| BatchId::new(base + k)));
         stored.extend(inserted.iter().copied().map(BatchId::new));
     }
     Ok((ids, stored))
 }
 
-/// For each chunk size, two statements sent as one query: the largest batch id ever used (the
-/// chunk's base; AUTOINCREMENT keeps it in `sqlite_sequence`, also for explicit ids), then the
-/// insert, which gives the chunk's k-th row the id base + k and returns the ids it stored. The
-/// insert reads the same base: SQLite writes `sqlite_sequence` only at the end of the statement,
-/// and the writer's `BEGIN IMMEDIATE` keeps every other connection from committing in between.
-/// The next chunk's base is then the largest id this one tried: SQLite raises `sqlite_sequence`
-/// for a row `ON CONFLICT DO NOTHING` skipped too, so a duplicate's id is never given to the
-/// next chunk's first batch (a test covers a duplicate at a chunk's end). `WHERE true` keeps
-/// SQLite from reading `ON CONFLICT` as a join constraint.
+/// The rows of the statement that inserts a chunk of `rows` batches (at most
+/// [`MAX_INSERT_ROWS`]): the next power of two.
+fn statement_rows(rows: usize) -> usize {
+    rows.next_power_of_two().min(MAX_INSERT_ROWS)
+}
+
+/// For each statement size (a power of two up to [`MAX_INSERT_ROWS`]), two statements sent as
+/// one query: the largest batch id ever used (the chunk's base; AUTOINCREMENT keeps it in
+/// `sqlite_sequence`, also for explicit ids), then the insert, which gives the chunk's k-th row
+/// the id base + k and returns the ids it stored. The insert reads the same base: SQLite writes
+/// `sqlite_sequence` only at the end of the statement, and the writer's `BEGIN IMMEDIATE` keeps
+/// every other connection from committing in between. The next chunk's base is then the
+/// largest id this one tried: SQLite raises `sqlite_sequence` for a row `ON CONFLICT DO
+/// NOTHING` skipped too, so a duplicate's id is never given to the next chunk's first batch (a
+/// test covers a duplicate at a chunk's end). Rows past the chunk's (every column NULL) are
+/// left out by the `WHERE`, before they take an id; `input_id` is never NULL in a real row. A
+/// `WHERE` also keeps SQLite from reading `ON CONFLICT` as a join constraint.
 fn sqlite_allocating_inserts() -> &'static [Sql] {
     const BASE: &str = "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'batches'), 0)";
     static STATEMENTS: std::sync::OnceLock<Vec<Sql>> = std::sync::OnceLock::new();
@@ -173,7 +187,7 @@ fn sqlite_allocating_inserts() -> &'static [Sql] {
                      INSERT INTO batches \
                      (id, input_id, source_request_id, received_at, event_count, body) \
                      SELECT {BASE} + v.column1, v.column2, v.column3, v.column4, v.column5, \
-                     v.column6 FROM (VALUES {}) AS v WHERE true \
+                     v.column6 FROM (VALUES {}) AS v WHERE v.column2 IS NOT NULL \
                      ON CONFLICT (input_id, source_request_id) DO NOTHING RETURNING id",
                     rows.join(", ")
                 );
@@ -181,18 +195,6 @@ fn sqlite_allocating_inserts() -> &'static [Sql] {
             })
             .collect()
     })
-}
-
-/// Splits `rows` into insert chunks: as many of the largest as fit, then the remainder's binary
-/// digits (45 rows: 32, 8, 4, 1).
-fn chunk_sizes(rows: usize) -> impl Iterator<Item = usize> {
-    let full = std::iter::repeat_n(MAX_INSERT_ROWS, rows / MAX_INSERT_ROWS);
-    let rest = rows % MAX_INSERT_ROWS;
-    let digits = (0..MAX_INSERT_ROWS.trailing_zeros())
-        .rev()
-        .map(|bit| 1 << bit)
-        .filter(move |size| rest & size != 0);
-    full.chain(digits)
 }
 
 #[cfg(test)]

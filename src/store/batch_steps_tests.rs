@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::*;
 use crate::model::ids::InputId;
-use crate::store::backend::args;
-use crate::store::tests::harness::TestStore;
+use crate::store::backend::{args, round_trips};
+use crate::store::tests::harness::{TestStore, on_postgres};
 
 fn batch(input: &str, request: Option<&str>) -> NewBatch {
     NewBatch {
@@ -23,18 +23,14 @@ fn batch(input: &str, request: Option<&str>) -> NewBatch {
 }
 
 #[test]
-fn chunks_cover_every_row_with_few_distinct_sizes() {
-    assert_eq!(chunk_sizes(0).count(), 0);
-    assert_eq!(chunk_sizes(45).collect::<Vec<_>>(), [32, 8, 4, 1]);
-    assert_eq!(chunk_sizes(200).collect::<Vec<_>>(), [64, 64, 64, 8]);
-    for rows in 0..1000 {
-        let sizes: Vec<usize> = chunk_sizes(rows).collect();
-        assert_eq!(sizes.iter().sum::<usize>(), rows);
-        assert!(
-            sizes
-                .iter()
-                .all(|s| s.is_power_of_two() && *s <= MAX_INSERT_ROWS)
-        );
+fn a_chunk_goes_in_one_statement_of_a_few_distinct_sizes() {
+    assert_eq!(statement_rows(1), 1);
+    assert_eq!(statement_rows(45), 64);
+    assert_eq!(statement_rows(5), 8);
+    for rows in 1..=MAX_INSERT_ROWS {
+        let slots = statement_rows(rows);
+        assert!(slots.is_power_of_two() && slots >= rows && slots <= MAX_INSERT_ROWS);
+        assert!(slots < 2 * rows, "{rows} rows in a statement of {slots}");
     }
 }
 
@@ -96,9 +92,9 @@ async fn each_batch_is_answered_with_its_own_rows_id_across_chunks_and_duplicate
         .collect();
     let earlier: Vec<&NewBatch> = earlier.iter().collect();
     let (first_ids, _) = insert_batches(&mut tx, &earlier).await.expect("insert");
-    // 70 rows (SQLite: chunks of 64, 4 and 2): requests r0..r2 again at 1, 63 and 69, the last
-    // of the first chunk among them, so the next chunk starts below that chunk's last id; the
-    // others in an order their keys do not sort in.
+    // 70 rows (SQLite: a chunk of 64, then one of 6 in a statement of 8 rows): requests r0..r2
+    // again at 1, 63 and 69, the last of each chunk among them, so the next chunk starts below
+    // that chunk's last id; the others in an order their keys do not sort in.
     let requests: Vec<String> = (0..70)
         .map(|i| match i {
             1 => "r0".to_owned(),
@@ -164,4 +160,42 @@ async fn a_request_id_repeated_in_one_group_is_stored_once() {
         .expect("insert");
     tx.commit().await.expect("commit");
     assert_eq!(stored, [ids[0], ids[1]].into(), "the first r1 is stored");
+}
+
+/// SQLite inserts a group in as few statements as it can, whatever its size: a chunk's
+/// statement has room for more rows than the chunk has (the rest left empty and skipped), and
+/// the empty rows neither store anything nor take an id.
+#[tokio::test]
+async fn a_group_is_one_insert_and_empty_rows_store_nothing() {
+    let db = TestStore::open().await;
+    let mut tx = db.store.begin().await.expect("begin");
+    let batches: Vec<NewBatch> = (0..45)
+        .map(|i| batch("in_1", Some(&format!("r{i}"))))
+        .collect();
+    let mut rows: Vec<&NewBatch> = batches.iter().collect();
+    // The last real row a duplicate, right before the empty ones.
+    rows.push(&batches[0]);
+    round_trips::take();
+    let (ids, stored) = insert_batches(&mut tx, &rows).await.expect("insert");
+    let trips = round_trips::take();
+    let after = batch("in_1", Some("after"));
+    let (later, _) = insert_batches(&mut tx, &[&after]).await.expect("insert");
+    tx.commit().await.expect("commit");
+
+    if !on_postgres() {
+        assert_eq!(trips, 1, "46 batches in one statement");
+    }
+    assert_eq!(ids.len(), 46);
+    assert_eq!(stored.len(), 45, "every batch but the repeated one");
+    assert!(!stored.contains(&ids[45]));
+    assert!(later[0] > ids[45], "ids are never reused: {later:?}");
+    let count: (i64,) = db
+        .store
+        .fetch_one(Sql::shared("SELECT COUNT(*) FROM batches"), &[])
+        .await
+        .expect("count");
+    assert_eq!(
+        count.0, 46,
+        "the 45 batches and the later one, no empty row"
+    );
 }

@@ -389,6 +389,7 @@ async fn run(
     let mut connection = store.writer_connection();
     let mut group = Vec::with_capacity(MAX_GROUP);
     loop {
+        let idle = std::time::Instant::now();
         // Only here, between groups: a group once taken is committed and answered.
         let received = tokio::select! {
             biased;
@@ -402,6 +403,13 @@ async fn run(
             tracing::debug!("Writer stopped: every handle was dropped.");
             break;
         }
+        // How long the lane waited for this group (none: it was queued while the last one
+        // committed), beside the group's own times (`group`'s "Group committed.").
+        tracing::debug!(
+            commands = group.len(),
+            waited_us = idle.elapsed().as_micros(),
+            "Group taken."
+        );
         #[cfg(test)]
         take_the_group_a_test_asked_for(&mut rx, &mut group).await;
         let result = commit(&store, &mut connection, &mut group, lease_ms, &node).await;
