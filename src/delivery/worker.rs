@@ -184,6 +184,12 @@ impl Sending<'_> {
     /// update to record: finished, or a retry from the first request that must be tried again.
     pub(super) async fn send(&self, mut attempt: Attempt<'_>, bodies: &[Outgoing]) -> JobUpdate {
         let (ctx, job, live) = (self.ctx, self.job, self.live);
+        let mut delivered = Delivered {
+            ctx,
+            job,
+            events: 0,
+            ages_ms: Vec::with_capacity(bodies.len()),
+        };
         for (position, out) in bodies.iter().enumerate() {
             let (index, event_count, body, events) =
                 (&out.index, &out.event_count, &out.body, &out.events);
@@ -199,8 +205,7 @@ impl Sending<'_> {
                     attempt.last_status = Some(i64::from(answer.status));
                     match classify(answer.status, answer.retry_after) {
                         Classification::Delivered => {
-                            ctx.metrics
-                                .delivered(&job.connection_id, *event_count, job.created_at);
+                            delivered.add(*event_count);
                             attempt.events += i64::try_from(*event_count).unwrap_or(0);
                             continue;
                         }
@@ -286,6 +291,34 @@ impl Sending<'_> {
                 "Endpoint back while this request hung; sending it again."
             );
         }
+    }
+}
+
+/// The requests of one pass over a job delivered so far, for the metrics: counted once the
+/// pass ends, however it ends (also when it is dropped at shutdown), in one go (see
+/// `Metrics::delivered`).
+struct Delivered<'a> {
+    ctx: &'a DeliveryContext,
+    job: &'a Job,
+    events: usize,
+    /// Per request, its batch's age when it was delivered.
+    ages_ms: Vec<i64>,
+}
+
+impl Delivered<'_> {
+    fn add(&mut self, events: usize) {
+        self.events += events;
+        let age = now_ms().saturating_sub(self.job.created_at).max(0);
+        self.ages_ms.push(age);
+    }
+}
+
+impl Drop for Delivered<'_> {
+    fn drop(&mut self) {
+        let connection = &self.job.connection_id;
+        self.ctx
+            .metrics
+            .delivered(connection, self.events, &self.ages_ms);
     }
 }
 
