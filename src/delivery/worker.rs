@@ -52,13 +52,7 @@ pub(super) async fn work(
             );
         }
     };
-    // Settings that change no event read each as its outline (most of the cost of reading).
-    let read = if filter::outlines_suffice(&settings) {
-        StoredBatch::read_outlines(&job.body)
-    } else {
-        StoredBatch::read(&job.body)
-    };
-    let stored = match read {
+    let stored = match read_stored(&settings, &job.body) {
         Ok(stored) => stored,
         Err(error) => {
             attempt.dead_letter(
@@ -131,6 +125,19 @@ pub(super) async fn work(
         live: &live,
     };
     sending.send(attempt, &bodies).await
+}
+
+/// A stored batch read for a connection with these settings: settings that change no event
+/// read each event as its outline (most of the cost of reading a batch).
+pub(super) fn read_stored<'a>(
+    settings: &ConnectionSettings,
+    body: &'a [u8],
+) -> serde_json::Result<StoredBatch<'a>> {
+    if filter::outlines_suffice(settings) {
+        StoredBatch::read_outlines(body)
+    } else {
+        StoredBatch::read(body)
+    }
 }
 
 /// A job whose connection this node's catalog lacks. A miss may only mean this node has not yet
