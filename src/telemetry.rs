@@ -241,11 +241,17 @@ impl Metrics {
             });
     }
 
-    /// Records the requests of one job that were delivered: together they carried `events`
-    /// events, and each was delivered `ages_ms` after its batch was accepted. Counted once per
-    /// job, not per request: each count is a labelled lookup, and real-time delivery makes a
-    /// request per event.
-    pub(crate) fn delivered(&self, connection: &ConnectionId, events: usize, ages_ms: &[i64]) {
+    /// Records delivered requests of one job, all in the minute holding `at_ms`: together they
+    /// carried `events` events, and each was delivered `ages_ms` after its batch was accepted.
+    /// Counted together, not per request: each count is a labelled lookup, and real-time
+    /// delivery makes a request per event.
+    pub(crate) fn delivered(
+        &self,
+        connection: &ConnectionId,
+        events: usize,
+        ages_ms: &[i64],
+        at_ms: i64,
+    ) {
         if ages_ms.is_empty() {
             return;
         }
@@ -266,7 +272,7 @@ impl Metrics {
         }
         let forwarded = i64::try_from(events).unwrap_or(i64::MAX);
         self.minutes
-            .update(Subject::Connection(connection.clone()), now_ms(), |f| {
+            .update(Subject::Connection(connection.clone()), at_ms, |f| {
                 f.requests += i64::try_from(requests).unwrap_or(i64::MAX);
                 f.forwarded += forwarded;
                 for &age_ms in ages_ms {
@@ -297,9 +303,10 @@ mod tests {
     fn a_jobs_delivered_requests_count_one_by_one() {
         let metrics = Metrics::new();
         let connection = ConnectionId::new();
-        metrics.delivered(&connection, 3, &[5, 1_500, 20]);
-        metrics.delivered(&connection, 1, &[7]);
-        metrics.delivered(&connection, 0, &[]);
+        let at = now_ms();
+        metrics.delivered(&connection, 3, &[5, 1_500, 20], at);
+        metrics.delivered(&connection, 1, &[7], at);
+        metrics.delivered(&connection, 0, &[], at);
         let text = metrics.render(0, None);
         let deliveries = format!(
             "boson_deliveries_total{{connection=\"{}\",outcome=\"delivered\"}} 4",

@@ -83,10 +83,10 @@ pub(super) async fn work(
                 return attempt.retry(head.progress, error, None, stored());
             }
         };
-        let Some(stored) = readable(job, &settings, &mut attempt) else {
+        let Some(batch) = readable(job, &settings, &mut attempt) else {
             continue;
         };
-        let consent = match profile_consent(ctx, job, &settings, &stored.document).await {
+        let consent = match profile_consent(ctx, job, &settings, &batch.document).await {
             Ok(consent) => consent,
             Err(error) => {
                 // Never forward without knowing the user's consent: try again later.
@@ -98,10 +98,10 @@ pub(super) async fn work(
             &settings,
             &output.settings,
             job.batch_id,
-            &stored,
+            &batch,
             consent.as_deref(),
         );
-        let document = ctx.live.watched().then_some(stored.document);
+        let document = ctx.live.watched().then_some(batch.document);
         filtered.push((*job, Filtered { document, plan }));
     }
     let live = Live {

@@ -18,6 +18,7 @@ use super::{DeliveryContext, HeldJob};
 use crate::live::{Direction, LiveItem, Outcome, event_type_of, name_of};
 use crate::model::attempt::AttemptOutcome;
 use crate::model::ids::{BatchId, InputId, Mpid};
+use crate::model::metrics::minute_of;
 use crate::model::now_ms;
 use crate::model::settings::ConnectionSettings;
 use crate::pipeline::filter;
@@ -196,6 +197,7 @@ impl Sending<'_> {
             job,
             events: 0,
             ages_ms: Vec::with_capacity(bodies.len()),
+            since_ms: now_ms(),
         };
         for (position, out) in bodies.iter().enumerate() {
             let (index, event_count, body, events) =
@@ -301,31 +303,48 @@ impl Sending<'_> {
     }
 }
 
-/// The requests of one pass over a job delivered so far, for the metrics: counted once the
-/// pass ends, however it ends (also when it is dropped at shutdown), in one go (see
-/// `Metrics::delivered`).
+/// The requests of one pass over a job delivered so far, for the metrics: counted in one go
+/// (see `Metrics::delivered`) when the pass ends, however it ends (also when it is dropped at
+/// shutdown), or when a minute ends, so the dashboard's minutes get each request in its own
+/// and a long, rate-limited pass shows as it goes.
 struct Delivered<'a> {
     ctx: &'a DeliveryContext,
     job: &'a Job,
     events: usize,
     /// Per request, its batch's age when it was delivered.
     ages_ms: Vec<i64>,
+    /// When the first of them was delivered.
+    since_ms: i64,
 }
 
 impl Delivered<'_> {
     fn add(&mut self, events: usize) {
+        let now = now_ms();
+        if minute_of(now) != minute_of(self.since_ms) {
+            self.count();
+        }
+        if self.ages_ms.is_empty() {
+            self.since_ms = now;
+        }
         self.events += events;
-        let age = now_ms().saturating_sub(self.job.created_at).max(0);
-        self.ages_ms.push(age);
+        self.ages_ms
+            .push(now.saturating_sub(self.job.created_at).max(0));
+    }
+
+    fn count(&mut self) {
+        let connection = &self.job.connection_id;
+        let (events, ages) = (self.events, &self.ages_ms);
+        self.ctx
+            .metrics
+            .delivered(connection, events, ages, self.since_ms);
+        self.events = 0;
+        self.ages_ms.clear();
     }
 }
 
 impl Drop for Delivered<'_> {
     fn drop(&mut self) {
-        let connection = &self.job.connection_id;
-        self.ctx
-            .metrics
-            .delivered(connection, self.events, &self.ages_ms);
+        self.count();
     }
 }
 
