@@ -127,7 +127,7 @@ fn may_be_too_deep(bytes: &[u8], level: usize) -> bool {
     bytes.len() > 2 * levels && opening_brackets(bytes) > levels
 }
 
-/// An event's outline and its bytes, if serde_json reads the event whole: an outline skips
+/// An event's outline, if serde_json reads the event (`bytes`) whole: an outline skips
 /// members without checking their depth or (strings') UTF-8, so a value that may be too deep is
 /// read whole to check it, and the bytes are checked for UTF-8.
 fn outlined(bytes: &[u8], outline: Value, level: usize) -> Option<Value> {
