@@ -241,24 +241,43 @@ impl Metrics {
             });
     }
 
-    /// Records a delivered request carrying `events` events of a batch accepted at `accepted_at`.
-    pub(crate) fn delivered(&self, connection: &ConnectionId, events: usize, accepted_at: i64) {
-        self.delivery(connection, AttemptOutcome::Delivered);
+    /// Records delivered requests of one job, all in the minute holding `at_ms`: together they
+    /// carried `events` events, and each was delivered `ages_ms` after its batch was accepted.
+    /// Counted together, not per request: each count is a labelled lookup, and real-time
+    /// delivery makes a request per event.
+    pub(crate) fn delivered(
+        &self,
+        connection: &ConnectionId,
+        events: usize,
+        ages_ms: &[i64],
+        at_ms: i64,
+    ) {
+        if ages_ms.is_empty() {
+            return;
+        }
+        let requests = ages_ms.len() as u64;
+        let labels = DeliveryLabels {
+            connection: connection.clone(),
+            outcome: AttemptOutcome::Delivered.as_str(),
+        };
+        self.deliveries.get_or_create(&labels).inc_by(requests);
         let labels = ConnectionLabels {
             connection: connection.clone(),
         };
         self.events_delivered
             .get_or_create(&labels)
             .inc_by(events as u64);
-        let now = now_ms();
-        let age_ms = now.saturating_sub(accepted_at).max(0);
-        self.delivery_latency.observe(age_ms as f64 / 1000.0);
+        for &age_ms in ages_ms {
+            self.delivery_latency.observe(age_ms as f64 / 1000.0);
+        }
         let forwarded = i64::try_from(events).unwrap_or(i64::MAX);
         self.minutes
-            .update(Subject::Connection(connection.clone()), now, |f| {
-                f.requests += 1;
+            .update(Subject::Connection(connection.clone()), at_ms, |f| {
+                f.requests += i64::try_from(requests).unwrap_or(i64::MAX);
                 f.forwarded += forwarded;
-                f.latency.record(age_ms);
+                for &age_ms in ages_ms {
+                    f.latency.record(age_ms);
+                }
             });
     }
 
@@ -273,5 +292,39 @@ impl Metrics {
             tracing::error!(%error, "Encoding metrics failed.");
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jobs_delivered_requests_count_one_by_one() {
+        let metrics = Metrics::new();
+        let connection = ConnectionId::new();
+        let at = now_ms();
+        metrics.delivered(&connection, 3, &[5, 1_500, 20], at);
+        metrics.delivered(&connection, 1, &[7], at);
+        metrics.delivered(&connection, 0, &[], at);
+        let text = metrics.render(0, None);
+        let deliveries = format!(
+            "boson_deliveries_total{{connection=\"{}\",outcome=\"delivered\"}} 4",
+            connection.as_str()
+        );
+        let events = format!(
+            "boson_events_delivered_total{{connection=\"{}\"}} 4",
+            connection.as_str()
+        );
+        assert!(text.contains(&deliveries), "{text}");
+        assert!(text.contains(&events), "{text}");
+        assert!(
+            text.contains("boson_delivery_latency_seconds_count 4"),
+            "{text}"
+        );
+        let minutes = metrics.minutes().take();
+        assert_eq!(minutes.len(), 1);
+        let figures = &minutes[0].2;
+        assert_eq!((figures.requests, figures.forwarded), (4, 4));
     }
 }

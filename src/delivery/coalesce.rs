@@ -18,11 +18,12 @@ use bytes::Bytes;
 use super::lane::LaneControl;
 use super::merge::{Merged, Part, merge};
 use super::worker::{
-    Attempt, Live, Member, Outgoing, Sending, missing_connection, profile_consent,
+    Attempt, Live, Member, Outgoing, Sending, missing_connection, profile_consent, read_stored,
 };
 use super::{DeliveryContext, HeldJob};
 use crate::model::settings::ConnectionSettings;
 use crate::pipeline::filter;
+use crate::pipeline::stored_batch::StoredBatch;
 use crate::store::queue::{Job, JobUpdate};
 
 /// One batch of the group, read and filtered. Its parsed document is kept only while the Live
@@ -82,10 +83,10 @@ pub(super) async fn work(
                 return attempt.retry(head.progress, error, None, stored());
             }
         };
-        let Some(document) = readable(job, &mut attempt) else {
+        let Some(batch) = readable(job, &settings, &mut attempt) else {
             continue;
         };
-        let consent = match profile_consent(ctx, job, &settings, &document).await {
+        let consent = match profile_consent(ctx, job, &settings, &batch.document).await {
             Ok(consent) => consent,
             Err(error) => {
                 // Never forward without knowing the user's consent: try again later.
@@ -93,14 +94,14 @@ pub(super) async fn work(
                 return attempt.retry(head.progress, error, None, stored());
             }
         };
-        let plan = filter::plan(
+        let plan = filter::plan_stored(
             &settings,
             &output.settings,
             job.batch_id,
-            &document,
+            &batch,
             consent.as_deref(),
         );
-        let document = ctx.live.watched().then_some(document);
+        let document = ctx.live.watched().then_some(batch.document);
         filtered.push((*job, Filtered { document, plan }));
     }
     let live = Live {
@@ -224,14 +225,19 @@ fn runs_by_size(sizes: impl Iterator<Item = usize>, cap: usize) -> Vec<usize> {
     out
 }
 
-/// A member's stored batch, or `None`: pruned (nothing left to send) or unreadable (kept as a
-/// dead letter on the group's first pass).
-fn readable(job: &Job, attempt: &mut Attempt<'_>) -> Option<serde_json::Value> {
+/// A member's stored batch, read as a lone job's is (its unchanged events then go out as their
+/// stored bytes), or `None`: pruned (nothing left to send) or unreadable (kept as a dead letter
+/// on the group's first pass).
+fn readable<'a>(
+    job: &'a Job,
+    settings: &ConnectionSettings,
+    attempt: &mut Attempt<'_>,
+) -> Option<StoredBatch<'a>> {
     if job.body.is_empty() {
         return None;
     }
-    match serde_json::from_slice(&job.body) {
-        Ok(document) => Some(document),
+    match read_stored(settings, &job.body) {
+        Ok(stored) => Some(stored),
         Err(error) => {
             if job.attempts == 0 {
                 let error = format!("stored batch {} is unreadable: {error}", job.batch_id);

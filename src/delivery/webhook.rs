@@ -19,9 +19,10 @@ use std::time::Duration;
 use base64::Engine as _;
 use bytes::Bytes;
 use http::header::{
-    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT,
+    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER,
+    USER_AGENT,
 };
-use http::{Request, Response, Uri};
+use http::{Method, Request, Response, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
@@ -91,6 +92,8 @@ pub(crate) struct WebhookClient {
 struct Target {
     /// Without credentials: HTTP sends only the host and path.
     uri: Uri,
+    /// The `Host` header hyper's client would otherwise format for every request.
+    host: Option<HeaderValue>,
     /// `user:password@` of the URL as a Basic `Authorization` header (used unless the output
     /// sets one).
     credentials: Option<HeaderValue>,
@@ -253,6 +256,7 @@ impl WebhookClient {
         let uri = Uri::try_from(bare.as_str())
             .map_err(|e| SendError::Refused(format!("invalid URL: {e}")))?;
         let target = Arc::new(Target {
+            host: host_header(&uri),
             uri,
             credentials,
             literal: literal_ip(&parsed),
@@ -267,7 +271,11 @@ impl WebhookClient {
 }
 
 /// One request to `target`: Boson's headers, the Standard Webhooks headers when the output
-/// signs (timed by `clock`, read only then), the output's custom headers and its authorization.
+/// signs (timed by `clock`, read only then), the output's custom headers and its authorization,
+/// and last the `Host` header unless a custom header set one (as hyper's client adds it).
+///
+/// Its parts are set in place: `http::request::Builder` moves the whole request head at every
+/// header it adds, which cost about 1,900 instructions per request.
 fn build_request(
     target: &Target,
     output: &Output,
@@ -275,24 +283,31 @@ fn build_request(
     body: Bytes,
     clock: fn() -> i64,
 ) -> Result<Request<Full<Bytes>>, SendError> {
-    let mut request = Request::post(target.uri.clone())
-        .header(CONTENT_TYPE, APPLICATION_JSON)
-        .header(ACCEPT, ANY)
-        .header(USER_AGENT, BOSON_USER_AGENT)
-        .header(DELIVERY_ID_HEADER, delivery_id);
+    let invalid = |e: &dyn std::fmt::Display| SendError::Refused(format!("invalid request: {e}"));
+    let id = || HeaderValue::from_str(delivery_id).map_err(|e| invalid(&e));
+    let mut headers = HeaderMap::with_capacity(8);
+    headers.append(CONTENT_TYPE, APPLICATION_JSON);
+    headers.append(ACCEPT, ANY);
+    headers.append(USER_AGENT, BOSON_USER_AGENT);
+    headers.append(DELIVERY_ID_HEADER, id()?);
     if let Some(signer) = &output.signer {
         // Unix seconds of this attempt: a retry is signed anew, so its timestamp stays within
         // the tolerance receivers apply.
         let now = clock();
         let timestamp = (now / 1000).to_string();
         let signature = signer.signature(delivery_id, &timestamp, &body, now);
-        request = request
-            .header(WEBHOOK_ID, delivery_id)
-            .header(WEBHOOK_TIMESTAMP, timestamp)
-            .header(WEBHOOK_SIGNATURE, signature);
+        headers.append(WEBHOOK_ID, id()?);
+        headers.append(
+            WEBHOOK_TIMESTAMP,
+            HeaderValue::try_from(timestamp).map_err(|e| invalid(&e))?,
+        );
+        headers.append(
+            WEBHOOK_SIGNATURE,
+            HeaderValue::try_from(signature).map_err(|e| invalid(&e))?,
+        );
     }
     for (name, value) in &output.headers {
-        request = request.header(name, value);
+        headers.append(name, value.clone());
     }
     let configured = output
         .settings
@@ -300,13 +315,35 @@ fn build_request(
         .as_deref()
         .filter(|a| !a.is_empty());
     if let Some(auth) = configured {
-        request = request.header(AUTHORIZATION, auth);
+        headers.append(
+            AUTHORIZATION,
+            HeaderValue::from_str(auth).map_err(|e| invalid(&e))?,
+        );
     } else if let Some(credentials) = &target.credentials {
-        request = request.header(AUTHORIZATION, credentials.clone());
+        headers.append(AUTHORIZATION, credentials.clone());
     }
-    request
-        .body(Full::new(body))
-        .map_err(|e| SendError::Refused(format!("invalid request: {e}")))
+    if let Some(host) = &target.host {
+        headers.entry(HOST).or_insert_with(|| host.clone());
+    }
+    let mut request = Request::new(Full::new(body));
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = target.uri.clone();
+    *request.headers_mut() = headers;
+    Ok(request)
+}
+
+/// The `Host` header for requests to `uri`, as hyper's client writes it: the host, and the
+/// port unless it is the scheme's default.
+fn host_header(uri: &Uri) -> Option<HeaderValue> {
+    let host = uri.host()?;
+    let secure = matches!(uri.scheme_str(), Some("https" | "wss"));
+    let value = match uri.port() {
+        Some(port) if !matches!((port.as_u16(), secure), (443, true) | (80, false)) => {
+            format!("{host}:{port}")
+        }
+        _ => host.to_owned(),
+    };
+    HeaderValue::try_from(value).ok()
 }
 
 /// Reads (a bounded part of) an answer's body.
@@ -511,6 +548,7 @@ mod tests {
         ];
         let target = Target {
             uri: Uri::from_static("http://h/"),
+            host: None,
             credentials: None,
             literal: None,
         };
@@ -538,6 +576,65 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_host_header_names_the_port_unless_it_is_the_schemes_default() {
+        for (uri, host) in [
+            ("http://h:80/", "h"),
+            ("https://h:443/x", "h"),
+            ("http://h/", "h"),
+            ("http://h:8080/", "h:8080"),
+            ("https://h:80/", "h:80"),
+            ("http://[::1]:81/", "[::1]:81"),
+        ] {
+            assert_eq!(host_header(&Uri::from_static(uri)).unwrap(), host, "{uri}");
+        }
+    }
+
+    /// The head of the one request a receiver at the returned URL's host gets (it answers 200).
+    async fn one_request_head() -> (std::net::SocketAddr, tokio::task::JoinHandle<String>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let head = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut read = Vec::new();
+            let mut buffer = [0u8; 4096];
+            while !read.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = socket.read(&mut buffer).await.unwrap();
+                assert!(n > 0, "the request ended early");
+                read.extend_from_slice(&buffer[..n]);
+            }
+            let answer = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+            socket.write_all(answer.as_bytes()).await.unwrap();
+            let end = read.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+            String::from_utf8(read[..end + 4].to_vec()).unwrap()
+        });
+        (address, head)
+    }
+
+    #[tokio::test]
+    async fn a_request_carries_its_headers_in_order_and_the_host_last() {
+        let (address, head) = one_request_head().await;
+        let client = WebhookClient::new(true, Duration::from_secs(5)).unwrap();
+        let mut settings = crate::model::settings::WebhookSettings::with_url(&format!(
+            "http://us%20er:pw@{address}/hook?a=1"
+        ));
+        settings.custom_headers.insert("X-Key".into(), "k 1".into());
+        let output = Output::new(settings, None).unwrap();
+        let answer = client
+            .post(&output, "12-3", Bytes::from_static(b"{}"))
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 200);
+        let expected = format!(
+            "POST /hook?a=1 HTTP/1.1\r\ncontent-type: application/json\r\naccept: */*\r\n\
+             user-agent: Boson/{}\r\nx-boson-delivery-id: 12-3\r\nx-key: k 1\r\n\
+             authorization: Basic dXMgZXI6cHc=\r\nhost: {address}\r\ncontent-length: 2\r\n\r\n",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(head.await.unwrap(), expected);
     }
 
     #[tokio::test]

@@ -18,6 +18,7 @@ use super::{DeliveryContext, HeldJob};
 use crate::live::{Direction, LiveItem, Outcome, event_type_of, name_of};
 use crate::model::attempt::AttemptOutcome;
 use crate::model::ids::{BatchId, InputId, Mpid};
+use crate::model::metrics::minute_of;
 use crate::model::now_ms;
 use crate::model::settings::ConnectionSettings;
 use crate::pipeline::filter;
@@ -52,7 +53,7 @@ pub(super) async fn work(
             );
         }
     };
-    let stored = match StoredBatch::read(&job.body) {
+    let stored = match read_stored(&settings, &job.body) {
         Ok(stored) => stored,
         Err(error) => {
             attempt.dead_letter(
@@ -127,6 +128,19 @@ pub(super) async fn work(
     sending.send(attempt, &bodies).await
 }
 
+/// A stored batch read for a connection with these settings: settings that change no event
+/// read each event as its outline (most of the cost of reading a batch).
+pub(super) fn read_stored<'a>(
+    settings: &ConnectionSettings,
+    body: &'a [u8],
+) -> serde_json::Result<StoredBatch<'a>> {
+    if filter::outlines_suffice(settings) {
+        StoredBatch::read_outlines(body)
+    } else {
+        StoredBatch::read(body)
+    }
+}
+
 /// A job whose connection this node's catalog lacks. A miss may only mean this node has not yet
 /// applied another node's new connection: the job is dropped only when the store confirms the
 /// connection is gone, else retried (`whole`: what is dead-lettered if the retries run out).
@@ -178,6 +192,13 @@ impl Sending<'_> {
     /// update to record: finished, or a retry from the first request that must be tried again.
     pub(super) async fn send(&self, mut attempt: Attempt<'_>, bodies: &[Outgoing]) -> JobUpdate {
         let (ctx, job, live) = (self.ctx, self.job, self.live);
+        let mut delivered = Delivered {
+            ctx,
+            job,
+            events: 0,
+            ages_ms: Vec::with_capacity(bodies.len()),
+            since_ms: now_ms(),
+        };
         for (position, out) in bodies.iter().enumerate() {
             let (index, event_count, body, events) =
                 (&out.index, &out.event_count, &out.body, &out.events);
@@ -193,8 +214,7 @@ impl Sending<'_> {
                     attempt.last_status = Some(i64::from(answer.status));
                     match classify(answer.status, answer.retry_after) {
                         Classification::Delivered => {
-                            ctx.metrics
-                                .delivered(&job.connection_id, *event_count, job.created_at);
+                            delivered.add(*event_count);
                             attempt.events += i64::try_from(*event_count).unwrap_or(0);
                             continue;
                         }
@@ -280,6 +300,51 @@ impl Sending<'_> {
                 "Endpoint back while this request hung; sending it again."
             );
         }
+    }
+}
+
+/// The requests of one pass over a job delivered so far, for the metrics: counted in one go
+/// (see `Metrics::delivered`) when the pass ends, however it ends (also when it is dropped at
+/// shutdown), or when a minute ends, so the dashboard's minutes get each request in its own
+/// and a long, rate-limited pass shows as it goes.
+struct Delivered<'a> {
+    ctx: &'a DeliveryContext,
+    job: &'a Job,
+    events: usize,
+    /// Per request, its batch's age when it was delivered.
+    ages_ms: Vec<i64>,
+    /// When the first of them was delivered.
+    since_ms: i64,
+}
+
+impl Delivered<'_> {
+    fn add(&mut self, events: usize) {
+        let now = now_ms();
+        if minute_of(now) != minute_of(self.since_ms) {
+            self.count();
+        }
+        if self.ages_ms.is_empty() {
+            self.since_ms = now;
+        }
+        self.events += events;
+        self.ages_ms
+            .push(now.saturating_sub(self.job.created_at).max(0));
+    }
+
+    fn count(&mut self) {
+        let connection = &self.job.connection_id;
+        let (events, ages) = (self.events, &self.ages_ms);
+        self.ctx
+            .metrics
+            .delivered(connection, events, ages, self.since_ms);
+        self.events = 0;
+        self.ages_ms.clear();
+    }
+}
+
+impl Drop for Delivered<'_> {
+    fn drop(&mut self) {
+        self.count();
     }
 }
 

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use crate::model::alias_request;
 use crate::model::event_type::EventType;
+use crate::model::forwarding_rules::AttributeScope;
 use crate::model::ids::BatchId;
 use crate::model::settings::{ConnectionSettings, ConnectionStatus, SettingName, WebhookSettings};
 
@@ -92,6 +93,21 @@ pub(crate) fn verdict(settings: &ConnectionSettings, event: &Value) -> Verdict {
         Some((setting, allowed)) if !allowed(settings) => Verdict::Filtered(setting),
         _ => Verdict::Forwarded,
     }
+}
+
+/// Whether the filter reads no more of an event than its outline under `settings`
+/// (`event_outline`): no Data Filter, no event attribute rule, and locations kept. Then it
+/// changes no event, so each goes out as its stored bytes and the rest of it need not be parsed
+/// ([`StoredBatch::read_outlines`]).
+pub(crate) fn outlines_suffice(settings: &ConnectionSettings) -> bool {
+    let event_attribute_rule = settings
+        .forwarding_rules
+        .attribute
+        .as_ref()
+        .is_some_and(|rule| rule.scope == AttributeScope::Event);
+    settings.data_filter.is_pass_through()
+        && settings.include_location_information
+        && !event_attribute_rule
 }
 
 /// Applies `settings` (and the output's own options) to a normalised batch document.

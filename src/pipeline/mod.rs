@@ -25,6 +25,7 @@
 mod accept;
 pub(crate) mod catalog;
 pub(crate) mod data_catalog;
+mod event_outline;
 pub(crate) mod events_body;
 pub(crate) mod fanout;
 pub(crate) mod filter;

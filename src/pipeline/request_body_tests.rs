@@ -117,6 +117,61 @@ fn bodies_from_stored_bytes_equal_bodies_written_from_the_document() {
     }
 }
 
+/// Under settings that change no event, a batch read as outlines gives the plan the whole
+/// batch gives: the same bodies, verdicts and removals.
+#[test]
+fn outlines_give_the_plan_the_whole_batch_gives() {
+    let from = |patch: Value| ConnectionSettings::from_json(patch).expect("valid settings");
+    let mut cases = settings_cases();
+    cases.extend([
+        from(json!({"send_custom_events": false, "send_screen_views": false})),
+        from(json!({"forwarding_rules": {"attribute":
+            {"scope": "user", "name": "plan", "value": "pro", "mode": "only_forward"}}})),
+        from(json!({"forwarding_rules": {"attribute":
+            {"scope": "event", "name": "i", "value": "3", "mode": "dont_forward"}}})),
+        from(json!({"status": "inactive"})),
+    ]);
+    let mut outlined = 0;
+    for (name, _, body) in samples() {
+        for (k, settings) in cases.iter().enumerate() {
+            if !crate::pipeline::filter::outlines_suffice(settings) {
+                continue;
+            }
+            outlined += 1;
+            let whole = plan_stored(settings, &webhook(), BatchId::new(9), &read(&body), None);
+            let outlines = StoredBatch::read_outlines(&body).expect("readable");
+            let cut = plan_stored(settings, &webhook(), BatchId::new(9), &outlines, None);
+            assert_eq!(whole, cut, "{name}, settings case {k}");
+        }
+    }
+    assert!(outlined >= 15, "only {outlined} cases read as outlines");
+}
+
+/// The Live Stream names an event and its type from its outline as from the whole event.
+#[test]
+fn outlines_name_events_as_whole_events_do() {
+    use crate::live::{event_type_of, name_of};
+    let mut events = vec![
+        json!({"event_type": "screen_view", "data": {"screen_name": "home"}}),
+        json!({"event_type": "commerce_event", "data": {"product_impressions": [{"p": 1}]}}),
+        json!({"event_type": "commerce_event", "data": {"promotion_action": {"action": "view"}}}),
+        json!({"event_type": "user_attribute_change", "data": {"user_attribute_name": "a"}}),
+        json!({"event_type": "user_identity_change", "data": {"old": {"identity_type": "email"}}}),
+    ];
+    for (_, document, _) in samples() {
+        events.extend(document["events"].as_array().into_iter().flatten().cloned());
+    }
+    let body = serde_json::to_vec(&json!({"events": events})).expect("serialisable");
+    let outlines = StoredBatch::read_outlines(&body).expect("readable");
+    let outlined = outlines.document["events"].as_array().expect("events");
+    assert_eq!(outlined.len(), events.len());
+    for (outline, event) in outlined.iter().zip(&events) {
+        assert_eq!(event_type_of(outline), event_type_of(event));
+        assert_eq!(name_of(outline), name_of(event), "{event}");
+        assert!(outline.to_string().len() <= event.to_string().len());
+    }
+}
+
 #[test]
 fn events_left_unchanged_go_out_as_stored() {
     let (_, body) = stored(sdk_batch());
@@ -351,6 +406,11 @@ proptest! {
         let document: Value = serde_json::from_slice(&body).expect("readable");
         let written = plan(&settings, &webhook(), BatchId::new(2), &document, None);
         let cut = plan_stored(&settings, &webhook(), BatchId::new(2), &read(&body), None);
-        prop_assert_eq!(written, cut);
+        prop_assert_eq!(&written, &cut);
+        if crate::pipeline::filter::outlines_suffice(&settings) {
+            let outlines = StoredBatch::read_outlines(&body).expect("readable");
+            let outlined = plan_stored(&settings, &webhook(), BatchId::new(2), &outlines, None);
+            prop_assert_eq!(written, outlined);
+        }
     }
 }

@@ -10,10 +10,14 @@
 //! whole body may, levels deeper than it stands in this one: the walk refuses what serde_json
 //! would refuse in the body (ingest stores nothing that deep, see [`crate::model::nesting`],
 //! but a batch stored before it checked may be).
+//!
+//! [`StoredBatch::read_outlines`] reads each event as its outline ([`super::event_outline`]),
+//! for settings that change no event.
 
 use serde::de::DeserializeOwned;
 use serde_json::{Deserializer, Map, Value};
 
+use super::event_outline::OutlinedEvent;
 use crate::model::nesting;
 
 /// A stored batch body, read.
@@ -30,7 +34,20 @@ impl<'a> StoredBatch<'a> {
     /// Reads `body`: the document is the one `serde_json::from_slice` gives, and so is the error
     /// (past serde_json's depth limit too).
     pub(crate) fn read(body: &'a [u8]) -> serde_json::Result<Self> {
-        match walk(body) {
+        Self::read_as(body, Events::Whole)
+    }
+
+    /// [`read`](Self::read), but with each event of the `events` array as its outline
+    /// ([`super::event_outline`]): only for settings under which the filter reads no more of an
+    /// event (`filter::outlines_suffice`), which then sends every event as its stored bytes.
+    /// What it refuses, and its errors, are `read`'s, but for a number beyond `f64`'s range in
+    /// a member an outline skips (which a stored batch cannot hold: ingest refuses it).
+    pub(crate) fn read_outlines(body: &'a [u8]) -> serde_json::Result<Self> {
+        Self::read_as(body, Events::Outlined)
+    }
+
+    fn read_as(body: &'a [u8], events: Events) -> serde_json::Result<Self> {
+        match walk(body, events) {
             Some(read) => Ok(read),
             // Not an object as the walk reads one: whatever serde_json makes of it (usually
             // the error it names), without events' bytes.
@@ -47,9 +64,16 @@ impl<'a> StoredBatch<'a> {
     }
 }
 
+/// How the events of an `events` array are read.
+#[derive(Debug, Clone, Copy)]
+enum Events {
+    Whole,
+    Outlined,
+}
+
 /// The batch if `body` is one JSON object; `None` for anything else or any error (left to
 /// serde_json to report). A key given twice keeps its last value, as in serde_json's `Map`.
-fn walk(body: &[u8]) -> Option<StoredBatch<'_>> {
+fn walk(body: &[u8], how: Events) -> Option<StoredBatch<'_>> {
     let mut cursor = Cursor { body, at: 0 };
     if !cursor.eat(b'{') {
         return None;
@@ -63,7 +87,7 @@ fn walk(body: &[u8]) -> Option<StoredBatch<'_>> {
                 return None;
             }
             if key == "events" && cursor.peek() == Some(b'[') {
-                let (parsed, stored) = cursor.array()?;
+                let (parsed, stored) = cursor.array(how)?;
                 document.insert(key, Value::Array(parsed));
                 events = Some(stored);
             } else {
@@ -94,11 +118,27 @@ fn walk(body: &[u8]) -> Option<StoredBatch<'_>> {
 /// limit. Each level it nests takes two brackets: a value too short or with too few opening
 /// ones cannot, which spares walking the value for (nearly) every value.
 fn too_deep(value: &Value, bytes: &[u8], level: usize) -> bool {
+    may_be_too_deep(bytes, level) && nesting::too_deep_at(value, level)
+}
+
+/// Whether the value written as `bytes` at `level` may reach past serde_json's depth limit.
+fn may_be_too_deep(bytes: &[u8], level: usize) -> bool {
     let levels = (nesting::MAX_LEVEL + 1).saturating_sub(level);
-    if bytes.len() <= 2 * levels {
-        return false;
+    bytes.len() > 2 * levels && opening_brackets(bytes) > levels
+}
+
+/// An event's outline, if serde_json reads the event (`bytes`) whole: an outline skips
+/// members without checking their depth or (strings') UTF-8, so a value that may be too deep is
+/// read whole to check it, and the bytes are checked for UTF-8.
+fn outlined(bytes: &[u8], outline: Value, level: usize) -> Option<Value> {
+    std::str::from_utf8(bytes).ok()?;
+    if may_be_too_deep(bytes, level) {
+        let whole: Value = serde_json::from_slice(bytes).ok()?;
+        if nesting::too_deep_at(&whole, level) {
+            return None;
+        }
     }
-    opening_brackets(bytes) > levels && nesting::too_deep_at(value, level)
+    Some(outline)
 }
 
 /// How many `[` and `{` are in `bytes` (strings' too). Counted in byte-wide sums, which the
@@ -162,8 +202,9 @@ impl<'a> Cursor<'a> {
         (!too_deep(&value, bytes, level)).then_some((value, bytes))
     }
 
-    /// The array that comes next: its values, parsed, and the bytes of each.
-    fn array(&mut self) -> Option<(Vec<Value>, Vec<&'a [u8]>)> {
+    /// The array that comes next: its values, parsed (whole or as outlines), and the bytes of
+    /// each.
+    fn array(&mut self, how: Events) -> Option<(Vec<Value>, Vec<&'a [u8]>)> {
         if !self.eat(b'[') {
             return None;
         }
@@ -173,7 +214,13 @@ impl<'a> Cursor<'a> {
         }
         loop {
             // An event is the body's third level.
-            let (value, bytes) = self.nested_value(3)?;
+            let (value, bytes) = match how {
+                Events::Whole => self.nested_value(3)?,
+                Events::Outlined => {
+                    let (OutlinedEvent(outline), bytes) = self.value::<OutlinedEvent>()?;
+                    (outlined(bytes, outline, 3)?, bytes)
+                }
+            };
             parsed.push(value);
             stored.push(bytes);
             if self.eat(b',') {
@@ -212,6 +259,60 @@ mod tests {
         }
     }
 
+    /// Read as outlines, the body reads as it reads whole (the same error, if any), but for
+    /// each event, which is the outline of the whole event.
+    fn check_outlines(body: &[u8]) {
+        let (outlines, whole) = (StoredBatch::read_outlines(body), StoredBatch::read(body));
+        match (&outlines, &whole) {
+            (Ok(outlines), Ok(whole)) => {
+                assert_eq!(outlines.stored_events(), whole.stored_events());
+                let without_events = |batch: &StoredBatch<'_>| {
+                    let mut document = batch.document.clone();
+                    if let Some(fields) = document.as_object_mut() {
+                        fields.remove("events");
+                    }
+                    document
+                };
+                assert_eq!(without_events(outlines), without_events(whole));
+                match (&outlines.document["events"], &whole.document["events"]) {
+                    (Value::Array(outlined), Value::Array(events)) if whole.events.is_some() => {
+                        assert_eq!(outlined.len(), events.len());
+                        for (outline, event) in outlined.iter().zip(events) {
+                            let text = serde_json::to_string(event).expect("serialisable");
+                            let expected: OutlinedEvent =
+                                serde_json::from_str(&text).expect("an event");
+                            assert_eq!(outline, &expected.0);
+                        }
+                    }
+                    (outlined, events) => assert_eq!(outlined, events),
+                }
+            }
+            (Err(outlines), Err(whole)) => assert_eq!(outlines.to_string(), whole.to_string()),
+            _ => panic!("outlines {outlines:?}, whole {whole:?}"),
+        }
+    }
+
+    #[test]
+    fn outlines_read_what_the_whole_read_reads() {
+        let event = r#"{"event_type":"custom_event","n":[1,{"b":"\u00e9"}],"data":{"event_name":"e","custom_attributes":{"x":1.5}}}"#;
+        let nested = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+        for body in [
+            format!(r#"{{"mpid":5,"events":[{event},{event},3,"s",null]}}"#),
+            format!(r#"{{"events":[{event}],"events":[]}}"#),
+            format!(r#"{{"events":[{{"a":{}}}]}}"#, nested(123)),
+            format!(r#"{{"events":[{{"a":{}}}]}}"#, nested(124)),
+            format!(r#"{{"events":[{{"a":{}}}]}}"#, nested(2000)),
+            format!(r#"{{"events":[{{"a":"{}"}}]}}"#, "x".repeat(300)),
+        ] {
+            check_outlines(body.as_bytes());
+        }
+        // Invalid UTF-8 in a member the outline skips is refused as the whole read refuses it.
+        let mut invalid = br#"{"events":[{"a":"xx"}]}"#.to_vec();
+        invalid[17] = 0xff;
+        check_outlines(&invalid);
+        assert!(StoredBatch::read_outlines(&invalid).is_err());
+    }
+
     #[test]
     fn the_walk_reads_what_serde_json_reads() {
         for body in [
@@ -237,6 +338,7 @@ mod tests {
             "",
         ] {
             check(body.as_bytes());
+            check_outlines(body.as_bytes());
         }
         let text = r#"{"a":["[{",{"b":[]},"]"],"c":"{x[y"}"#.repeat(40);
         assert_eq!(opening_brackets(text.as_bytes()), 40 * 8);
@@ -299,7 +401,9 @@ mod tests {
             } else {
                 serde_json::to_vec(&document)
             };
-            check(&body.expect("serialisable"));
+            let body = body.expect("serialisable");
+            check(&body);
+            check_outlines(&body);
         }
     }
 }
