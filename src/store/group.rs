@@ -37,7 +37,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -179,6 +179,7 @@ async fn commit_once(
     lease_ms: i64,
     node: &str,
 ) -> Result<Result<Vec<Done>, Failure>, sqlx::Error> {
+    let began = Instant::now();
     let mut tx = connection.begin(store).await?;
     let steps = run_steps(&mut tx, commands, lease_ms, node).await;
     let (done, stored) = match steps {
@@ -188,10 +189,25 @@ async fn commit_once(
             return Ok(Err(rolled_back(error)));
         }
     };
-    Ok(match tx.commit().await {
+    let committing = Instant::now();
+    let committed = tx.commit().await;
+    // How long ingest waited on this group, split at the COMMIT (on SQLite mostly the WAL's
+    // fsync), to line up slow requests with maintenance (README, "Retention at any table size").
+    tracing::debug!(
+        commands = commands.len(),
+        steps_ms = ms(committing - began),
+        commit_ms = ms(committing.elapsed()),
+        "Group committed."
+    );
+    Ok(match committed {
         Ok(()) => Ok(done),
         Err(error) => settle_commit_error(store, &stored, done, error).await,
     })
+}
+
+/// A duration in milliseconds, for the debug logs.
+pub(super) fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
 }
 
 fn rolled_back(error: sqlx::Error) -> Failure {
