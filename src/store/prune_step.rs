@@ -65,7 +65,11 @@ pub(super) async fn delete_chunks<'a>(
         }
         let rows = tx.execute(chunk.delete, values).await?;
         // What the chunk adds to its group (the group's own log has the rest).
-        tracing::debug!(rows, ms = ms(started.elapsed()), "Deleted a retention chunk in a group.");
+        tracing::debug!(
+            rows,
+            ms = ms(started.elapsed()),
+            "Deleted a retention chunk in a group."
+        );
         deleted.push(rows);
     }
     Ok(deleted)
