@@ -48,10 +48,14 @@ const MAX_INTERVAL: Duration = Duration::from_secs(5);
 /// disk, waited behind a copy of a few thousand scattered pages (at 2 MB, 500 events/s let
 /// the wait grow to seconds and each copy to 1,000-2,000 pages).
 const BUSY_FRAMES: i64 = 64;
-/// WAL pages past which every run follows at the shortest wait, whatever it found: the WAL
-/// only starts over once a run has copied all of it, and the commit path copies what is left
-/// itself at [`BOUND_PAGES`] (inside a commit ingest waits for); a quarter of it.
+/// WAL pages past which every run follows soon, whatever it found ([`CATCH_UP_WAIT`], or the
+/// shortest interval while a reader holds the copy back): the WAL only starts over once a run
+/// has copied all of it, and the commit path copies what is left itself at [`BOUND_PAGES`]
+/// (inside a commit ingest waits for); a quarter of it.
 const CATCH_UP_PAGES: i64 = 2048;
+/// The wait before the next run while the WAL is past [`CATCH_UP_PAGES`] and a run copied all
+/// it found.
+const CATCH_UP_WAIT: Duration = Duration::from_millis(10);
 /// The wait before the first retry after a failure; it doubles with each failure that follows.
 const RETRY_MIN: Duration = Duration::from_secs(1);
 /// The longest wait between two retries.
@@ -217,7 +221,18 @@ fn paced(interval: Duration, last_frames: i64, done: Checkpointed) -> (Duration,
         return (interval, last_frames);
     }
     if done.wal_frames >= CATCH_UP_PAGES {
-        return (MIN_INTERVAL, done.wal_frames);
+        // Copied whole, the WAL is long only because the writer committed during the run (the
+        // WAL starts over at a write that finds every frame copied): the next run, soon, copies
+        // just those commits, and shorter runs soon leave none behind. Left to the shortest
+        // interval, each run copied 100 ms of the prune's writes, a commit always fell inside
+        // it, and the WAL reached the commit path's bound, whose copy made that commit 12-39 ms
+        // (README). Short of the end, a reader holds the copy back: no use in running soon.
+        let wait = if done.copied_frames == done.wal_frames {
+            CATCH_UP_WAIT
+        } else {
+            MIN_INTERVAL
+        };
+        return (wait, done.wal_frames);
     }
     let new = new_frames(last_frames, done.wal_frames);
     (next_interval(interval, new), done.wal_frames)
@@ -229,7 +244,8 @@ fn next_interval(interval: Duration, new_frames: i64) -> Duration {
     if new_frames >= BUSY_FRAMES {
         (interval / 2).max(MIN_INTERVAL)
     } else {
-        (interval * 2).min(MAX_INTERVAL)
+        // From a catch-up run's short wait, back to the shortest interval at once.
+        (interval * 2).clamp(MIN_INTERVAL, MAX_INTERVAL)
     }
 }
 
@@ -277,24 +293,36 @@ mod tests {
     }
 
     #[test]
-    fn a_long_wal_is_copied_at_the_shortest_wait_until_it_starts_over() {
-        // Few new frames, but the WAL is long: the next run follows at once, not later.
+    fn a_long_wal_copied_whole_is_copied_again_soon_until_it_starts_over() {
+        // The run copied all it saw, yet the WAL is long: commits during the run kept it from
+        // starting over. The next run follows soon and copies only what they added, so one
+        // run ends with nothing left before the writer's next commit (README: the WAL reached
+        // the commit path's bound instead, and the writer copied the rest inside a commit).
         let long = Checkpointed {
             wal_frames: CATCH_UP_PAGES + 10,
             copied_frames: CATCH_UP_PAGES + 10,
         };
         assert_eq!(
             paced(MAX_INTERVAL, CATCH_UP_PAGES, long),
+            (CATCH_UP_WAIT, CATCH_UP_PAGES + 10)
+        );
+        // A reader kept the copy short of the end: running again soon would copy nothing.
+        let held = Checkpointed {
+            wal_frames: CATCH_UP_PAGES + 10,
+            copied_frames: 100,
+        };
+        assert_eq!(
+            paced(MAX_INTERVAL, CATCH_UP_PAGES, held),
             (MIN_INTERVAL, CATCH_UP_PAGES + 10)
         );
-        // Once it started over, the pace follows the load again.
+        // Once it started over, the pace follows the load again, from the shortest interval.
         let short = Checkpointed {
             wal_frames: 10,
             copied_frames: 10,
         };
         assert_eq!(
-            paced(MIN_INTERVAL, CATCH_UP_PAGES + 10, short).0,
-            MIN_INTERVAL * 2
+            paced(CATCH_UP_WAIT, CATCH_UP_PAGES + 10, short).0,
+            MIN_INTERVAL
         );
     }
 

@@ -193,19 +193,26 @@ async fn commit_once(
     let ran = started.elapsed();
     let committed = tx.commit().await;
     // Where a group's time goes (`RUST_LOG=boson::store::group=debug`): the BEGIN, the steps,
-    // the COMMIT with its sync; the time to a 202 at saturation is mostly these (issue 16).
+    // the COMMIT with its sync (on SQLite mostly the WAL's fsync). The time to a 202 at
+    // saturation is mostly these (issue 16), and `retention-bench lineup` lines slow requests
+    // up with them and with maintenance (README, "Retention at any table size").
     tracing::debug!(
         commands = commands.len(),
         batches = stored.len(),
-        begin_us = begun.as_micros(),
-        steps_us = (ran - begun).as_micros(),
-        commit_us = (started.elapsed() - ran).as_micros(),
+        begin_ms = ms(begun),
+        steps_ms = ms(ran - begun),
+        commit_ms = ms(started.elapsed() - ran),
         "Group committed."
     );
     Ok(match committed {
         Ok(()) => Ok(done),
         Err(error) => settle_commit_error(store, &stored, done, error).await,
     })
+}
+
+/// A duration in milliseconds, for the debug logs.
+pub(super) fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
 }
 
 fn rolled_back(error: sqlx::Error) -> Failure {

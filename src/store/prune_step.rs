@@ -9,7 +9,10 @@
 //! id to range over (forwarding statistics, metric minutes) are deleted the same way, a bounded
 //! number of their oldest rows at a time ([`Bounds::Oldest`]).
 
+use std::time::Instant;
+
 use super::backend::{Arg, Sql, Tx};
+use super::group::ms;
 
 /// One bounded delete.
 #[derive(Debug, Clone, Copy)]
@@ -56,10 +59,18 @@ pub(super) async fn delete_chunks<'a>(
     for chunk in chunks {
         let (values, n) = chunk.bounds.args();
         let values = &values[..n];
+        let started = Instant::now();
         if let Some(lock) = chunk.lock {
             tx.execute(lock, values).await?;
         }
-        deleted.push(tx.execute(chunk.delete, values).await?);
+        let rows = tx.execute(chunk.delete, values).await?;
+        // What the chunk adds to its group (the group's own log has the rest).
+        tracing::debug!(
+            rows,
+            ms = ms(started.elapsed()),
+            "Deleted a retention chunk in a group."
+        );
+        deleted.push(rows);
     }
     Ok(deleted)
 }
