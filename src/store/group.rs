@@ -211,7 +211,7 @@ async fn commit_once(
 }
 
 /// A duration in milliseconds, for the debug logs.
-pub(super) fn ms(duration: Duration) -> f64 {
+fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }
 

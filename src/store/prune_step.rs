@@ -12,7 +12,6 @@
 use std::time::Instant;
 
 use super::backend::{Arg, Sql, Tx};
-use super::group::ms;
 
 /// One bounded delete.
 #[derive(Debug, Clone, Copy)]
@@ -67,7 +66,7 @@ pub(super) async fn delete_chunks<'a>(
         // What the chunk adds to its group (the group's own log has the rest).
         tracing::debug!(
             rows,
-            ms = ms(started.elapsed()),
+            ms = started.elapsed().as_secs_f64() * 1000.0,
             "Deleted a retention chunk in a group."
         );
         deleted.push(rows);
