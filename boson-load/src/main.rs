@@ -201,6 +201,10 @@ async fn measure(
     )
     .await
     .context("configuring Boson via the admin API")?;
+    if cluster.nodes().len() > 1 {
+        // The other nodes learn of the input from the database, a moment later.
+        openloop::wait_until_known(http, &cluster.event_urls(), &credentials).await?;
+    }
 
     eprintln!(
         "boson-load: sending {} batches ({} events), concurrency {}, {}",

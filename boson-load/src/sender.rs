@@ -2,7 +2,7 @@
 //!
 //! `concurrency` worker tasks share one counter of batch indices, so batches go
 //! out in index order and at most `concurrency` requests are in flight. With
-//! several nodes, batch `k` goes to node `k mod N`.
+//! several nodes, the batches are spread over them (see [`node_of`]).
 //!
 //! * Closed loop (no `--rate`): each worker sends its next batch as soon as
 //!   the previous one is answered, measuring Boson's maximum intake.
@@ -36,7 +36,7 @@ const MAX_LOGGED_ERRORS: u64 = 5;
 /// What to send and how.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
-    /// `/v2/events` of every node; batch `k` goes to the URL at `k mod len`.
+    /// `/v2/events` of every node; batch `k` goes to the one [`node_of`] picks.
     pub(crate) urls: Vec<String>,
     pub(crate) credentials: InputCredentials,
     pub(crate) batches: u64,
@@ -115,7 +115,7 @@ impl Sender {
 
     /// Sends batch `k`; `Ok` only for a 202.
     async fn send(&self, k: u64, sent_at_us: u64) -> Result<()> {
-        let node = usize::try_from(k % self.uris.len() as u64).unwrap_or(0);
+        let node = usize::try_from(node_of(k, self.uris.len() as u64)).unwrap_or(0);
         let request = Request::post(self.uris[node].clone())
             .header(AUTHORIZATION, self.authorization.clone())
             .header(CONTENT_TYPE, "application/json")
@@ -141,6 +141,15 @@ impl Sender {
         );
         Ok(())
     }
+}
+
+/// The node batch `k` goes to: spread evenly but not in step with `k`, because the batch's user
+/// is `k mod users` (see `payload.rs`) and a plain `k mod nodes` would send all of one user's
+/// batches to one node whenever the node count divides the user count, so two nodes would
+/// never meet over one user's row, identities or locks.
+fn node_of(k: u64, nodes: u64) -> u64 {
+    // A multiplicative hash (Fibonacci hashing): consecutive `k` land on scattered nodes.
+    (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % nodes.max(1)
 }
 
 /// Sends every batch of the plan and waits for all responses.
@@ -238,6 +247,7 @@ pub(crate) fn batch_from(k: u64, user: u64, sent_at_us: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
     use std::sync::atomic::AtomicU64;
 
     use axum::extract::State;
@@ -266,8 +276,25 @@ mod tests {
         (url, count)
     }
 
+    #[test]
+    fn every_users_batches_reach_every_node() {
+        // 64 users (the default of `--identities returning`) over 2 and 4 nodes: each user's
+        // batches k = u, u + 64, u + 128, … must not all go to one node.
+        for nodes in [2, 4] {
+            for user in 0..64 {
+                let reached: HashSet<u64> =
+                    (0..32).map(|i| node_of(user + 64 * i, nodes)).collect();
+                assert_eq!(
+                    reached.len() as u64,
+                    nodes,
+                    "user {user} over {nodes} nodes"
+                );
+            }
+        }
+    }
+
     #[tokio::test]
-    async fn batches_are_spread_over_the_nodes_round_robin() {
+    async fn batches_are_spread_over_the_nodes() {
         let (first, first_count) = counting_node().await;
         let (second, second_count) = counting_node().await;
         let plan = Plan {
@@ -276,19 +303,22 @@ mod tests {
                 api_key: "key".to_owned(),
                 api_secret: "secret".to_owned(),
             },
-            batches: 9,
-            concurrency: 3,
+            batches: 40,
+            concurrency: 4,
             rate: None,
             shape: Shape::default(),
         };
         let outcome = run(plan).await.expect("run");
-        assert_eq!((outcome.accepted_events, outcome.errors), (90, 0));
-        assert_eq!(
-            (
-                first_count.load(Ordering::Relaxed),
-                second_count.load(Ordering::Relaxed)
-            ),
-            (5, 4)
+        assert_eq!((outcome.accepted_events, outcome.errors), (400, 0));
+        let counts = (
+            first_count.load(Ordering::Relaxed),
+            second_count.load(Ordering::Relaxed),
         );
+        let expected = (0..40).fold((0, 0), |(a, b), k| match node_of(k, 2) {
+            0 => (a + 1, b),
+            _ => (a, b + 1),
+        });
+        assert_eq!(counts, expected);
+        assert!(counts.0 >= 10 && counts.1 >= 10, "uneven: {counts:?}");
     }
 }
