@@ -417,21 +417,6 @@ impl Store {
     }
 }
 
-/// The SQLite connection a writer keeps, detached from the pool, with its temporary storage in
-/// memory. A group's insert and profile upsert each keep a statement journal (the pages they
-/// change, to undo the statement alone if it fails); past 64 KB SQLite moved it to a file of
-/// its own, created and deleted in the temporary directory, about one group in six at
-/// saturation (a file creation, a deletion and some 40 writes each, issue 16). A journal lives
-/// as long as its statement and is bounded by the pages one statement of a group changes. The
-/// readers keep the default: their sorts may be large.
-async fn writer_sqlite(pool: &sqlx::SqlitePool) -> Result<SqliteConnection, sqlx::Error> {
-    let mut connection = pool.acquire().await?.detach();
-    sqlx::query("PRAGMA temp_store = MEMORY")
-        .execute(&mut connection)
-        .await?;
-    Ok(connection)
-}
-
 /// PostgreSQL plans a prepared statement once for all calls after its first few (a generic
 /// plan) and keeps that plan until the table's statistics change, which autovacuum does at
 /// most once a minute. `jobs` is a queue: a few hundred rows while every endpoint answers,
@@ -465,7 +450,7 @@ impl WriterConnection {
             (WriterConnection::Sqlite(held), Store::Sqlite(pool)) => {
                 let connection = match held {
                     Some(connection) => connection,
-                    None => held.insert(writer_sqlite(pool).await?),
+                    None => held.insert(pool.acquire().await?.detach()),
                 };
                 Ok(Tx::Sqlite(connection.begin_with(BEGIN.sqlite).await?))
             }

@@ -7,7 +7,6 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use crate::store::Store;
-use crate::store::backend::Sql;
 use crate::store::queue::IngestOutcome;
 
 use super::harness::{TestStore, batch, on_postgres};
@@ -94,21 +93,4 @@ async fn an_ingest_is_committed_while_readers_hold_every_pooled_connection() {
     assert!(matches!(outcomes[..], [IngestOutcome::Stored { .. }]));
     drop(readers);
     assert_eq!(db.batches().await.len(), 2, "both batches are committed");
-}
-
-/// The writer's connection keeps the statement journals of its groups in memory: spilled to a
-/// temporary file, each cost a file created and deleted (`backend::writer_sqlite`).
-#[tokio::test]
-async fn the_writers_connection_keeps_temporary_storage_in_memory() {
-    let db = TestStore::open().await;
-    if on_postgres() {
-        return;
-    }
-    let mut connection = db.store.writer_connection();
-    let mut tx = connection.begin(&db.store).await.expect("begin");
-    let (temp_store,): (i64,) = tx
-        .fetch_one(Sql::sqlite_only("PRAGMA temp_store"), &[])
-        .await
-        .expect("temp_store");
-    assert_eq!(temp_store, 2, "MEMORY");
 }
