@@ -198,7 +198,7 @@ async fn commit_once(
     // up with them and with maintenance (README, "Retention at any table size").
     tracing::debug!(
         commands = commands.len(),
-        batches = stored.len(),
+        stored = stored.len(),
         begin_ms = ms(begun),
         steps_ms = ms(ran - begun),
         commit_ms = ms(started.elapsed() - ran),
