@@ -104,7 +104,7 @@ pub(crate) struct Args {
 
     /// Boson processes sharing the database (PostgreSQL only; on SQLite there is one). Defaults:
     /// 3 for propagation and for isolation on PostgreSQL, otherwise 1. Throughput runs spread
-    /// their batches over the nodes round robin.
+    /// their batches over the nodes, each user's to every node.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=16))]
     pub(crate) nodes: Option<u64>,
 

@@ -7,7 +7,7 @@
 //! one JSON line of results on stdout. Progress and diagnostics go to stderr.
 //!
 //! `--database-url` runs it on a fresh PostgreSQL database instead, with `--nodes` Boson
-//! processes sharing it (batches spread over them round robin). Other
+//! processes sharing it (batches spread over them, each user's to every node). Other
 //! scenarios (`--scenario`): `propagation` measures how soon a setting saved on
 //! one of several nodes applies on the others (see `propagation.rs`),
 //! `isolation` whether failing connections slow the healthy ones

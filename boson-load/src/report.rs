@@ -56,8 +56,9 @@ pub(crate) struct Report {
     pub(crate) failed_requests: Option<u64>,
     /// Webhook requests the receiver got per event delivered.
     pub(crate) requests_per_event: Option<f64>,
-    /// `--nodes`: Boson processes sharing the database, the batches spread over them round
-    /// robin (`peak_rss_mb` is then the largest node's, the CPU figures all nodes' together).
+    /// `--nodes`: Boson processes sharing the database, the batches spread over them, each
+    /// user's to every node (`peak_rss_mb` is then the largest node's, the CPU figures all
+    /// nodes' together).
     pub(crate) nodes: u64,
 }
 
