@@ -220,7 +220,10 @@ fn paced(interval: Duration, last_frames: i64, done: Checkpointed) -> (Duration,
     if done.wal_frames < 0 {
         return (interval, last_frames);
     }
-    if done.wal_frames >= CATCH_UP_PAGES {
+    let new = new_frames(last_frames, done.wal_frames);
+    // Nothing written since the last run: the WAL waits for the next write to start over, and
+    // running soon would copy nothing (a quiet server after a burst ran 87 times a second).
+    if done.wal_frames >= CATCH_UP_PAGES && new > 0 {
         // Copied whole, the WAL is long only because the writer committed during the run (the
         // WAL starts over at a write that finds every frame copied): the next run, soon, copies
         // just those commits, and shorter runs soon leave none behind. Left to the shortest
@@ -234,7 +237,6 @@ fn paced(interval: Duration, last_frames: i64, done: Checkpointed) -> (Duration,
         };
         return (wait, done.wal_frames);
     }
-    let new = new_frames(last_frames, done.wal_frames);
     (next_interval(interval, new), done.wal_frames)
 }
 
@@ -354,5 +356,24 @@ mod tests {
     fn new_frames_count_from_the_start_after_the_wal_started_over() {
         assert_eq!(new_frames(100, 350), 250);
         assert_eq!(new_frames(5000, 40), 40);
+    }
+
+    /// Review (issue 16 item 5): a long WAL copied whole, to which nobody writes any more (the
+    /// server went quiet after a burst), is not a catch-up: nothing new comes to copy, and the
+    /// WAL only starts over at the next write. The runs must back off as on a short WAL, not
+    /// follow every 10 ms until someone writes.
+    #[test]
+    fn a_long_wal_nobody_writes_to_backs_off() {
+        let quiet = Checkpointed {
+            wal_frames: CATCH_UP_PAGES + 10,
+            copied_frames: CATCH_UP_PAGES + 10,
+        };
+        let (mut interval, mut last_frames) = (CATCH_UP_WAIT, CATCH_UP_PAGES + 10);
+        let mut waits = Vec::new();
+        for _ in 0..10 {
+            (interval, last_frames) = paced(interval, last_frames, quiet);
+            waits.push(interval);
+        }
+        assert_eq!(waits[9], MAX_INTERVAL, "{waits:?}");
     }
 }
