@@ -164,6 +164,31 @@ async fn failed_requests_and_dead_letters_are_counted() {
     app.stop().await.unwrap();
 }
 
+/// A job's delivered requests are counted when its pass ends, however it ends: a pass cut short
+/// by a 500 after one delivered request still counts that request (review of the per-job
+/// counting, issue 16 item 3).
+#[tokio::test]
+async fn requests_delivered_before_a_retry_are_counted() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    // Real time: one request per event. The first event is delivered, the second answered 500
+    // and sent again by the next pass, which delivers it.
+    receiver.script(&[(200, None), (500, None)]);
+    let (input, connection) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    let batch = batch_of(&["custom_event", "custom_event"]);
+    assert_eq!(app.post_events(&input, batch).await.status(), 202);
+    receiver.take(3).await;
+    let query = format!("connection_id={}", id(&connection));
+    let answer = metrics_when(&app, &query, Duration::from_secs(10), |m| {
+        sum(&m["connections"][0]["requests"]) == 3
+    })
+    .await;
+    let series = &answer["connections"][0];
+    assert_eq!(sum(&series["forwarded"]), 2, "{answer:#}");
+    assert_eq!(sum(&series["failures"]), 1);
+    app.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn jobs_waiting_for_an_unreachable_receiver_are_the_backlog() {
     let app = spawn_app().await;
