@@ -284,19 +284,19 @@ fn build_request(
     clock: fn() -> i64,
 ) -> Result<Request<Full<Bytes>>, SendError> {
     let invalid = |e: &dyn std::fmt::Display| SendError::Refused(format!("invalid request: {e}"));
-    let id = || HeaderValue::from_str(delivery_id).map_err(|e| invalid(&e));
+    let id = HeaderValue::from_str(delivery_id).map_err(|e| invalid(&e))?;
     let mut headers = HeaderMap::with_capacity(8);
     headers.append(CONTENT_TYPE, APPLICATION_JSON);
     headers.append(ACCEPT, ANY);
     headers.append(USER_AGENT, BOSON_USER_AGENT);
-    headers.append(DELIVERY_ID_HEADER, id()?);
+    headers.append(DELIVERY_ID_HEADER, id.clone());
     if let Some(signer) = &output.signer {
         // Unix seconds of this attempt: a retry is signed anew, so its timestamp stays within
         // the tolerance receivers apply.
         let now = clock();
         let timestamp = (now / 1000).to_string();
         let signature = signer.signature(delivery_id, &timestamp, &body, now);
-        headers.append(WEBHOOK_ID, id()?);
+        headers.append(WEBHOOK_ID, id);
         headers.append(
             WEBHOOK_TIMESTAMP,
             HeaderValue::try_from(timestamp).map_err(|e| invalid(&e))?,
