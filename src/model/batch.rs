@@ -14,7 +14,7 @@ use super::field_path::FieldPath;
 use super::identity::types::IdentityType;
 use super::identity::{NOT_STORABLE, is_storable};
 use super::kept_members::{KeptMembers, StoredForm, is_object_or_null};
-use super::nesting::{self, MAX_LEVEL};
+use super::nesting::{self, MAX_LEVEL, Unreadable};
 
 const ENVIRONMENTS: &[&str] = &["development", "production", "unknown"];
 
@@ -167,7 +167,7 @@ pub(crate) fn normalize_split(
     }
     // `schema_version` is accepted whatever it holds (spec §1.4) and overwritten below.
     for (key, value) in &batch {
-        check_nesting(value, 2, root_path.key(key))?;
+        check_reads_back(value, 2, root_path.key(key))?;
     }
 
     // What mParticle adds on receipt (spec §1.8); read-only keys a client sent are overwritten.
@@ -188,29 +188,38 @@ pub(crate) fn normalize_split(
     })
 }
 
-/// Refuses `value`, at `level` of the batch (the batch is level 1), if it nests deeper than
-/// serde_json reads back (see [`nesting`]); the error names the field down to an event's data
-/// member (`events[0].data.custom_attributes`), the level an SDK's attributes reach.
-fn check_nesting(value: &Value, level: usize, field: FieldPath<'_>) -> Result<(), BatchError> {
-    if !nesting::too_deep_at(value, level) {
+/// Refuses `value`, at `level` of the batch (the batch is level 1), if serde_json would not read
+/// it back as written: nested too deeply, or holding its reserved key (see [`nesting`]). The
+/// error names the field down to an event's data member (`events[0].data.custom_attributes`),
+/// the level an SDK's attributes reach.
+fn check_reads_back(value: &Value, level: usize, field: FieldPath<'_>) -> Result<(), BatchError> {
+    let Some(why) = nesting::unreadable_at(value, level) else {
         return Ok(());
-    }
+    };
     if level < 5 {
         match value {
-            Value::Object(map) => {
+            Value::Object(map) if !map.contains_key(nesting::RESERVED_KEY) => {
                 for (key, inner) in map {
-                    check_nesting(inner, level + 1, field.key(key))?;
+                    check_reads_back(inner, level + 1, field.key(key))?;
                 }
             }
             Value::Array(items) => {
                 for (i, inner) in items.iter().enumerate() {
-                    check_nesting(inner, level + 1, field.index(i))?;
+                    check_reads_back(inner, level + 1, field.index(i))?;
                 }
             }
             _ => {}
         }
     }
-    let problem = format!("is nested too deeply; a batch may nest at most {MAX_LEVEL} levels");
+    let problem = match why {
+        Unreadable::TooDeep => {
+            format!("is nested too deeply; a batch may nest at most {MAX_LEVEL} levels")
+        }
+        Unreadable::ReservedKey => format!(
+            "holds the key \"{}\", which Boson cannot store",
+            nesting::RESERVED_KEY
+        ),
+    };
     Err(BatchError::new(field, &problem))
 }
 

@@ -297,3 +297,34 @@ fn a_batch_is_stored_only_if_serde_json_reads_it_back() {
     // Named down to the level of an event's data members.
     assert_eq!(err(deep).field, "something_new[0][0][0]");
 }
+
+/// serde_json reads an object whose first key is its reserved `$serde_json::private::RawValue`
+/// as the JSON text that key holds. A stored batch is written with its keys sorted, and `$`
+/// sorts first, so a batch holding that key anywhere would be stored as a body that reads back
+/// as something else or not at all (delivery then dead-letters it as unreadable). It is refused
+/// instead, naming the field, wherever it is.
+#[test]
+fn a_batch_holding_serde_jsons_reserved_key_is_refused_by_field() {
+    let key = "$serde_json::private::RawValue";
+    let event = |attributes: Value| {
+        json!({"events": [{"event_type": "custom_event", "data": {
+            "event_name": "x", "custom_event_type": "other", "custom_attributes": attributes}}]})
+    };
+    let refused = err(event(json!({"a": 1, key: "x"})));
+    assert_eq!(refused.field, "events[0].data.custom_attributes");
+    assert_eq!(
+        refused.message,
+        "Field \"events[0].data.custom_attributes\" holds the key \
+         \"$serde_json::private::RawValue\", which Boson cannot store."
+    );
+    let deeper = err(event(json!({"list": [{"b": {key: "[1]", "c": 2}}]})));
+    assert_eq!(deeper.field, "events[0].data.custom_attributes");
+    let top = err(json!({"user_attributes": {"a": 1}, "extra": {"z": {key: "1"}}}));
+    assert_eq!(top.field, "extra.z");
+    // The key as a value, or as part of a longer key, is only text.
+    let fine = ok(event(
+        json!({"a": key, "x$serde_json::private::RawValue": 1}),
+    ));
+    let body = fine.stored_body().expect("serialisable");
+    assert!(serde_json::from_slice::<Value>(&body).is_ok());
+}

@@ -23,7 +23,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::nesting::MAX_LEVEL;
+use super::nesting::{MAX_LEVEL, RESERVED_KEY};
 
 /// The members kept as text: objects that `normalize` only checks to be objects, and that no
 /// step of the acceptance reads (identity, the profile update, the data catalog and the Live
@@ -273,11 +273,40 @@ impl<'de> Visitor<'de> for Checked {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Numbers, A::Error> {
         let inner = self.enter::<A::Error>()?;
         let mut numbers = Numbers::WrittenBackAsSent;
-        // Keys through `Checked` too: an ignored key would not have its escapes checked.
-        while map.next_key_seed(inner)?.is_some() {
+        // Keys are checked too: an ignored key would not have its escapes checked, and the
+        // stored batch is written back with sorted keys, where serde_json's reserved key would
+        // change what the object reads as (see `nesting::RESERVED_KEY`).
+        while map.next_key_seed(CheckedKey)?.is_some() {
             numbers = numbers.max(map.next_value_seed(inner)?);
         }
         Ok(numbers)
+    }
+}
+
+/// An object's key, read as `Value` reads it (unescaped), refused if it is serde_json's
+/// reserved key.
+struct CheckedKey;
+
+impl<'de> DeserializeSeed<'de> for CheckedKey {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for CheckedKey {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<(), E> {
+        if key == RESERVED_KEY {
+            return Err(E::custom("serde_json's reserved key"));
+        }
+        Ok(())
     }
 }
 

@@ -238,3 +238,17 @@ fn a_member_holding_a_float_is_parsed_and_one_of_integers_kept() {
     assert_eq!(members.get("device_info"), Some(&json!({"a": 1.5})));
     assert_eq!(kept.get("device_info"), None);
 }
+
+/// A kept member is stored as its text, but the stored batch is read back into `Value`s and
+/// written out again with sorted keys, where serde_json's reserved key would come first and
+/// change what the object reads as. So a member holding that key is not kept as text, and the
+/// batch, parsed whole, is refused for it (`batch::normalize` names the field).
+#[test]
+fn a_kept_member_holding_serde_jsons_reserved_key_is_not_kept_and_is_refused() {
+    let body = br#"{"device_info":{"a":1,"$serde_json::private::RawValue":"x"}}"#;
+    assert!(split_batch(body).is_none());
+    let whole: Value = serde_json::from_slice(body).expect("a Value parse takes it");
+    let refused = normalize(whole, Channel::Native, 1, "").expect_err("refused");
+    assert_eq!(refused.field, "device_info");
+    assert!(split_bulk(&[b"[", &body[..], b"]"].concat()).is_none());
+}
