@@ -65,6 +65,9 @@ use webhook::WebhookClient;
 /// crowded always has free).
 const CLAIM_LIMIT: usize = 512;
 
+/// How long delivery waits, at the shutdown deadline, for the passes it cut off to be dropped.
+const PASSES_CUT_OFF: Duration = Duration::from_secs(1);
+
 /// What workers need, shared by all lanes.
 #[derive(Debug)]
 pub(crate) struct DeliveryContext {
@@ -142,6 +145,8 @@ struct Lanes {
     request_timeout_ms: i64,
     tracker: TaskTracker,
     cancel: CancellationToken,
+    /// The shutdown deadline: passes still running then are cut off (see [`run`]).
+    overdue: CancellationToken,
     /// Wakes the poller before its interval is up: a user's job finished, so the user's next
     /// job (left in the table, not leased, when it was accepted behind it) may go now.
     poll_now: Notify,
@@ -179,6 +184,7 @@ pub(crate) async fn run(
             .unwrap_or(i64::MAX),
         tracker: TaskTracker::new(),
         cancel: cancel.clone(),
+        overdue: overdue.clone(),
         poll_now: Notify::new(),
     });
     let poller = tokio::spawn(poll(
@@ -215,7 +221,13 @@ pub(crate) async fn run(
     lanes.tracker.close();
     tokio::select! {
         () = lanes.tracker.wait() => {}
-        () = overdue.cancelled() => release_held(&lanes).await,
+        () = overdue.cancelled() => {
+            release_held(&lanes).await;
+            // The passes cut off at the deadline count what they delivered as they are dropped;
+            // waited for, so that their counts are in the node's last flush of its figures.
+            // Bounded: a pass between its requests may still be recording an outcome.
+            let _ = tokio::time::timeout(PASSES_CUT_OFF, lanes.tracker.wait()).await;
+        }
     }
     // Dead letters of the requests that were still in flight when the health task said its last.
     lanes.ctx.health.announce_remaining().await;
@@ -491,7 +503,12 @@ impl Lanes {
             let control = Arc::clone(&control);
             self.tracker.spawn(async move {
                 let (job_id, connection_id, mpid) = (job.id, job.connection_id.clone(), job.mpid);
-                let update = lanes.work(job, &control).await;
+                let update = tokio::select! {
+                    update = lanes.work(job, &control) => update,
+                    // Its job is released (`release_held`), to be sent again under the same
+                    // delivery id; dropping `work` counts the requests it delivered.
+                    () = lanes.overdue.cancelled() => return,
+                };
                 let transition = control.ended(&update, mpid, Instant::now());
                 let finished = matches!(update, JobUpdate::Finished { .. });
                 let answered = endpoint_answered(&update);

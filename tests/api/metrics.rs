@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{Receiver, TestApp, batch_of, spawn_app};
+use crate::helpers::{HANG, Receiver, TestApp, batch_of, drop_database, spawn_app, spawn_app_with};
 
 const MINUTE_MS: i64 = 60_000;
 
@@ -187,6 +187,33 @@ async fn requests_delivered_before_a_retry_are_counted() {
     assert_eq!(sum(&series["forwarded"]), 2, "{answer:#}");
     assert_eq!(sum(&series["failures"]), 1);
     app.stop().await.unwrap();
+}
+
+/// A pass still sending at the shutdown deadline is cut off there, and what it delivered before
+/// is in the node's last flush of its per-minute figures (a pass counts its requests when it
+/// ends; left running past the deadline, it ended after that flush and its count was lost).
+#[tokio::test]
+async fn requests_delivered_by_a_pass_cut_off_at_the_deadline_are_counted() {
+    let mut app = spawn_app_with(|config| config.shutdown_deadline_secs = 1).await;
+    let mut receiver = Receiver::start().await;
+    // Real time: one request per event. The first is delivered; the second never answers.
+    receiver.script(&[(200, None), (HANG, None)]);
+    let (input, connection) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    let batch = batch_of(&["custom_event", "custom_event"]);
+    assert_eq!(app.post_events(&input, batch).await.status(), 202);
+    receiver.take(2).await;
+    app.shut_down().await.unwrap();
+    let subject = id(&connection);
+    let stored = |column: &str| {
+        // Cast: PostgreSQL sums BIGINTs as NUMERIC.
+        format!(
+            "SELECT CAST(COALESCE(SUM({column}), 0) AS BIGINT) FROM metric_minutes \
+             WHERE subject = '{subject}'"
+        )
+    };
+    assert_eq!(app.query_i64(&stored("requests")).await, 1);
+    assert_eq!(app.query_i64(&stored("forwarded")).await, 1);
+    drop_database(&app.database_url).await;
 }
 
 #[tokio::test]
