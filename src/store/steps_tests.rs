@@ -607,6 +607,7 @@ async fn jsonb_each_reads_the_fields_json_each_read() {
         serde_json::json!({"i": i64::MAX, "s": "é \"q\" \\ \u{1} \u{2028}", "n": null, "f": 0.1,
                            "o": {"a": [1, {"b": null}], "c": "x"}, "b": true}),
         serde_json::json!({"i": -1, "s": "", "f": 1e300, "b": false}),
+        serde_json::json!({"i": i64::MIN, "s": "nul \u{0} 😀 日本 \u{2029} \u{7f}", "f": -0.0}),
         serde_json::json!({}),
     ]);
     let before: Vec<Fields> = tx
@@ -617,7 +618,7 @@ async fn jsonb_each_reads_the_fields_json_each_read() {
         .fetch_all(FIELDS_BY_JSONB_EACH, args![rows.as_str()])
         .await
         .expect("jsonb_each");
-    assert_eq!(before.len(), 3);
+    assert_eq!(before.len(), 4);
     assert_eq!(before[0].0, Some(i64::MAX));
     assert_eq!(before, now);
 }
