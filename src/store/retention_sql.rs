@@ -9,13 +9,15 @@
 //! server sends each chunk's delete to the writer ([`Store::prune_through`]), which runs it
 //! inside a group commit (see [`super::prune_step`]); on PostgreSQL, where a delete of old rows
 //! takes no lock an insert of new ones waits for, each chunk commits on its own. Chunks are
-//! small, so a group grows by a few milliseconds at most, and a pause follows each one. A row
-//! whose id is in range but whose time is not old (a clock that went back) is left for a later
-//! prune: each delete still checks the time.
+//! small, so a group grows by a few milliseconds at most; on SQLite each chunk's pages are then
+//! copied from the WAL into the database file (a `Copier`, one chunk's worth at a time), and a
+//! pause follows each chunk. A row whose id is in range but whose time is not old (a clock that
+//! went back) is left for a later prune: each delete still checks the time.
 
 use std::time::{Duration, Instant};
 
 use super::backend::{Sql, args};
+use super::checkpoint::Checkpointer;
 use super::prune_step::{self, Bounds, PruneChunk};
 use super::writer::Writer;
 use super::{Store, StoreResult};
@@ -168,7 +170,8 @@ impl Store {
         } else {
             (CHUNK, MIN_PAUSE)
         };
-        let mut deleted = 0;
+        let mut copier = Copier::new(self);
+        let mut deleted = Ok(0);
         loop {
             let started = Instant::now();
             let chunk = PruneChunk {
@@ -176,14 +179,22 @@ impl Store {
                 lock: None,
                 bounds: Bounds::Oldest { cutoff, rows },
             };
-            let went = self.delete_chunk(chunk, writer).await?;
-            deleted += went;
+            let went = match self.delete_chunk(chunk, writer, &mut copier).await {
+                Ok(went) => went,
+                Err(error) => {
+                    deleted = Err(error);
+                    break;
+                }
+            };
+            deleted = deleted.map(|n| n + went);
             // Fewer than a chunk: nothing older is left (new rows are not old).
             if went < rows.unsigned_abs() {
-                return Ok(deleted);
+                break;
             }
             tokio::time::sleep(started.elapsed().max(least)).await;
         }
+        copier.close().await;
+        deleted
     }
 
     /// The writer to send chunk deletes to: on SQLite only, where a delete of its own would
@@ -221,6 +232,24 @@ impl Store {
         } else {
             (CHUNK, MIN_PAUSE)
         };
+        let mut copier = Copier::new(self);
+        let deleted = self
+            .delete_range(log, cutoff, (last, size, least), writer, &mut copier)
+            .await;
+        copier.close().await;
+        deleted
+    }
+
+    /// [`Store::prune_log`]'s chunks, up to the id `last`: `size` ids each, a pause of at least
+    /// `least` after each.
+    async fn delete_range(
+        &self,
+        log: Log,
+        cutoff: i64,
+        (last, size, least): (i64, i64, Duration),
+        writer: Option<&Writer>,
+        copier: &mut Copier<'_>,
+    ) -> StoreResult<u64> {
         let mut deleted = 0;
         let mut from = i64::MIN;
         while let Some((first,)) = self
@@ -242,7 +271,7 @@ impl Store {
                     cutoff,
                 },
             };
-            deleted += self.delete_chunk(chunk, writer).await?;
+            deleted += self.delete_chunk(chunk, writer, copier).await?;
             if to == i64::MAX {
                 break;
             }
@@ -252,13 +281,21 @@ impl Store {
         Ok(deleted)
     }
 
-    /// Deletes one chunk: in a group commit of `writer` if given (the deleted pages are copied
-    /// into the database file by the background checkpoint, `store/checkpoint.rs`, not by the
-    /// writer's commit); else in a transaction of its own, after locking its rows when the log
-    /// asks for it.
-    async fn delete_chunk(&self, chunk: PruneChunk, writer: Option<&Writer>) -> StoreResult<u64> {
+    /// Deletes one chunk: in a group commit of `writer` if given, after which `copier` copies
+    /// the deleted pages into the database file (not the writer's commit); else in a
+    /// transaction of its own, after locking its rows when the log asks for it.
+    async fn delete_chunk(
+        &self,
+        chunk: PruneChunk,
+        writer: Option<&Writer>,
+        copier: &mut Copier<'_>,
+    ) -> StoreResult<u64> {
         if let Some(writer) = writer {
-            return writer.prune_chunk(chunk).await;
+            let deleted = writer.prune_chunk(chunk).await?;
+            if deleted > 0 {
+                copier.copy().await;
+            }
+            return Ok(deleted);
         }
         if chunk.lock.is_none() {
             let (values, n) = chunk.bounds.args();
@@ -269,5 +306,71 @@ impl Store {
         let deleted = prune_step::delete_chunks(&mut tx, std::iter::once(&chunk)).await?;
         tx.commit().await?;
         Ok(deleted.into_iter().sum())
+    }
+}
+
+/// Copies each chunk's pages from the WAL into the database file once the writer committed it,
+/// before the pause that precedes the next chunk (SQLite, chunks deleted in group commits).
+/// Left to the background checkpoint (`store/checkpoint.rs`), the pages of all the chunks of
+/// its last interval were copied and synced at once, and the writer's commits meanwhile waited
+/// for the disk behind that copy (README, "What maintenance holds"). Copied here, a run copies
+/// one chunk's pages, and the copy's time counts in the chunk's, which the pause after it
+/// matches: a slow disk slows the prune down.
+struct Copier<'a> {
+    store: &'a Store,
+    /// The checkpoint connection, opened at the first chunk that deleted rows.
+    open: Option<Checkpointer>,
+    /// The connection could not be opened or failed: the background checkpoint copies.
+    gave_up: bool,
+}
+
+impl<'a> Copier<'a> {
+    fn new(store: &'a Store) -> Self {
+        Self {
+            store,
+            open: None,
+            gave_up: false,
+        }
+    }
+
+    /// Copies what the WAL holds (the chunk's pages, and ingest's since the last copy).
+    async fn copy(&mut self) {
+        if self.gave_up {
+            return;
+        }
+        if self.open.is_none() {
+            match Checkpointer::open(self.store).await {
+                Ok(opened) => self.open = opened,
+                Err(error) => {
+                    tracing::debug!(%error, "The prune's checkpoint connection did not open.");
+                }
+            }
+        }
+        let Some(checkpointer) = self.open.as_mut() else {
+            self.gave_up = true;
+            return;
+        };
+        let started = Instant::now();
+        match checkpointer.checkpoint().await {
+            Ok(done) => tracing::debug!(
+                wal_frames = done.wal_frames,
+                copied_frames = done.copied_frames,
+                ms = started.elapsed().as_secs_f64() * 1000.0,
+                "Copied a retention chunk's pages."
+            ),
+            Err(error) => {
+                tracing::debug!(%error, "Copying a retention chunk's pages failed.");
+                self.gave_up = true;
+                if let Some(broken) = self.open.take() {
+                    broken.close().await;
+                }
+            }
+        }
+    }
+
+    async fn close(self) {
+        if let Some(checkpointer) = self.open {
+            checkpointer.close().await;
+        }
     }
 }
