@@ -30,7 +30,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use serde::Serialize;
-use sqlx::postgres::Postgres;
+use sqlx::postgres::{PgArguments, Postgres};
+use sqlx::query::QueryAs;
 
 use super::backend::{Sql, Tx, args, json};
 use super::identity_read::{self, Known};
@@ -88,10 +89,19 @@ const POINT_DEVICES: Sql = Sql::sqlite_only(
      ON CONFLICT (device) DO UPDATE SET mpid = excluded.mpid, updated_at = excluded.updated_at",
 );
 /// PostgreSQL: every write above in one statement (four round trips were one each): `$1` the
-/// new users' profile rows, `$2` now, `$3` the new users without one, `$4` `Attach` rows, `$5`
-/// `PointDevice` rows; with `$6`, answers the profiled users' consent. The identities and
-/// devices refer to users inserted by the same statement: their foreign keys are checked at
-/// its end, and data-modifying `WITH` parts always run to completion, read or not.
+/// new users' profile rows, `$2` now, `$3` the new users without one, `$4`, `$5`, `$6` the
+/// identities given (types, values, MPIDs: arrays, which arrive parsed, where a JSON text was
+/// parsed once per part that read it), `$7` `PointDevice` rows; with `$8`, answers the profiled
+/// users' consent. Data-modifying `WITH` parts always run to completion, read or not.
+///
+/// The identities go in with a plain INSERT: no other owner can appear, since the group holds
+/// every attached identity's advisory lock and read the owners after taking it (IDSync and
+/// `/modify` take the same lock before they attach), and [`decide_one`] gives an identity once
+/// even when a batch names it twice. `ON CONFLICT` cost each row a speculative insertion and
+/// its confirmation (about an eighth of this statement's instructions per new user). Were
+/// there a conflict all the same, the group fails and is retried one by one, and the batch's
+/// request is answered an error to retry: nothing is given twice. The identities, devices
+/// and history refer to users without a foreign key (migration 0030).
 const WRITE_POSTGRES: &str = "WITH profiled AS ( \
      INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
      SELECT mpid, $2, $2, jsonb_strip_nulls('{}'::jsonb || patch)::text, jsonb_build_object( \
@@ -102,15 +112,14 @@ const WRITE_POSTGRES: &str = "WITH profiled AS ( \
      bare AS (INSERT INTO users (mpid, created_at, last_seen_at) \
      SELECT unnest($3::int8[]), $2, $2), \
      attached AS (INSERT INTO user_identities (identity_type, identity, mpid, created_at) \
-     SELECT t, v, mpid, $2 FROM jsonb_to_recordset($4::jsonb) AS x(t text, v text, mpid bigint) \
-     ON CONFLICT (identity_type, identity) DO NOTHING), \
+     SELECT t, v, mpid, $2 FROM unnest($4::text[], $5::text[], $6::int8[]) AS x(t, v, mpid)), \
      recorded AS (INSERT INTO identity_changes \
      (mpid, identity_type, old_value, new_value, changed_at) \
-     SELECT mpid, t, NULL, v, $2 FROM jsonb_to_recordset($4::jsonb) AS x(t text, v text, mpid bigint)), \
+     SELECT mpid, t, NULL, v, $2 FROM unnest($4::text[], $5::text[], $6::int8[]) AS x(t, v, mpid)), \
      pointed AS (INSERT INTO device_users (device, mpid, updated_at) \
-     SELECT d, mpid, $2 FROM jsonb_to_recordset($5::jsonb) AS x(d text, mpid bigint) \
+     SELECT d, mpid, $2 FROM jsonb_to_recordset($7::jsonb) AS x(d text, mpid bigint) \
      ON CONFLICT (device) DO UPDATE SET mpid = excluded.mpid, updated_at = excluded.updated_at) \
-     SELECT mpid, consent FROM profiled WHERE $6";
+     SELECT mpid, consent FROM profiled WHERE $8";
 
 /// An identity given to a user.
 #[derive(Debug, Serialize)]
@@ -141,17 +150,47 @@ struct Writes<'a> {
 pub(super) struct Decided {
     /// The new users.
     users: HashSet<Mpid>,
-    /// `Attach` rows as JSON, if any.
-    attach: Option<String>,
+    /// The identities given, a column each, as PostgreSQL binds them.
+    attached: Attached,
     /// `PointDevice` rows as JSON, if any.
     devices: Option<String>,
+}
+
+/// Identities given to users, as columns: the i-th of each is one identity.
+#[derive(Debug, Default)]
+struct Attached {
+    types: Vec<String>,
+    values: Vec<String>,
+    mpids: Vec<i64>,
+}
+
+impl Attached {
+    fn of(rows: &[Attach<'_>]) -> Self {
+        Self {
+            types: rows.iter().map(|a| a.t.to_owned()).collect(),
+            values: rows.iter().map(|a| a.v.to_owned()).collect(),
+            mpids: rows.iter().map(|a| a.mpid.get()).collect(),
+        }
+    }
+
+    /// SQLite's `Attach` rows as JSON, if any.
+    fn json(&self) -> Option<String> {
+        let rows: Vec<Attach<'_>> = (self.types.iter().zip(&self.values).zip(&self.mpids))
+            .map(|((t, v), &mpid)| Attach {
+                t,
+                v,
+                mpid: Mpid::new(mpid),
+            })
+            .collect();
+        (!rows.is_empty()).then(|| json(&rows))
+    }
 }
 
 impl Decided {
     fn of(writes: &Writes<'_>) -> Self {
         Self {
             users: writes.users.iter().copied().collect(),
-            attach: (!writes.attach.is_empty()).then(|| json(&writes.attach)),
+            attached: Attached::of(&writes.attach),
             devices: (!writes.devices.is_empty()).then(|| json(&writes.devices)),
         }
     }
@@ -285,7 +324,11 @@ fn decide_one<'a>(
     };
     for index in decision.attach {
         let (t, v) = &identities[index];
-        known.owners.insert((t.clone(), v.clone()), mpid);
+        // A batch may name an identity twice: it is given once (PostgreSQL's insert has no
+        // `ON CONFLICT` to skip the second).
+        if known.owners.insert((t.clone(), v.clone()), mpid).is_some() {
+            continue;
+        }
         if IdentityType::parse(t) == Some(IdentityType::CustomerId) {
             known.logged_in.insert(mpid);
         }
@@ -349,18 +392,33 @@ async fn write_postgres(
         .into_iter()
         .map(Mpid::get)
         .collect();
-    let nothing = decided.attach.is_none() && decided.devices.is_none();
+    let nothing = decided.attached.types.is_empty() && decided.devices.is_none();
     if profiles.is_empty() && bare.is_empty() && nothing {
         return Ok(HashMap::new());
     }
-    let query = sqlx::query_as::<Postgres, (Mpid, String)>(WRITE_POSTGRES)
-        .bind(json(profiles))
+    let query = sqlx::query_as::<Postgres, (Mpid, String)>(WRITE_POSTGRES);
+    let query = bind_writes(query, decided, json(profiles), now, bare, returning);
+    Ok(consents(tx.fetch_all_postgres(query).await?))
+}
+
+/// `WRITE_POSTGRES`'s parameters, bound to `query` (the statement, or a test's EXPLAIN of it).
+fn bind_writes<'q, O>(
+    query: QueryAs<'q, Postgres, O, PgArguments>,
+    decided: &'q Decided,
+    profiles: String,
+    now: i64,
+    bare: Vec<i64>,
+    returning: bool,
+) -> QueryAs<'q, Postgres, O, PgArguments> {
+    query
+        .bind(profiles)
         .bind(now)
         .bind(bare)
-        .bind(decided.attach.as_deref().unwrap_or("[]"))
+        .bind(&decided.attached.types)
+        .bind(&decided.attached.values)
+        .bind(&decided.attached.mpids)
         .bind(decided.devices.as_deref().unwrap_or("[]"))
-        .bind(returning);
-    Ok(consents(tx.fetch_all_postgres(query).await?))
+        .bind(returning)
 }
 
 /// [`write`] on SQLite: a statement per kind of row.
@@ -389,7 +447,7 @@ async fn write_sqlite(
         tx.execute(INSERT_USERS, args![json(&bare).as_str(), now])
             .await?;
     }
-    if let Some(rows) = &decided.attach {
+    if let Some(rows) = decided.attached.json() {
         tx.execute(ATTACH, args![rows.as_str(), now]).await?;
         tx.execute(RECORD_ATTACHED, args![rows.as_str(), now])
             .await?;

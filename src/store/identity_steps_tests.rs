@@ -295,6 +295,7 @@ async fn waits_for_the_holder_and_finds_its_user(holder_store: &Store, store: St
         1,
         "a second user of one identity"
     );
+    assert_eq!(orphans(holder_store).await, 0, "identities without a user");
 }
 
 #[test]
@@ -428,6 +429,11 @@ async fn assert_same_users(
         owners(&single.store, &single_map).await
     );
     assert_eq!(users(&grouped.store).await, users(&single.store).await);
+    assert_eq!(
+        orphans(&grouped.store).await,
+        0,
+        "identities without a user"
+    );
 }
 
 /// A device whose user has since logged in gets a new anonymous user, as IDSync gives it:
@@ -515,4 +521,117 @@ async fn identity_transactions_read_committed_on_a_repeatable_read_server() {
         (group_level.as_str(), idsync_level.as_str()),
         ("read committed", "read committed")
     );
+}
+
+/// Identities and devices whose user has no row: none may exist (PostgreSQL has no foreign key
+/// from them to users since migration 0030; every writer inserts the user first).
+const ORPHANS: Sql = Sql::shared(
+    "SELECT COUNT(*) FROM (SELECT mpid FROM user_identities UNION ALL \
+     SELECT mpid FROM device_users) AS r WHERE NOT EXISTS \
+     (SELECT 1 FROM users u WHERE u.mpid = r.mpid)",
+);
+
+async fn orphans(store: &Store) -> i64 {
+    let (n,): (i64,) = store.fetch_one(ORPHANS, &[]).await.expect("orphans");
+    n
+}
+
+const HISTORY: Sql = Sql::shared(
+    "SELECT COUNT(*) FROM identity_changes WHERE identity_type = $1 AND new_value = $2",
+);
+
+/// A batch that names one identity twice makes one user, who is given it once and whose
+/// history records it once (PostgreSQL's insert of identities has no `ON CONFLICT` to skip a
+/// second row of one identity; the history recorded it twice).
+#[tokio::test]
+async fn a_batch_naming_an_identity_twice_is_given_it_once() {
+    let db = TestStore::open().await;
+    let twice: Given<'_> = (&[("email", "twice@x"), ("email", "twice@x")], None, true);
+    let users_made = group_of(&db.store, &[twice]).await;
+    assert!(users_made[0].is_some());
+    assert_eq!(users(&db.store).await, 1);
+    let owners = owners(&db.store, &HashMap::new()).await;
+    assert_eq!(owners.keys().collect::<Vec<_>>(), ["email:twice@x"]);
+    let (recorded,): (i64,) = db
+        .store
+        .fetch_one(HISTORY, args!["email", "twice@x"])
+        .await
+        .expect("history");
+    assert_eq!(recorded, 1, "history rows of the identity");
+}
+
+/// The WAL records each part of `plan` (EXPLAIN ANALYZE's text) wrote, summed over the parts
+/// that insert (each counts its own children's), and the calls of the triggers it lists.
+fn writes_and_trigger_calls(plan: &[String]) -> (u64, u64) {
+    let number = |line: &str, key: &str| -> u64 {
+        line.split(key)
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|digits| digits.parse().ok())
+            .unwrap_or(0)
+    };
+    let (mut records, mut calls, mut in_insert) = (0, 0, false);
+    for line in plan {
+        if line.contains("->") {
+            in_insert = line.contains("Insert on");
+        } else if in_insert && line.trim_start().starts_with("WAL:") {
+            records += number(line, "records=");
+            in_insert = false;
+        } else if line.starts_with("Trigger") {
+            calls += number(line, "calls=");
+        }
+    }
+    (records, calls)
+}
+
+/// PostgreSQL: what a group's new users cost in heap rows and index entries, as WAL records
+/// counted by EXPLAIN for each part of the write statement: per user with two identities, its
+/// row and key (2), each identity's row, key and `mpid` entry (3 each), each history row and
+/// its key (2 each), 12 in all, and a few more for the group (the history's sequence logs one
+/// per 32 ids, an empty index one for its first page: 7 here). The statement runs no trigger. Before (migration 0030 and the plain insert of identities) it was 16 per user
+/// and a foreign-key check per identity (`ON CONFLICT`'s speculative insertion and its
+/// confirmation, the history's second index).
+#[tokio::test]
+async fn a_new_user_costs_twelve_wal_records_and_no_foreign_key_check() {
+    if !on_postgres() {
+        return;
+    }
+    let db = TestStore::open().await;
+    let names: Vec<String> = (0..45).map(|i| format!("wal-{i}")).collect();
+    let identities: Vec<[(&str, &str); 2]> = names
+        .iter()
+        .map(|n| [("customer_id", n.as_str()), ("email", n.as_str())])
+        .collect();
+    let mut batches: Vec<NewBatch> = identities
+        .iter()
+        .map(|named| unnamed(&(named.as_slice(), None, true)))
+        .collect();
+    let mut tx = db.store.begin().await.expect("begin");
+    let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
+    let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
+    let explain = format!("EXPLAIN (ANALYZE, WAL, COSTS OFF) {WRITE_POSTGRES}");
+    let query = sqlx::query_as::<Postgres, (String,)>(sqlx::AssertSqlSafe(explain));
+    let bare: Vec<i64> = decided.users.iter().map(|m| m.get()).collect();
+    let query = bind_writes(query, &decided, "[]".to_owned(), 1_000, bare, false);
+    let plan: Vec<String> = tx
+        .fetch_all_postgres(query)
+        .await
+        .expect("explain")
+        .into_iter()
+        .map(|(line,)| line)
+        .collect();
+    tx.commit().await.expect("commit");
+    let (records, trigger_calls) = writes_and_trigger_calls(&plan);
+    let users = names.len() as u64;
+    let plan = plan.join("\n");
+    assert!(
+        records >= 12 * users,
+        "the plan's WAL was not read:\n{plan}"
+    );
+    assert!(
+        records <= 12 * users + users / 4,
+        "{records} WAL records for {users} new users:\n{plan}"
+    );
+    assert_eq!(trigger_calls, 0, "triggers ran:\n{plan}");
+    assert_eq!(orphans(&db.store).await, 0);
 }
