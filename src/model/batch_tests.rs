@@ -328,3 +328,23 @@ fn a_batch_holding_serde_jsons_reserved_key_is_refused_by_field() {
     let body = fine.stored_body().expect("serialisable");
     assert!(serde_json::from_slice::<Value>(&body).is_ok());
 }
+
+/// Review (review1): the reserved key as a key of the batch itself, not first in the text a
+/// client sent (so serde_json's own parse takes it as an ordinary key), is stored first in the
+/// sorted body, which then reads back as the text under it, not as the batch.
+#[test]
+fn a_batch_holding_serde_jsons_reserved_key_at_its_top_level_is_refused() {
+    let key = "$serde_json::private::RawValue";
+    let sent = format!(r#"{{"events": [], "{key}": "1"}}"#);
+    let parsed: Value = serde_json::from_str(&sent).expect("not first: an ordinary key");
+    let accepted = normalize(parsed, Channel::Native, 1, "");
+    if let Ok(batch) = &accepted {
+        let body = batch.stored_body().expect("serialisable");
+        let read = serde_json::from_slice::<Value>(&body);
+        panic!(
+            "accepted; stored as {} which reads back as {read:?}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    assert_eq!(accepted.expect_err("refused").field, key);
+}
