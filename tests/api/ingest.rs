@@ -424,3 +424,29 @@ async fn metrics_count_accepted_and_rejected_events() {
     );
     app.stop().await.unwrap();
 }
+
+/// Review (review1): serde_json's reserved key as a key of the batch itself, after another key
+/// (so the request's own parse takes it as an ordinary key), must be refused as it is anywhere
+/// inside the batch: stored, the sorted body starts with it and reads back as the text it holds.
+#[tokio::test]
+async fn a_batch_with_serde_jsons_reserved_key_at_its_top_level_is_refused() {
+    let app = spawn_app().await;
+    let mut receiver = Receiver::start().await;
+    let (input, _) = app.pipeline(&receiver.url("/hook"), json!({})).await;
+    for path in ["/v2/events", "/v2/bulkevents"] {
+        let batch = r#"{"events": [], "$serde_json::private::RawValue": "1"}"#;
+        let body = if path == "/v2/events" {
+            batch.to_owned()
+        } else {
+            format!("[{batch}]")
+        };
+        let (status, answer) = error_body(app.post_raw(&input, path, body).await).await;
+        assert_eq!(status, 400, "{path}: {answer}");
+        assert!(
+            message(&answer).contains("$serde_json::private::RawValue"),
+            "{answer}"
+        );
+    }
+    assert_nothing_stored(&app, &mut receiver).await;
+    app.stop().await.unwrap();
+}
