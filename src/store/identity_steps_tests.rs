@@ -635,3 +635,41 @@ async fn a_new_user_costs_twelve_wal_records_and_no_foreign_key_check() {
     assert_eq!(trigger_calls, 0, "triggers ran:\n{plan}");
     assert_eq!(orphans(&db.store).await, 0);
 }
+
+/// IDSync's identify, asked with one identity twice (`{"customerid": "c", "customer_id": "c"}`
+/// both name the customer id), records it in the history as often as a batch naming it twice
+/// does: once (review of ddf17c2, which gave the batch once and left IDSync at twice).
+#[tokio::test]
+async fn idsync_naming_an_identity_twice_records_it_as_a_batch_does() {
+    let db = TestStore::open().await;
+    let twice = pairs(&[
+        ("customer_id", "idsync-twice"),
+        ("customer_id", "idsync-twice"),
+    ]);
+    db.store
+        .resolve_identity(&twice, None, None, 1_000, |lookup| {
+            Some(decide(Call::Identify, &twice, lookup))
+        })
+        .await
+        .expect("identify");
+    let (by_idsync,): (i64,) = db
+        .store
+        .fetch_one(HISTORY, args!["customer_id", "idsync-twice"])
+        .await
+        .expect("history");
+    let batch: Given<'_> = (
+        &[
+            ("customer_id", "batch-twice"),
+            ("customer_id", "batch-twice"),
+        ],
+        None,
+        true,
+    );
+    group_of(&db.store, &[batch]).await;
+    let (by_batch,): (i64,) = db
+        .store
+        .fetch_one(HISTORY, args!["customer_id", "batch-twice"])
+        .await
+        .expect("history");
+    assert_eq!(by_idsync, by_batch, "history rows: IDSync's, a batch's");
+}
