@@ -109,6 +109,11 @@ pub(crate) fn normalize_split(
     };
     let root_path = FieldPath::Root(prefix);
     let at = |key: &'static str| root_path.key(key);
+    // The batch's own keys: the walk below checks what is under them.
+    if batch.contains_key(nesting::RESERVED_KEY) {
+        let problem = "is a key serde_json reserves, which Boson cannot store";
+        return Err(BatchError::new(at(nesting::RESERVED_KEY), problem));
+    }
 
     let source_request_id = match batch.remove("source_request_id") {
         None | Some(Value::Null) => None,
