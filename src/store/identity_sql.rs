@@ -286,8 +286,14 @@ impl Store {
                 mpid
             }
         };
+        let mut attached = std::collections::HashSet::new();
         for index in decision.attach {
             let (kind, value) = &identities[index];
+            // Named twice (`customerid` and `customer_id`, say): given, and recorded, once, as
+            // a batch's identities are (`identity_steps::decide_one`).
+            if !attached.insert((kind, value)) {
+                continue;
+            }
             tx.execute(ATTACH, args![kind, value, mpid, now]).await?;
             tx.execute(RECORD_CHANGE, args![mpid, kind, None::<&str>, value, now])
                 .await?;

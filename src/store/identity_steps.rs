@@ -70,8 +70,9 @@ const INSERT_NEW_PROFILES_RETURNING_CONSENT: Sql = Sql::sqlite_only(concat!(
     insert_new_profiles_sqlite!(),
     " RETURNING mpid, consent"
 ));
-/// `$1` `Attach` rows, `$2` now. The advisory locks make a conflict impossible but for an
-/// identity `/modify` gave its user meanwhile (then, as in IDSync, the first owner keeps it).
+/// `$1` `Attach` rows, `$2` now. The group read the owners under SQLite's one write lock, so
+/// nobody can have given an identity meanwhile; `ON CONFLICT` is only a guard (the first owner
+/// keeps it, as in IDSync).
 const ATTACH: Sql = Sql::sqlite_only(
     "INSERT INTO user_identities (identity_type, identity, mpid, created_at) \
      SELECT value ->> 't', value ->> 'v', value ->> 'mpid', $2 FROM jsonb_each($1) WHERE true \
