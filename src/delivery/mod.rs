@@ -504,6 +504,8 @@ impl Lanes {
             self.tracker.spawn(async move {
                 let (job_id, connection_id, mpid) = (job.id, job.connection_id.clone(), job.mpid);
                 let update = tokio::select! {
+                    // A pass that has just ended keeps its outcome, deadline or not.
+                    biased;
                     update = lanes.work(job, &control) => update,
                     // Its job is released (`release_held`), to be sent again under the same
                     // delivery id; dropping `work` counts the requests it delivered.
