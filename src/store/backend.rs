@@ -6,10 +6,11 @@
 
 use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgArguments, PgConnection, PgRow, Postgres};
-use sqlx::sqlite::{Sqlite, SqliteConnection, SqliteRow};
+use sqlx::sqlite::{Sqlite, SqliteRow};
 use sqlx::{Connection, Database, Decode, FromRow, Transaction, Type};
 
 use super::Store;
+use super::direct::{DirectConnection, DirectRow, DirectTx};
 use crate::model::ids::{BatchId, ConnectionId, InputId, Mpid, OutputId};
 
 /// A statement, as each backend spells it.
@@ -140,8 +141,9 @@ impl<'a> From<&'a [u8]> for Arg<'a> {
     }
 }
 
-/// The typed ids bind as the text or integer they are stored as, and decode back from it, so
-/// row structs hold typed ids and the model needs no knowledge of sqlx.
+/// The typed ids bind as the text or integer they are stored as, and decode back from it (from
+/// sqlx's rows, and from the SQLite writer's own), so row structs hold typed ids and the model
+/// needs no knowledge of sqlx.
 macro_rules! id_columns {
     (text: $($text:ty),*; integer: $($integer:ty),*) => {
         $(
@@ -173,6 +175,14 @@ macro_rules! id_columns {
                     Ok(Self::trusted(<&'r str as Decode<'r, DB>>::decode(value)?))
                 }
             }
+
+            impl rusqlite::types::FromSql for $text {
+                fn column_result(
+                    value: rusqlite::types::ValueRef<'_>,
+                ) -> rusqlite::types::FromSqlResult<Self> {
+                    value.as_str().map(Self::trusted)
+                }
+            }
         )*
         $(
             impl From<$integer> for Arg<'_> {
@@ -202,6 +212,14 @@ macro_rules! id_columns {
                     Ok(Self::new(<i64 as Decode<'r, DB>>::decode(value)?))
                 }
             }
+
+            impl rusqlite::types::FromSql for $integer {
+                fn column_result(
+                    value: rusqlite::types::ValueRef<'_>,
+                ) -> rusqlite::types::FromSqlResult<Self> {
+                    value.as_i64().map(Self::new)
+                }
+            }
         )*
     };
 }
@@ -225,6 +243,12 @@ pub(crate) trait Row:
 impl<T> Row for T where T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
 {}
 
+/// A row type a transaction can decode: on sqlx's connections, and on the SQLite writer's own
+/// ([`DirectRow`]).
+pub(crate) trait TxRow: Row + DirectRow {}
+
+impl<T> TxRow for T where T: Row + DirectRow {}
+
 /// Binds `$args` to `$query` in order.
 macro_rules! bind {
     ($query:expr, $args:expr) => {{
@@ -242,11 +266,13 @@ macro_rules! bind {
     }};
 }
 
-/// Runs `$run` (a method of sqlx's query types, e.g. `execute`) for statement text `$text`
-/// (a closure from the backend's [`Sql`] pick) on `$on` (pool or transaction) of either backend.
+/// Runs a statement method on `$self`: `$body` with the backend's text pick and sqlx's
+/// executor `$on` (pool or transaction) for either backend, or `$direct_body` with the SQLite
+/// writer's own transaction `$direct` ([`DirectTx`]), where there is one.
 macro_rules! dispatch {
     ($self:expr, $sqlite:pat => $sqlite_on:expr, $postgres:pat => $postgres_on:expr,
-     |$text:ident, $on:ident| $body:expr) => {
+     [$($direct_pat:pat => $direct_on:expr)?],
+     |$text:ident, $on:ident| $body:expr, |$direct:ident| $direct_body:expr) => {
         match $self {
             $sqlite => {
                 let $on = $sqlite_on;
@@ -258,6 +284,10 @@ macro_rules! dispatch {
                 let $text = Pick::Postgres;
                 $body
             }
+            $($direct_pat => {
+                let $direct = $direct_on;
+                $direct_body
+            })?
         }
     };
 }
@@ -282,10 +312,12 @@ impl Pick {
     }
 }
 
-/// The statement methods, the same on the pool and in a transaction.
+/// The statement methods, the same on the pool and in a transaction (sqlx's, or the SQLite
+/// writer's own, which runs them in place). `$row` is the bound on the rows fetched.
 macro_rules! statements {
-    ($ty:ty, [$($recv:tt)+], $self:ident,
-     $sqlite:pat => $sqlite_on:expr, $postgres:pat => $postgres_on:expr) => {
+    ($ty:ty, [$($recv:tt)+], $self:ident, $row:ident,
+     $sqlite:pat => $sqlite_on:expr, $postgres:pat => $postgres_on:expr
+     $(, $direct_pat:pat => $direct_on:expr)?) => {
         impl $ty {
             /// Runs a statement; returns the rows it changed.
             pub(crate) async fn execute(
@@ -293,67 +325,111 @@ macro_rules! statements {
                 sql: Sql,
                 args: &[Arg<'_>],
             ) -> Result<u64, sqlx::Error> {
-                dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
-                    let text = pick.text(sql)?;
-                    if text.is_empty() {
-                        // A statement only the other backend needs.
-                        return Ok(0);
-                    }
-                    #[cfg(test)]
-                    round_trips::count(1);
-                    Ok(bind!(sqlx::query(text), args).execute(on).await?.rows_affected())
-                })
+                dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on,
+                    [$($direct_pat => $direct_on)?],
+                    |pick, on| {
+                        let text = pick.text(sql)?;
+                        if text.is_empty() {
+                            // A statement only the other backend needs.
+                            return Ok(0);
+                        }
+                        #[cfg(test)]
+                        round_trips::count(1);
+                        Ok(bind!(sqlx::query(text), args).execute(on).await?.rows_affected())
+                    },
+                    |direct| {
+                        let text = Pick::Sqlite.text(sql)?;
+                        if text.is_empty() {
+                            return Ok(0);
+                        }
+                        #[cfg(test)]
+                        round_trips::count(1);
+                        direct.execute(text, args)
+                    })
             }
 
             /// Every row a query returns.
-            pub(crate) async fn fetch_all<R: Row>(
+            pub(crate) async fn fetch_all<R: $row>(
                 $($recv)+,
                 sql: Sql,
                 args: &[Arg<'_>],
             ) -> Result<Vec<R>, sqlx::Error> {
-                dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
-                    let text = pick.text(sql)?;
-                    if text.is_empty() {
-                        return Ok(Vec::new());
-                    }
-                    #[cfg(test)]
-                    round_trips::count(1);
-                    bind!(sqlx::query_as(text), args).fetch_all(on).await
-                })
+                dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on,
+                    [$($direct_pat => $direct_on)?],
+                    |pick, on| {
+                        let text = pick.text(sql)?;
+                        if text.is_empty() {
+                            return Ok(Vec::new());
+                        }
+                        #[cfg(test)]
+                        round_trips::count(1);
+                        bind!(sqlx::query_as(text), args).fetch_all(on).await
+                    },
+                    |direct| {
+                        let text = Pick::Sqlite.text(sql)?;
+                        if text.is_empty() {
+                            return Ok(Vec::new());
+                        }
+                        #[cfg(test)]
+                        round_trips::count(1);
+                        direct.fetch_all(text, args)
+                    })
             }
 
             /// The row a query returns, if any.
-            pub(crate) async fn fetch_optional<R: Row>(
+            pub(crate) async fn fetch_optional<R: $row>(
                 $($recv)+,
                 sql: Sql,
                 args: &[Arg<'_>],
             ) -> Result<Option<R>, sqlx::Error> {
-                dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
-                    let text = pick.text(sql)?;
-                    if text.is_empty() {
-                        return Ok(None);
-                    }
-                    #[cfg(test)]
-                    round_trips::count(1);
-                    bind!(sqlx::query_as(text), args).fetch_optional(on).await
-                })
+                dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on,
+                    [$($direct_pat => $direct_on)?],
+                    |pick, on| {
+                        let text = pick.text(sql)?;
+                        if text.is_empty() {
+                            return Ok(None);
+                        }
+                        #[cfg(test)]
+                        round_trips::count(1);
+                        bind!(sqlx::query_as(text), args).fetch_optional(on).await
+                    },
+                    |direct| {
+                        let text = Pick::Sqlite.text(sql)?;
+                        if text.is_empty() {
+                            return Ok(None);
+                        }
+                        #[cfg(test)]
+                        round_trips::count(1);
+                        direct.fetch_optional(text, args)
+                    })
             }
 
             /// The row a query must return.
-            pub(crate) async fn fetch_one<R: Row>(
+            pub(crate) async fn fetch_one<R: $row>(
                 $($recv)+,
                 sql: Sql,
                 args: &[Arg<'_>],
             ) -> Result<R, sqlx::Error> {
-                dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on, |pick, on| {
-                    let text = pick.text(sql)?;
-                    if text.is_empty() {
-                        return Err(sqlx::Error::RowNotFound);
-                    }
-                    #[cfg(test)]
-                    round_trips::count(1);
-                    bind!(sqlx::query_as(text), args).fetch_one(on).await
-                })
+                dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on,
+                    [$($direct_pat => $direct_on)?],
+                    |pick, on| {
+                        let text = pick.text(sql)?;
+                        if text.is_empty() {
+                            return Err(sqlx::Error::RowNotFound);
+                        }
+                        #[cfg(test)]
+                        round_trips::count(1);
+                        bind!(sqlx::query_as(text), args).fetch_one(on).await
+                    },
+                    |direct| {
+                        let text = Pick::Sqlite.text(sql)?;
+                        if text.is_empty() {
+                            return Err(sqlx::Error::RowNotFound);
+                        }
+                        #[cfg(test)]
+                        round_trips::count(1);
+                        direct.fetch_optional(text, args)?.ok_or(sqlx::Error::RowNotFound)
+                    })
             }
         }
     };
@@ -365,6 +441,9 @@ macro_rules! statements {
 pub(crate) enum Tx<'c> {
     Sqlite(Transaction<'c, Sqlite>),
     Postgres(Transaction<'c, Postgres>),
+    /// The SQLite writer's own connection ([`DirectConnection`]): its statements run on the
+    /// thread that awaits them, so these futures never wait for another thread.
+    Direct(DirectTx<'c>),
 }
 
 /// SQLite must take the write lock up front: a transaction that reads first and writes later
@@ -388,8 +467,9 @@ impl Store {
     }
 }
 
-statements!(Store, [&self], self, Store::Sqlite(pool) => pool, Store::Postgres(pool) => pool);
-statements!(Tx<'_>, [&mut self], self, Tx::Sqlite(tx) => &mut **tx, Tx::Postgres(tx) => &mut **tx);
+statements!(Store, [&self], self, Row, Store::Sqlite(pool) => pool, Store::Postgres(pool) => pool);
+statements!(Tx<'_>, [&mut self], self, TxRow,
+    Tx::Sqlite(tx) => &mut **tx, Tx::Postgres(tx) => &mut **tx, Tx::Direct(tx) => tx);
 
 /// The connection a writer lane runs its group commits on: one of its own, out of the pool, on
 /// either backend. Taking one from the pool and giving it back cost, per group, a ping (sqlx
@@ -398,12 +478,14 @@ statements!(Tx<'_>, [&mut self], self, Tx::Sqlite(tx) => &mut **tx, Tx::Postgres
 /// 45 ingests. A lane commits one group at a time, so it never needs a second connection.
 #[derive(Debug)]
 pub(crate) enum WriterConnection {
+    /// Opened at the first group, with the pool's settings but not through sqlx: the lane's
+    /// thread runs its statements itself ([`super::direct`]). Dropped after a group fails and
+    /// opened again at the next group, as on PostgreSQL.
+    Sqlite(Option<DirectConnection>),
     /// Taken from the pool at the first group; dropped after a group fails, so a broken
     /// connection is replaced at the next group. A BEGIN that fails on it is tried once more on
     /// a fresh one (`group::commit`): a connection the server closed while idle costs no request
     /// its answer.
-    Sqlite(Option<SqliteConnection>),
-    /// The same, on PostgreSQL.
     Postgres(Option<PgConnection>),
 }
 
@@ -450,9 +532,11 @@ impl WriterConnection {
             (WriterConnection::Sqlite(held), Store::Sqlite(pool)) => {
                 let connection = match held {
                     Some(connection) => connection,
-                    None => held.insert(pool.acquire().await?.detach()),
+                    None => held.insert(DirectConnection::open(
+                        pool.connect_options().get_filename(),
+                    )?),
                 };
-                Ok(Tx::Sqlite(connection.begin_with(BEGIN.sqlite).await?))
+                Ok(Tx::Direct(connection.begin(BEGIN.sqlite)?))
             }
             (WriterConnection::Postgres(held), Store::Postgres(pool)) => {
                 let connection = match held {
@@ -497,7 +581,7 @@ impl WriterConnection {
     /// Closes the kept connection, if any.
     pub(crate) async fn close(self) {
         let closed = match self {
-            WriterConnection::Sqlite(Some(connection)) => connection.close().await,
+            WriterConnection::Sqlite(Some(connection)) => connection.close(),
             WriterConnection::Postgres(Some(connection)) => connection.close().await,
             _ => Ok(()),
         };
@@ -511,7 +595,7 @@ impl Tx<'_> {
     /// Whether this is SQLite's transaction: the one writer, where a step may skip what only
     /// concurrent writers need (a lock order, a separate id allocation).
     pub(crate) fn is_sqlite(&self) -> bool {
-        matches!(self, Tx::Sqlite(_))
+        matches!(self, Tx::Sqlite(_) | Tx::Direct(_))
     }
 
     /// PostgreSQL only: every row of a query built with sqlx's own binds, for parameters SQLite
@@ -540,7 +624,7 @@ impl Tx<'_> {
         args: &[Arg<'_>],
     ) -> Result<Vec<I>, sqlx::Error>
     where
-        (I,): Row,
+        (I,): TxRow,
     {
         let rows: Vec<(I,)> = self.fetch_all(sql, args).await?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
@@ -556,6 +640,7 @@ impl Tx<'_> {
         match self {
             Tx::Sqlite(tx) => tx.commit().await,
             Tx::Postgres(tx) => tx.commit().await,
+            Tx::Direct(tx) => tx.commit(),
         }
     }
 
@@ -567,15 +652,20 @@ impl Tx<'_> {
             (CommitFault::AnswerLost, Tx::Postgres(tx)) => tx.commit().await?,
             (CommitFault::RolledBack, Tx::Sqlite(tx)) => tx.rollback().await?,
             (CommitFault::RolledBack, Tx::Postgres(tx)) => tx.rollback().await?,
+            (CommitFault::AnswerLost, Tx::Direct(tx)) => tx.commit()?,
+            (CommitFault::RolledBack, Tx::Direct(tx)) => tx.rollback()?,
         }
         Err(commit_error())
     }
 }
 
-/// Test-only: how many times this thread's code waited for the database (a statement, BEGIN
+/// Test-only: how many statements this thread's code sent to the database (a statement, BEGIN
 /// with the pool's ping if the connection came from the pool, COMMIT), so a test can see what a
-/// group commit costs in round trips. Per thread, as `#[tokio::test]` runs a test and the tasks
-/// it spawns on one thread.
+/// group commit costs. Through sqlx each is a round trip: to a PostgreSQL backend, or to the
+/// SQLite connection's worker thread. The SQLite writer runs its statements on its own thread
+/// ([`DirectTx`]), where each costs SQLite's work but no wake-up; they are counted alike, so
+/// the count is the statements a group needs on either backend. Per thread, as
+/// `#[tokio::test]` runs a test and the tasks it spawns on one thread.
 #[cfg(test)]
 pub(crate) mod round_trips {
     use std::cell::Cell;

@@ -4,9 +4,11 @@
 //! promises no order, so each batch's id is known before its row is inserted, and the ids that
 //! come back are the batches stored.
 //!
-//! Each backend does it in as few round trips as it can: every round trip wakes the database (a
-//! PostgreSQL backend, SQLite's thread) and the writer, and on PostgreSQL, where the node, the
-//! server and the load share two cores, those wake-ups were a large part of the CPU per event.
+//! Each backend does it in as few statements as it can: on PostgreSQL every statement is a round
+//! trip that wakes a backend and the writer, and where the node, the server and the load share
+//! two cores those wake-ups were a large part of the CPU per event. (SQLite's writer runs its
+//! statements on its own thread, `direct`; through sqlx each was a round trip to the
+//! connection's thread.)
 
 use std::collections::HashSet;
 
@@ -113,16 +115,15 @@ async fn postgres_insert(
 /// The most rows one SQLite insert takes. A chunk's statement has a power-of-two number of rows
 /// (1 to this), the chunk's rows and then empty ones the statement skips, so a handful of
 /// distinct statements (each prepared once per connection) cover every group size, and a group
-/// of up to this many batches is inserted in one round trip to the database's thread. (Chunks
-/// of the size's binary digits without empty rows took up to 6 round trips for one group; a
-/// group of 45 took 4.)
+/// of up to this many batches is inserted in one statement. (Chunks of the size's binary digits
+/// without empty rows took up to 6 statements for one group; a group of 45 took 4.)
 const MAX_INSERT_ROWS: usize = 64;
 /// Parameters per row of SQLite's insert.
 const SQLITE_COLUMNS: usize = 5;
 
 /// SQLite: inserts batches in the order given, each chunk allocating its own ids in the same
-/// round trip to the database's thread (a separate allocation was a round trip of its own per
-/// group: two thread wake-ups). See [`sqlite_allocating_inserts`].
+/// text (when the writer's statements went through sqlx, a separate allocation was a round trip
+/// of its own to the connection's thread per group). See [`sqlite_allocating_inserts`].
 async fn sqlite_insert(
     tx: &mut Tx<'_>,
     batches: &[&NewBatch],

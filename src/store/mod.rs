@@ -13,6 +13,7 @@ mod catalog_sql;
 pub(crate) mod checkpoint;
 pub(crate) mod coalesce_sql;
 pub(crate) mod data_catalog_sql;
+mod direct;
 #[cfg(test)]
 pub(crate) mod faults;
 pub(crate) mod forwarding_sql;
@@ -41,9 +42,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
 pub(crate) use catalog_changes::CatalogChange;
 pub(crate) use catalog_sql::{ConnectionRow, InputRow, OutputRow};
@@ -143,17 +142,14 @@ async fn connect_sqlite(url: &str) -> anyhow::Result<SqlitePool> {
         .trim_start_matches("sqlite:");
     let path = path.split('?').next().unwrap_or(path);
     private_files::prepare(std::path::Path::new(path))?;
-    let options = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))
+    let (busy_timeout, pragmas) = sqlite_settings();
+    let mut options = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))
         .with_context(|| format!("invalid SQLite URL {url:?}"))?
         .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        // FULL: an accepted batch survives power loss, not only a process crash. Group commit
-        // makes its cost per group, not per request.
-        .synchronous(SqliteSynchronous::Full)
-        .busy_timeout(Duration::from_secs(10))
-        // The WAL is copied back by a background task; a commit does it only past this bound.
-        .pragma("wal_autocheckpoint", checkpoint::BOUND_PAGES.to_string())
-        .foreign_keys(true);
+        .busy_timeout(busy_timeout);
+    for (name, value) in pragmas {
+        options = options.pragma(name, value);
+    }
     SqlitePoolOptions::new()
         .max_connections(4)
         // A ping before each use is a round trip to the connection's thread (two thread
@@ -163,4 +159,20 @@ async fn connect_sqlite(url: &str) -> anyhow::Result<SqlitePool> {
         .connect_with(options)
         .await
         .with_context(|| format!("failed to open SQLite database {path}"))
+}
+
+/// The settings of every connection to a SQLite database: the pool's (sqlx's), and the writer's
+/// own ([`direct`]), so both sync and wait alike. The busy timeout, then the pragmas in the
+/// order they are set.
+fn sqlite_settings() -> (Duration, [(&'static str, String); 4]) {
+    let pragmas = [
+        ("journal_mode", "WAL".to_owned()),
+        // FULL: an accepted batch survives power loss, not only a process crash. Group commit
+        // makes its cost per group, not per request.
+        ("synchronous", "FULL".to_owned()),
+        // The WAL is copied back by a background task; a commit does it only past this bound.
+        ("wal_autocheckpoint", checkpoint::BOUND_PAGES.to_string()),
+        ("foreign_keys", "ON".to_owned()),
+    ];
+    (Duration::from_secs(10), pragmas)
 }

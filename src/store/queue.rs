@@ -256,6 +256,25 @@ pub(crate) struct ClaimedJob {
     coalesce_head: Option<i64>,
 }
 
+/// The same columns, read by the SQLite writer's own connection (a claim's statements run in
+/// its group commit).
+impl super::direct::DirectRow for ClaimedJob {
+    fn decode(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            id: row.get("id")?,
+            batch_id: row.get("batch_id")?,
+            connection_id: row.get("connection_id")?,
+            revision_id: row.get("revision_id")?,
+            progress: row.get("progress")?,
+            attempts: row.get("attempts")?,
+            created_at: row.get("created_at")?,
+            lease_until: row.get("lease_until")?,
+            mpid: row.get("mpid")?,
+            coalesce_head: row.get("coalesce_head")?,
+        })
+    }
+}
+
 impl ClaimedJob {
     pub(crate) fn id(&self) -> i64 {
         self.id

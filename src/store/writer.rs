@@ -5,7 +5,8 @@
 //! so a writer never waits: it commits what is there.
 //!
 //! Lanes: on SQLite one task takes every command (one write lock anyway), on a thread of its own
-//! with a runtime of its own ([`on_own_thread`]), and on a connection it keeps. On PostgreSQL
+//! with a runtime of its own ([`on_own_thread`]), and on a connection it keeps, whose statements
+//! that thread runs itself ([`super::direct`]). On PostgreSQL
 //! ingest and delivery have lanes of their own (a task and its transactions): a group of
 //! accepted batches never waits for a delivery statement (a claim scanning past a failing
 //! connection's jobs, a retry update waiting for a row another node's claim holds), so a
@@ -464,10 +465,12 @@ async fn take_the_group_a_test_asked_for(
     }
 }
 
-/// Runs the SQLite lane on a thread of its own, with a current-thread runtime of its own. The
-/// lane waits on the database's thread once per statement; on a shared Tokio worker each of
-/// those wake-ups waited for a worker busy parsing requests (and a blocked worker stalled every
-/// commit), while the bare group-commit program's writer is a thread that never waits for one.
+/// Runs the SQLite lane on a thread of its own, with a current-thread runtime of its own, which
+/// runs the group's statements itself ([`super::direct`]), as the bare group-commit program's
+/// writer does. On a shared Tokio worker a group's SQLite work (and its waits for the write
+/// lock and the WAL's fsync) would hold a worker the server's requests need; when the lane
+/// still waited on sqlx's thread for each statement, each of those wake-ups waited for a worker
+/// busy parsing requests, and a blocked worker stalled every commit.
 /// Returns a task that ends when the thread has, its connection closed (the lane stops as
 /// [`run`] does: every handle dropped, or `stop`).
 fn on_own_thread(

@@ -1,8 +1,9 @@
-//! What a group commit of many ingest requests costs in round trips to the database. Each round
-//! trip is a wake-up of the database (a PostgreSQL backend, or SQLite's thread) and of the
-//! writer; on PostgreSQL, where the node, the server and the load share the cores, they were a
-//! large part of the CPU per event (issue 16, item 2). So the count is pinned here, and must not
-//! grow with the number of batches in the group.
+//! What a group commit of many ingest requests costs in statements, each a round trip to the
+//! database on PostgreSQL: a wake-up of a PostgreSQL backend and of the writer, which, where the
+//! node, the server and the load share the cores, were a large part of the CPU per event
+//! (issue 16, item 2). On SQLite the writer's thread runs its statements itself (no round trip:
+//! `sqlite_lane`), but each is still SQLite's work of binding and stepping a statement. So the count is pinned here, and must not grow with the number of batches in
+//! the group.
 
 use std::sync::Arc;
 

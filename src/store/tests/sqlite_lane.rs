@@ -1,13 +1,19 @@
 //! The SQLite writer's lane: a thread of its own with a runtime of its own, and a connection of
-//! its own. It commits while every worker of the server's runtime is busy, and while every
-//! pooled connection is taken by readers. (On PostgreSQL the lanes are tasks on the server's
-//! runtime, taking pooled connections, so these tests are SQLite's only.)
+//! its own, on which that thread runs the group's statements itself. It commits while every
+//! worker of the server's runtime is busy, and while every pooled connection is taken by
+//! readers. (On PostgreSQL the lanes are tasks on the server's runtime, taking pooled
+//! connections, so these tests are SQLite's only.)
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
+use tokio::sync::oneshot;
+
 use crate::store::Store;
-use crate::store::queue::IngestOutcome;
+use crate::store::backend::{Sql, Tx};
+use crate::store::group::{ClaimOf, Command, commit};
+use crate::store::queue::{IngestOutcome, ProfileUpdate, Unresolved};
 
 use super::harness::{TestStore, batch, on_postgres};
 
@@ -93,4 +99,142 @@ async fn an_ingest_is_committed_while_readers_hold_every_pooled_connection() {
     assert!(matches!(outcomes[..], [IngestOutcome::Stored { .. }]));
     drop(readers);
     assert_eq!(db.batches().await.len(), 2, "both batches are committed");
+}
+
+/// An ingest command of `batches`, and where its answer goes.
+fn ingest(
+    batches: Vec<crate::store::queue::NewBatch>,
+) -> (
+    Command,
+    oneshot::Receiver<crate::store::StoreResult<Vec<IngestOutcome>>>,
+) {
+    let (reply, answer) = oneshot::channel();
+    (Command::Ingest { batches, reply }, answer)
+}
+
+/// The lane's thread runs its group's statements itself: a group commit is done within one
+/// poll of its future, never waiting for another thread to answer. (Through sqlx every
+/// statement was a round trip to the connection's worker thread, two thread wake-ups each,
+/// most of the CPU per event at 500 events/s: issue 16 items 1 and 6.) The groups cover a
+/// batch with a user, one naming its user by identities only, a duplicate, and a claim.
+#[tokio::test]
+async fn a_group_commits_without_waiting_for_another_thread() {
+    let db = TestStore::open().await;
+    if on_postgres() {
+        return;
+    }
+    let mut connection = db.store.writer_connection();
+    let (first, _first) = ingest(vec![batch("in_a", Some("r1"), 1_000, &["conn_a"])]);
+    let mut group = vec![first];
+    // The first group also opens the connection.
+    let done = commit(&db.store, &mut connection, &mut group, 60_000, "node")
+        .now_or_never()
+        .expect("the first group commits within one poll, without waiting for another thread");
+    assert!(done.is_ok(), "the first group commits");
+
+    let mut known = batch("in_a", Some("r2"), 2_000, &["conn_a"]);
+    let mpid = crate::model::ids::Mpid::new(7);
+    known.profile = Some(ProfileUpdate {
+        mpid,
+        patch: serde_json::Map::from_iter([("plan".to_owned(), serde_json::json!("pro"))]),
+        consent: serde_json::Map::new(),
+    });
+    let mut unnamed = batch("in_a", Some("r3"), 3_000, &["conn_a"]);
+    let profile = ProfileUpdate {
+        mpid: crate::model::ids::Mpid::new(0),
+        patch: serde_json::Map::new(),
+        consent: serde_json::Map::new(),
+    };
+    unnamed.unresolved = Some(Box::new(Unresolved {
+        identities: vec![("email".to_owned(), "who@example.com".to_owned())],
+        device: None,
+        may_create: true,
+        said_zero: false,
+        body: Arc::clone(&unnamed.body),
+        user_jobs: unnamed
+            .jobs
+            .iter()
+            .cloned()
+            .map(|mut job| {
+                job.mpid = Some(crate::model::ids::Mpid::new(0));
+                job
+            })
+            .collect(),
+        anonymous_jobs: unnamed.jobs.clone(),
+        profile,
+        resolved: Arc::default(),
+    }));
+    let (second, _second) = ingest(vec![known, unnamed]);
+    let (again, _again) = ingest(vec![batch("in_a", Some("r1"), 4_000, &["conn_a"])]);
+    let (reply, _claimed) = oneshot::channel();
+    let claim = Command::Claim {
+        limit: 10,
+        of: ClaimOf::Due {
+            skip: "[]".to_owned(),
+        },
+        reply,
+    };
+    let mut group = vec![second, again, claim];
+    let done = commit(&db.store, &mut connection, &mut group, 60_000, "node")
+        .now_or_never()
+        .expect("the second group commits within one poll, without waiting for another thread");
+    assert!(done.is_ok(), "the second group commits");
+    connection.close().await;
+    let stored = db.batches().await;
+    assert_eq!(stored.len(), 3, "r1, r2 and r3 once each: {stored:?}");
+}
+
+const JOURNAL_MODE: Sql = Sql::sqlite_only("PRAGMA journal_mode");
+/// The settings read back as numbers.
+const NUMBERS: [Sql; 4] = [
+    Sql::sqlite_only("PRAGMA synchronous"),
+    Sql::sqlite_only("PRAGMA busy_timeout"),
+    Sql::sqlite_only("PRAGMA wal_autocheckpoint"),
+    Sql::sqlite_only("PRAGMA foreign_keys"),
+];
+
+/// The settings of the connection under `tx`.
+async fn settings_in(tx: &mut Tx<'_>) -> (String, Vec<i64>) {
+    let (mode,): (String,) = tx.fetch_one(JOURNAL_MODE, &[]).await.expect("journal mode");
+    let mut numbers = Vec::new();
+    for sql in NUMBERS {
+        let (number,): (i64,) = tx.fetch_one(sql, &[]).await.expect("a setting");
+        numbers.push(number);
+    }
+    (mode, numbers)
+}
+
+/// The writer's connection is not one of sqlx's, but it syncs, waits for locks, checkpoints and
+/// checks foreign keys exactly as the pool's connections do.
+#[tokio::test]
+async fn the_writers_connection_has_the_pools_settings() {
+    let db = TestStore::open().await;
+    if on_postgres() {
+        return;
+    }
+    let mut pooled = db.store.begin().await.expect("a pooled transaction");
+    let pool = settings_in(&mut pooled).await;
+    pooled.commit().await.expect("commit");
+    let mut connection = db.store.writer_connection();
+    let mut group = connection
+        .begin(&db.store)
+        .await
+        .expect("the writer's BEGIN");
+    let writer = settings_in(&mut group).await;
+    group.commit().await.expect("commit");
+    connection.close().await;
+    assert_eq!(writer, pool, "the writer's settings against the pool's");
+    assert_eq!(
+        pool,
+        (
+            "wal".to_owned(),
+            vec![
+                2,
+                10_000,
+                i64::from(crate::store::checkpoint::BOUND_PAGES),
+                1
+            ]
+        ),
+        "the pool's settings: WAL, FULL, 10 s, the checkpoint's bound, foreign keys"
+    );
 }

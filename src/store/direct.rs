@@ -1,0 +1,368 @@
+//! The SQLite writer's own connection, on which the writer's thread runs every statement of its
+//! groups itself (issue 16 items 1 and 6). Through sqlx each statement was a round trip to the
+//! connection's worker thread: the writer sent it, slept, and woke when the worker answered,
+//! two thread wake-ups per statement and four or more statements per group (BEGIN, the batch
+//! insert, the profile upsert, COMMIT). At 500 events/s those wake-ups were most of the CPU per
+//! event, and sqlx's thread was the largest CPU user; the bare group-commit program calls
+//! SQLite on its writer's thread. Here `rusqlite` does the same: the statements run in place,
+//! prepared once per connection and kept ([`Connection::prepare_cached`]).
+//!
+//! The connection has every setting the pool's connections have ([`super::sqlite_settings`]),
+//! and is opened after the migrations ran (at the lane's first group). Readers, admin writes
+//! and PostgreSQL keep sqlx. The steps run the same statements through [`super::backend::Tx`]
+//! either way: this module binds [`Arg`]s as sqlx binds them (`$n` is the n-th argument, a
+//! bare `?` the next one, across the statements of a text) and decodes rows with
+//! [`DirectRow`], and its errors are sqlx errors (a constraint's kind included), so the steps
+//! and the group's error handling do not tell the two apart.
+
+use std::borrow::Cow;
+use std::path::Path;
+
+use rusqlite::types::{FromSql, ToSql, ToSqlOutput, ValueRef};
+use rusqlite::{Connection, OpenFlags};
+
+use super::backend::Arg;
+
+/// Prepared statements one connection keeps (as many as sqlx keeps per connection): the
+/// writer's steps use a few dozen distinct texts.
+const STATEMENT_CACHE: usize = 100;
+
+/// The writer's connection to the SQLite database.
+pub(crate) struct DirectConnection {
+    connection: Connection,
+}
+
+impl std::fmt::Debug for DirectConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectConnection")
+            .field("path", &self.connection.path())
+            .finish()
+    }
+}
+
+impl DirectConnection {
+    /// Opens the database at `path` (made and migrated already) with the pool's settings.
+    pub(crate) fn open(path: &Path) -> Result<Self, sqlx::Error> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let connection = Connection::open_with_flags(path, flags).map_err(error)?;
+        let (busy_timeout, pragmas) = super::sqlite_settings();
+        connection.busy_timeout(busy_timeout).map_err(error)?;
+        for (name, value) in pragmas {
+            // `journal_mode` answers a row: stepped through, like any statement here.
+            let mut statement = connection
+                .prepare(&format!("PRAGMA {name} = {value}"))
+                .map_err(error)?;
+            let mut rows = statement.raw_query();
+            while rows.next().map_err(error)?.is_some() {}
+        }
+        connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        Ok(Self { connection })
+    }
+
+    /// Starts a transaction with `begin` (SQLite's `BEGIN IMMEDIATE`).
+    pub(crate) fn begin(&mut self, begin: &str) -> Result<DirectTx<'_>, sqlx::Error> {
+        run(&self.connection, begin, &[], |_| Ok(())).map_err(error)?;
+        Ok(DirectTx {
+            connection: &mut self.connection,
+            open: true,
+        })
+    }
+
+    /// Closes the connection; the last one to the database copies the WAL back and deletes it.
+    pub(crate) fn close(self) -> Result<(), sqlx::Error> {
+        self.connection.close().map_err(|(_, e)| error(e))
+    }
+}
+
+/// A transaction on the writer's connection; rolled back if dropped before its commit.
+pub(crate) struct DirectTx<'c> {
+    /// Held mutably (not shared) so that the transaction, like a sqlx one, may cross threads
+    /// with the future that holds it: a connection is `Send`, not `Sync`.
+    connection: &'c mut Connection,
+    open: bool,
+}
+
+impl std::fmt::Debug for DirectTx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectTx")
+            .field("open", &self.open)
+            .finish()
+    }
+}
+
+impl DirectTx<'_> {
+    /// Runs `text`; the rows its statements changed.
+    pub(crate) fn execute(&mut self, text: &str, args: &[Arg<'_>]) -> Result<u64, sqlx::Error> {
+        run(self.connection, text, args, |_| Ok(())).map_err(error)
+    }
+
+    /// Every row `text` returns.
+    pub(crate) fn fetch_all<R: DirectRow>(
+        &mut self,
+        text: &str,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<R>, sqlx::Error> {
+        let mut rows = Vec::new();
+        run(self.connection, text, args, |row| {
+            rows.push(R::decode(row)?);
+            Ok(())
+        })
+        .map_err(error)?;
+        Ok(rows)
+    }
+
+    /// The first row `text` returns, if any. The statements run to their end all the same, as
+    /// a statement that writes must.
+    pub(crate) fn fetch_optional<R: DirectRow>(
+        &mut self,
+        text: &str,
+        args: &[Arg<'_>],
+    ) -> Result<Option<R>, sqlx::Error> {
+        let mut first = None;
+        run(self.connection, text, args, |row| {
+            if first.is_none() {
+                first = Some(R::decode(row)?);
+            }
+            Ok(())
+        })
+        .map_err(error)?;
+        Ok(first)
+    }
+
+    /// Commits; the transaction is over whatever the answer.
+    pub(crate) fn commit(mut self) -> Result<(), sqlx::Error> {
+        self.open = false;
+        run(self.connection, "COMMIT", &[], |_| Ok(()))
+            .map(drop)
+            .map_err(error)
+            .inspect_err(|_| self.roll_back_if_open())
+    }
+
+    /// Rolls back (a test's COMMIT that fails: `faults`).
+    #[cfg(test)]
+    pub(crate) fn rollback(mut self) -> Result<(), sqlx::Error> {
+        self.open = false;
+        run(self.connection, "ROLLBACK", &[], |_| Ok(()))
+            .map(drop)
+            .map_err(error)
+    }
+
+    /// After a COMMIT that failed: SQLite leaves the transaction open if the COMMIT could not
+    /// take its lock (SQLITE_BUSY), and the connection must not carry it into the next group.
+    fn roll_back_if_open(&mut self) {
+        if !self.connection.is_autocommit() {
+            let _ = run(self.connection, "ROLLBACK", &[], |_| Ok(()));
+        }
+    }
+}
+
+impl Drop for DirectTx<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            // A failed statement or a failed step: nothing of the group stays.
+            self.roll_back_if_open();
+        }
+    }
+}
+
+/// Runs every statement of `text` with `args`, handing each row to `each`; the rows changed.
+fn run(
+    connection: &Connection,
+    text: &str,
+    args: &[Arg<'_>],
+    mut each: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<()>,
+) -> rusqlite::Result<u64> {
+    let mut changed = 0;
+    // Bare `?`s are numbered across the text's statements, as sqlx numbers them.
+    let mut next = 0;
+    for piece in statements(text) {
+        let mut statement = connection.prepare_cached(piece)?;
+        for place in 1..=statement.parameter_count() {
+            let number = match statement.parameter_name(place) {
+                Some(name) => parameter_number(name)?,
+                None => {
+                    next += 1;
+                    next
+                }
+            };
+            // SQLite reads a parameter left unbound as NULL; sqlx leaves those past the
+            // arguments given unbound, and so does this.
+            let Some(arg) = number.checked_sub(1).and_then(|index| args.get(index)) else {
+                break;
+            };
+            statement.raw_bind_parameter(place, arg)?;
+        }
+        let mut rows = statement.raw_query();
+        while let Some(row) = rows.next()? {
+            each(row)?;
+        }
+        // sqlx's count: what SQLite says the last statement that wrote changed.
+        changed += connection.changes();
+    }
+    Ok(changed)
+}
+
+/// The argument number of a named parameter: `$n` or `?n`, as sqlx takes them.
+fn parameter_number(name: &str) -> rusqlite::Result<usize> {
+    name.strip_prefix('$')
+        .or_else(|| name.strip_prefix('?'))
+        .and_then(|number| number.parse().ok())
+        .ok_or_else(|| rusqlite::Error::InvalidParameterName(name.to_owned()))
+}
+
+/// The statements of `text`, split at the semicolons outside its quotes (the batch insert reads
+/// its id base and inserts in one text). A text without a semicolon is one statement, as
+/// nearly all are.
+fn statements(text: &str) -> impl Iterator<Item = &str> {
+    let mut pieces = Vec::new();
+    if text.contains(';') {
+        let mut quote = None;
+        let mut start = 0;
+        for (at, c) in text.char_indices() {
+            match (quote, c) {
+                (None, '\'' | '"' | '`') => quote = Some(c),
+                (Some(open), _) if c == open => quote = None,
+                (None, ';') => {
+                    pieces.push(&text[start..at]);
+                    start = at + 1;
+                }
+                _ => {}
+            }
+        }
+        pieces.push(&text[start..]);
+    } else {
+        pieces.push(text);
+    }
+    pieces.into_iter().filter(|piece| !piece.trim().is_empty())
+}
+
+impl ToSql for Arg<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match *self {
+            Arg::Int(value) | Arg::OptInt(Some(value)) => ValueRef::Integer(value),
+            Arg::OptInt(None) | Arg::OptText(None) => ValueRef::Null,
+            Arg::Text(value) | Arg::OptText(Some(value)) => ValueRef::Text(value.as_bytes()),
+            Arg::Bytes(value) => ValueRef::Blob(value),
+        }))
+    }
+}
+
+/// A row type the writer's connection decodes: the tuples the steps fetch (by position), and
+/// the row structs (by column name, as sqlx's `FromRow` takes them).
+pub(crate) trait DirectRow: Sized {
+    fn decode(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self>;
+}
+
+macro_rules! tuple_rows {
+    ($(($($column:ident $index:tt),+)),+ $(,)?) => {
+        $(
+            impl<$($column: FromSql),+> DirectRow for ($($column,)+) {
+                fn decode(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+                    Ok(($(row.get::<_, $column>($index)?,)+))
+                }
+            }
+        )+
+    };
+}
+
+tuple_rows!(
+    (A 0),
+    (A 0, B 1),
+    (A 0, B 1, C 2),
+    (A 0, B 1, C 2, D 3),
+    (A 0, B 1, C 2, D 3, E 4),
+    (A 0, B 1, C 2, D 3, E 4, F 5),
+);
+
+/// A rusqlite error as the sqlx error the store's callers expect: SQLite's own failures as
+/// database errors (a constraint's kind kept, which the identity step reads), the rest as the
+/// decoding or protocol errors they are.
+pub(crate) fn error(error: rusqlite::Error) -> sqlx::Error {
+    match error {
+        rusqlite::Error::SqliteFailure(failure, message) => {
+            let message = message.unwrap_or_else(|| failure.to_string());
+            sqlx::Error::Database(Box::new(DirectError {
+                code: failure.extended_code,
+                message,
+            }))
+        }
+        error @ (rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..)
+        | rusqlite::Error::InvalidColumnIndex(_)
+        | rusqlite::Error::InvalidColumnName(_)) => sqlx::Error::Decode(Box::new(error)),
+        other => sqlx::Error::Protocol(other.to_string()),
+    }
+}
+
+/// A failure SQLite reported on the writer's connection.
+#[derive(Debug)]
+struct DirectError {
+    /// SQLite's extended result code.
+    code: std::os::raw::c_int,
+    message: String,
+}
+
+impl std::fmt::Display for DirectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "(code: {}) {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for DirectError {}
+
+impl sqlx::error::DatabaseError for DirectError {
+    fn message(&self) -> &str {
+        &self.message
+    }
+
+    fn code(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Owned(self.code.to_string()))
+    }
+
+    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+        self
+    }
+
+    fn kind(&self) -> sqlx::error::ErrorKind {
+        use rusqlite::ffi;
+        use sqlx::error::ErrorKind;
+        match self.code {
+            ffi::SQLITE_CONSTRAINT_UNIQUE | ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
+                ErrorKind::UniqueViolation
+            }
+            ffi::SQLITE_CONSTRAINT_FOREIGNKEY => ErrorKind::ForeignKeyViolation,
+            ffi::SQLITE_CONSTRAINT_NOTNULL => ErrorKind::NotNullViolation,
+            ffi::SQLITE_CONSTRAINT_CHECK => ErrorKind::CheckViolation,
+            _ => ErrorKind::Other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parameter_number, statements};
+
+    #[test]
+    fn a_text_is_split_at_semicolons_outside_quotes() {
+        let pieces: Vec<&str> = statements("SELECT 1; SELECT ';' AS \"a;b\";  ").collect();
+        assert_eq!(pieces, ["SELECT 1", " SELECT ';' AS \"a;b\""]);
+        let one: Vec<&str> = statements("SELECT $1").collect();
+        assert_eq!(one, ["SELECT $1"]);
+    }
+
+    #[test]
+    fn numbered_parameters_name_their_argument() {
+        assert_eq!(parameter_number("$3").ok(), Some(3));
+        assert_eq!(parameter_number("?12").ok(), Some(12));
+        assert!(parameter_number(":name").is_err());
+    }
+}
