@@ -17,7 +17,6 @@
 use std::time::{Duration, Instant};
 
 use super::backend::{Sql, args};
-use super::checkpoint::Checkpointer;
 use super::prune_step::{self, Bounds, PruneChunk};
 use super::writer::Writer;
 use super::{Store, StoreResult};
@@ -171,7 +170,7 @@ impl Store {
             (CHUNK, MIN_PAUSE)
         };
         let mut copier = Copier::new(self);
-        let mut deleted = Ok(0);
+        let mut deleted = 0;
         loop {
             let started = Instant::now();
             let chunk = PruneChunk {
@@ -179,22 +178,14 @@ impl Store {
                 lock: None,
                 bounds: Bounds::Oldest { cutoff, rows },
             };
-            let went = match self.delete_chunk(chunk, writer, &mut copier).await {
-                Ok(went) => went,
-                Err(error) => {
-                    deleted = Err(error);
-                    break;
-                }
-            };
-            deleted = deleted.map(|n| n + went);
+            let went = self.delete_chunk(chunk, writer, &mut copier).await?;
+            deleted += went;
             // Fewer than a chunk: nothing older is left (new rows are not old).
             if went < rows.unsigned_abs() {
-                break;
+                return Ok(deleted);
             }
             tokio::time::sleep(started.elapsed().max(least)).await;
         }
-        copier.close().await;
-        deleted
     }
 
     /// The writer to send chunk deletes to: on SQLite only, where a delete of its own would
@@ -233,11 +224,8 @@ impl Store {
             (CHUNK, MIN_PAUSE)
         };
         let mut copier = Copier::new(self);
-        let deleted = self
-            .delete_range(log, cutoff, (last, size, least), writer, &mut copier)
-            .await;
-        copier.close().await;
-        deleted
+        self.delete_range(log, cutoff, (last, size, least), writer, &mut copier)
+            .await
     }
 
     /// [`Store::prune_log`]'s chunks, up to the id `last`: `size` ids each, a pause of at least
@@ -315,12 +303,12 @@ impl Store {
 /// its last interval were copied and synced at once, and the writer's commits meanwhile waited
 /// for the disk behind that copy (README, "What maintenance holds"). Copied here, a run copies
 /// one chunk's pages, and the copy's time counts in the chunk's, which the pause after it
-/// matches: a slow disk slows the prune down.
+/// matches: a slow disk slows the prune down. Each copy borrows a pooled connection: nothing
+/// outlives it, so a prune cut short at shutdown leaves no connection open beside the pool's,
+/// whose last one to close must be the database's last (it copies the WAL back and deletes it).
 struct Copier<'a> {
     store: &'a Store,
-    /// The checkpoint connection, opened at the first chunk that deleted rows.
-    open: Option<Checkpointer>,
-    /// The connection could not be opened or failed: the background checkpoint copies.
+    /// A copy failed: the background checkpoint copies the rest of this prune's chunks.
     gave_up: bool,
 }
 
@@ -328,49 +316,39 @@ impl<'a> Copier<'a> {
     fn new(store: &'a Store) -> Self {
         Self {
             store,
-            open: None,
             gave_up: false,
         }
     }
 
     /// Copies what the WAL holds (the chunk's pages, and ingest's since the last copy).
     async fn copy(&mut self) {
+        let Store::Sqlite(pool) = self.store else {
+            return;
+        };
         if self.gave_up {
             return;
         }
-        if self.open.is_none() {
-            match Checkpointer::open(self.store).await {
-                Ok(opened) => self.open = opened,
-                Err(error) => {
-                    tracing::debug!(%error, "The prune's checkpoint connection did not open.");
-                }
-            }
-        }
-        let Some(checkpointer) = self.open.as_mut() else {
-            self.gave_up = true;
-            return;
-        };
         let started = Instant::now();
-        match checkpointer.checkpoint().await {
-            Ok(done) => tracing::debug!(
-                wal_frames = done.wal_frames,
-                copied_frames = done.copied_frames,
-                ms = started.elapsed().as_secs_f64() * 1000.0,
+        let copied: Result<(i64, i64, i64), sqlx::Error> =
+            sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+                .fetch_one(pool)
+                .await;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        match copied {
+            // Another checkpoint (the background one) held SQLite's checkpoint lock.
+            Ok((busy, ..)) if busy != 0 => {
+                tracing::debug!(ms, "A retention chunk's pages were not copied: busy.");
+            }
+            Ok((_, wal_frames, copied_frames)) => tracing::debug!(
+                wal_frames,
+                copied_frames,
+                ms,
                 "Copied a retention chunk's pages."
             ),
             Err(error) => {
                 tracing::debug!(%error, "Copying a retention chunk's pages failed.");
                 self.gave_up = true;
-                if let Some(broken) = self.open.take() {
-                    broken.close().await;
-                }
             }
-        }
-    }
-
-    async fn close(self) {
-        if let Some(checkpointer) = self.open {
-            checkpointer.close().await;
         }
     }
 }
