@@ -21,7 +21,7 @@ use std::path::Path;
 use rusqlite::types::{FromSql, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags};
 
-use super::backend::Arg;
+use super::arg::Arg;
 
 /// Prepared statements one connection keeps (as many as sqlx keeps per connection): the
 /// writer's steps use a few dozen distinct texts.

@@ -6,6 +6,7 @@
 //! Hot-path writes (accepted batches, job updates, claims) go through the group-commit
 //! [`writer`], whose transaction runs the named [`steps`]; admin writes go straight to the pool.
 
+mod arg;
 mod backend;
 mod batch_steps;
 mod catalog_changes;
