@@ -349,7 +349,8 @@ impl sqlx::error::DatabaseError for DirectError {
 
 #[cfg(test)]
 mod tests {
-    use super::{parameter_number, statements};
+    use super::{DirectConnection, parameter_number, statements};
+    use sqlx::error::DatabaseError;
 
     #[test]
     fn a_text_is_split_at_semicolons_outside_quotes() {
@@ -364,5 +365,108 @@ mod tests {
         assert_eq!(parameter_number("$3").ok(), Some(3));
         assert_eq!(parameter_number("?12").ok(), Some(12));
         assert!(parameter_number(":name").is_err());
+    }
+
+    /// Review: an apostrophe in a `--` comment opens a "quote", so the semicolon after it is
+    /// not seen and the two statements go to SQLite as one text (no text in src/store has a
+    /// comment today).
+    #[test]
+    fn a_quote_in_a_comment_does_not_hide_the_next_semicolon() {
+        let pieces: Vec<&str> = statements("SELECT 1 -- it's one\n; SELECT 2").collect();
+        assert_eq!(pieces.len(), 2, "{pieces:?}");
+    }
+
+    /// Review: a unique violation on the writer's connection keeps sqlx's kind (the MPID
+    /// collision path reads it), and a dropped transaction leaves nothing behind.
+    #[test]
+    fn a_unique_violation_keeps_its_kind_and_a_dropped_tx_rolls_back() {
+        let mut connection = DirectConnection {
+            connection: rusqlite::Connection::open_in_memory().unwrap(),
+        };
+        connection
+            .connection
+            .execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, u TEXT UNIQUE)")
+            .unwrap();
+        {
+            let mut tx = connection.begin("BEGIN IMMEDIATE").unwrap();
+            tx.execute("INSERT INTO t (u) VALUES ($1)", &[super::Arg::Text("a")])
+                .unwrap();
+            let error = tx
+                .execute("INSERT INTO t (u) VALUES ($1)", &[super::Arg::Text("a")])
+                .unwrap_err();
+            let sqlx::Error::Database(error) = error else {
+                panic!("{error:?}")
+            };
+            assert!(error.is_unique_violation(), "{error:?}");
+            assert_eq!(error.code().as_deref(), Some("2067"));
+        }
+        assert!(connection.connection.is_autocommit());
+        let count: i64 = connection
+            .connection
+            .query_row("SELECT count(*) FROM t", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(count, 0);
+    }
+
+    fn connection(schema: &str) -> DirectConnection {
+        let connection = DirectConnection {
+            connection: rusqlite::Connection::open_in_memory().unwrap(),
+        };
+        connection.connection.execute_batch(schema).unwrap();
+        connection
+    }
+
+    fn count(connection: &DirectConnection, table: &str) -> i64 {
+        connection
+            .connection
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+                row.get(0)
+            })
+            .unwrap()
+    }
+
+    /// Review: a COMMIT that fails with the transaction still open (a deferred constraint)
+    /// is rolled back, and the connection begins the next group cleanly.
+    #[test]
+    fn a_failed_commit_that_leaves_the_transaction_open_is_rolled_back() {
+        let mut connection = connection(
+            "PRAGMA foreign_keys = ON; CREATE TABLE p (id INTEGER PRIMARY KEY); \
+             CREATE TABLE c (p INTEGER REFERENCES p (id) DEFERRABLE INITIALLY DEFERRED)",
+        );
+        let mut tx = connection.begin("BEGIN IMMEDIATE").unwrap();
+        tx.execute("INSERT INTO c VALUES ($1)", &[super::Arg::Int(7)])
+            .unwrap();
+        let error = tx.commit().unwrap_err();
+        assert!(matches!(error, sqlx::Error::Database(_)), "{error:?}");
+        assert!(connection.connection.is_autocommit());
+        assert_eq!(count(&connection, "c"), 0);
+        let tx = connection.begin("BEGIN IMMEDIATE").unwrap();
+        tx.commit().unwrap();
+    }
+
+    /// Review: when SQLite ends the transaction itself (here `OR ROLLBACK`; in production an
+    /// I/O error, a full disk or no memory can), a step that goes on after the error runs its
+    /// next statements outside any transaction, each committed at once: part of the group is
+    /// stored and part is not. The writer's transaction should refuse statements once
+    /// SQLite's connection is back in autocommit.
+    #[test]
+    fn no_statement_runs_after_sqlite_ended_the_transaction() {
+        let mut connection =
+            connection("CREATE TABLE t (u TEXT UNIQUE); CREATE TABLE later (x INTEGER)");
+        let mut tx = connection.begin("BEGIN IMMEDIATE").unwrap();
+        tx.execute("INSERT INTO t VALUES ($1)", &[super::Arg::Text("a")])
+            .unwrap();
+        let _ = tx.execute(
+            "INSERT OR ROLLBACK INTO t VALUES ($1)",
+            &[super::Arg::Text("a")],
+        );
+        let after = tx.execute("INSERT INTO later VALUES (1)", &[]);
+        drop(tx);
+        assert!(
+            after.is_err() && count(&connection, "later") == 0,
+            "ran outside the transaction: {after:?}, later has {} row(s), t has {}",
+            count(&connection, "later"),
+            count(&connection, "t")
+        );
     }
 }
