@@ -350,7 +350,6 @@ impl sqlx::error::DatabaseError for DirectError {
 #[cfg(test)]
 mod tests {
     use super::{DirectConnection, parameter_number, statements};
-    use sqlx::error::DatabaseError;
 
     #[test]
     fn a_text_is_split_at_semicolons_outside_quotes() {
