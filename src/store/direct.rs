@@ -93,7 +93,21 @@ impl std::fmt::Debug for DirectTx<'_> {
 impl DirectTx<'_> {
     /// Runs `text`; the rows its statements changed.
     pub(crate) fn execute(&mut self, text: &str, args: &[Arg<'_>]) -> Result<u64, sqlx::Error> {
+        self.still_open()?;
         run(self.connection, text, args, |_| Ok(())).map_err(error)
+    }
+
+    /// Refuses a statement once SQLite itself has ended the transaction (an I/O error, a full
+    /// disk, no memory roll it back): run now, it would be committed on its own, and part of
+    /// the group stored. The step that met the error has it already; this is for one that goes
+    /// on regardless.
+    fn still_open(&self) -> Result<(), sqlx::Error> {
+        if self.connection.is_autocommit() {
+            return Err(sqlx::Error::Protocol(
+                "SQLite ended the writer's transaction after an error".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Every row `text` returns.
@@ -102,6 +116,7 @@ impl DirectTx<'_> {
         text: &str,
         args: &[Arg<'_>],
     ) -> Result<Vec<R>, sqlx::Error> {
+        self.still_open()?;
         let mut rows = Vec::new();
         run(self.connection, text, args, |row| {
             rows.push(R::decode(row)?);
@@ -118,6 +133,7 @@ impl DirectTx<'_> {
         text: &str,
         args: &[Arg<'_>],
     ) -> Result<Option<R>, sqlx::Error> {
+        self.still_open()?;
         let mut first = None;
         run(self.connection, text, args, |row| {
             if first.is_none() {
@@ -132,6 +148,7 @@ impl DirectTx<'_> {
     /// Commits; the transaction is over whatever the answer.
     pub(crate) fn commit(mut self) -> Result<(), sqlx::Error> {
         self.open = false;
+        self.still_open()?;
         run(self.connection, "COMMIT", &[], |_| Ok(()))
             .map(drop)
             .map_err(error)
@@ -210,23 +227,32 @@ fn parameter_number(name: &str) -> rusqlite::Result<usize> {
         .ok_or_else(|| rusqlite::Error::InvalidParameterName(name.to_owned()))
 }
 
-/// The statements of `text`, split at the semicolons outside its quotes (the batch insert reads
-/// its id base and inserts in one text). A text without a semicolon is one statement, as
-/// nearly all are.
+/// The statements of `text`, split at the semicolons outside its quotes and comments (the
+/// batch insert reads its id base and inserts in one text). A text without a semicolon is one
+/// statement, as nearly all are.
 fn statements(text: &str) -> impl Iterator<Item = &str> {
     let mut pieces = Vec::new();
     if text.contains(';') {
-        let mut quote = None;
         let mut start = 0;
-        for (at, c) in text.char_indices() {
-            match (quote, c) {
-                (None, '\'' | '"' | '`') => quote = Some(c),
-                (Some(open), _) if c == open => quote = None,
-                (None, ';') => {
+        let mut rest = text.char_indices().peekable();
+        while let Some((at, c)) = rest.next() {
+            let closing = match c {
+                '\'' | '"' | '`' => Some(c.to_string()),
+                '[' => Some("]".to_owned()),
+                '-' if rest.next_if(|&(_, next)| next == '-').is_some() => Some("\n".to_owned()),
+                '/' if rest.next_if(|&(_, next)| next == '*').is_some() => Some("*/".to_owned()),
+                ';' => {
                     pieces.push(&text[start..at]);
                     start = at + 1;
+                    None
                 }
-                _ => {}
+                _ => None,
+            };
+            // Skips to the end of the quote or comment (or of the text, if it never ends).
+            if let Some(closing) = closing {
+                let from = rest.peek().map_or(text.len(), |&(i, _)| i);
+                let end = text[from..].find(&closing).map_or(text.len(), |i| from + i);
+                while rest.next_if(|&(i, _)| i < end + closing.len()).is_some() {}
             }
         }
         pieces.push(&text[start..]);
