@@ -329,9 +329,9 @@ fn a_batch_holding_serde_jsons_reserved_key_is_refused_by_field() {
     assert!(serde_json::from_slice::<Value>(&body).is_ok());
 }
 
-/// Review (review1): the reserved key as a key of the batch itself, not first in the text a
-/// client sent (so serde_json's own parse takes it as an ordinary key), is stored first in the
-/// sorted body, which then reads back as the text under it, not as the batch.
+/// The reserved key as a key of the batch itself, not first in the text a client sent (so
+/// serde_json's own parse takes it as an ordinary key), would be stored first in the sorted
+/// body, which then reads back as the text under it, not as the batch: it is refused, named.
 #[test]
 fn a_batch_holding_serde_jsons_reserved_key_at_its_top_level_is_refused() {
     let key = "$serde_json::private::RawValue";

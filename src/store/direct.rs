@@ -392,16 +392,15 @@ mod tests {
         assert!(parameter_number(":name").is_err());
     }
 
-    /// Review: an apostrophe in a `--` comment opens a "quote", so the semicolon after it is
-    /// not seen and the two statements go to SQLite as one text (no text in src/store has a
-    /// comment today).
+    /// An apostrophe in a comment opens no quote: the semicolon after the comment still ends
+    /// the statement (it was hidden, and two statements went to SQLite as one text).
     #[test]
     fn a_quote_in_a_comment_does_not_hide_the_next_semicolon() {
         let pieces: Vec<&str> = statements("SELECT 1 -- it's one\n; SELECT 2").collect();
         assert_eq!(pieces.len(), 2, "{pieces:?}");
     }
 
-    /// Review: a unique violation on the writer's connection keeps sqlx's kind (the MPID
+    /// A unique violation on the writer's connection keeps sqlx's kind (the MPID
     /// collision path reads it), and a dropped transaction leaves nothing behind.
     #[test]
     fn a_unique_violation_keeps_its_kind_and_a_dropped_tx_rolls_back() {
@@ -450,7 +449,7 @@ mod tests {
             .unwrap()
     }
 
-    /// Review: a COMMIT that fails with the transaction still open (a deferred constraint)
+    /// A COMMIT that fails with the transaction still open (a deferred constraint)
     /// is rolled back, and the connection begins the next group cleanly.
     #[test]
     fn a_failed_commit_that_leaves_the_transaction_open_is_rolled_back() {
@@ -469,11 +468,9 @@ mod tests {
         tx.commit().unwrap();
     }
 
-    /// Review: when SQLite ends the transaction itself (here `OR ROLLBACK`; in production an
-    /// I/O error, a full disk or no memory can), a step that goes on after the error runs its
-    /// next statements outside any transaction, each committed at once: part of the group is
-    /// stored and part is not. The writer's transaction should refuse statements once
-    /// SQLite's connection is back in autocommit.
+    /// When SQLite ends the transaction itself (here `OR ROLLBACK`; in production an I/O
+    /// error, a full disk or no memory can), the writer's transaction refuses every statement
+    /// after: run in autocommit, each would be committed at once, part of the group stored.
     #[test]
     fn no_statement_runs_after_sqlite_ended_the_transaction() {
         let mut connection =

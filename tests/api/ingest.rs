@@ -425,7 +425,7 @@ async fn metrics_count_accepted_and_rejected_events() {
     app.stop().await.unwrap();
 }
 
-/// Review (review1): serde_json's reserved key as a key of the batch itself, after another key
+/// serde_json's reserved key as a key of the batch itself, after another key
 /// (so the request's own parse takes it as an ordinary key), must be refused as it is anywhere
 /// inside the batch: stored, the sorted body starts with it and reads back as the text it holds.
 #[tokio::test]
