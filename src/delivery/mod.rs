@@ -28,6 +28,7 @@ pub(crate) mod health;
 mod lane;
 pub(crate) mod merge;
 mod order;
+mod poller;
 mod recovery;
 pub(crate) mod retry;
 pub(crate) mod webhook;
@@ -46,12 +47,12 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::DeliveryConfig;
 use crate::live::LiveStream;
-use crate::model::ids::{BatchId, ConnectionId, Mpid};
+use crate::model::ids::{ConnectionId, Mpid};
 use crate::model::now_ms;
 use crate::pipeline::catalog::Catalog;
-use crate::store::queue::{AttemptRecord, ClaimedJob, Job, JobUpdate, Renewed};
+use crate::store::Store;
+use crate::store::queue::{Job, JobUpdate, Renewed};
 use crate::store::writer::Writer;
-use crate::store::{Store, StoreError};
 use crate::telemetry::Metrics;
 use breaker::{Permit, Transition};
 pub(crate) use crowded::Crowded;
@@ -187,7 +188,7 @@ pub(crate) async fn run(
         overdue: overdue.clone(),
         poll_now: Notify::new(),
     });
-    let poller = tokio::spawn(poll(
+    let poller = tokio::spawn(poller::poll(
         Arc::clone(&lanes),
         Duration::from_millis(config.poll_interval_ms),
     ));
@@ -195,7 +196,7 @@ pub(crate) async fn run(
     // until the last request in flight has ended, also during shutdown.
     let renewing = CancellationToken::new();
     let health = tokio::spawn(Arc::clone(&lanes.ctx.health).run(cancel.clone()));
-    let renewer = tokio::spawn(renew_leases(
+    let renewer = tokio::spawn(poller::renew_leases(
         Arc::clone(&lanes),
         Duration::from_secs(config.lease_secs) / 3,
         renewing.clone(),
@@ -683,128 +684,4 @@ pub(crate) async fn replay(
         Ok(answer) => Err(format!("the receiver answered {}", answer.status)),
         Err(error) => Err(error.to_string()),
     }
-}
-
-/// Claims due jobs (retries, and anything unleased) for lanes with room and offers them.
-async fn poll(lanes: Arc<Lanes>, interval: Duration) {
-    loop {
-        lanes.uncrowd_roomy_lanes();
-        probe(&lanes).await;
-        let claimed = match claim(&lanes).await {
-            Ok(jobs) => jobs,
-            Err(error) => {
-                tracing::warn!(%error, "Claiming due jobs failed.");
-                Vec::new()
-            }
-        };
-        // A full claim means more is due: go again soon, but not in a tight loop.
-        let more = claimed.len() >= lanes.claim_limit();
-        for job in claimed {
-            lanes.offer(job).await;
-        }
-        let pause = if more {
-            Duration::from_millis(10)
-        } else {
-            interval
-        };
-        tokio::select! {
-            () = lanes.cancel.cancelled() => return,
-            () = tokio::time::sleep(pause) => {}
-            () = lanes.poll_now.notified() => {}
-        }
-    }
-}
-
-/// Keeps the leases of every job this node holds from running out while it waits in a lane or
-/// is in flight (a slow endpoint can keep jobs queued for longer than a lease), so another node
-/// never claims a job this one is still going to deliver.
-async fn renew_leases(lanes: Arc<Lanes>, every: Duration, stop: CancellationToken) {
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(every) => {}
-        }
-        let mut held: Vec<i64> = lanes.held().keys().copied().collect();
-        // In id order: rows are then locked in a consistent order on PostgreSQL, which keeps
-        // deadlocks with other multi-row updates of the same jobs rare.
-        held.sort_unstable();
-        if held.is_empty() {
-            continue;
-        }
-        match lanes.ctx.writer.renew(held.clone()).await {
-            Ok(renewed) => lanes.renewed(&held, &renewed),
-            Err(error) => tracing::warn!(%error, "Could not renew leases."),
-        }
-    }
-}
-
-/// Sends each failing connection whose breaker allows it one job as a probe: its oldest, even
-/// if it waits out a backoff, since the endpoint may well be back before that; one of a user
-/// that has not failed recently if there is one, so a user the receiver keeps refusing cannot
-/// keep the breaker open for everyone else.
-async fn probe(lanes: &Arc<Lanes>) {
-    for (connection_id, avoid) in lanes.due_probes() {
-        if lanes.ctx.catalog.is_paused(&connection_id) {
-            continue;
-        }
-        let claimed = lanes.ctx.writer.claim_probe(connection_id, &avoid).await;
-        match with_bodies(lanes, claimed).await {
-            Ok(jobs) => {
-                for job in jobs {
-                    lanes.offer(job).await;
-                }
-            }
-            Err(error) => tracing::warn!(%error, "Claiming a probe job failed."),
-        }
-    }
-}
-
-/// Leases due jobs to this node and reads their batches (outside the writer: bodies never change).
-async fn claim(lanes: &Lanes) -> Result<Vec<Job>, StoreError> {
-    let claimed = lanes
-        .ctx
-        .writer
-        .claim(
-            i64::try_from(lanes.claim_limit()).unwrap_or(i64::MAX),
-            lanes.not_to_claim(),
-        )
-        .await;
-    with_bodies(lanes, claimed).await
-}
-
-/// Claimed jobs with their batches' bodies (read outside the writer: bodies never change). A job
-/// whose batch is gone (pruned) is finished: nothing is left to deliver. The jobs of a coalesced
-/// group go to its head (see [`coalesce`]), a pruned batch in it as an empty body.
-async fn with_bodies(
-    lanes: &Lanes,
-    claimed: Result<Vec<ClaimedJob>, StoreError>,
-) -> Result<Vec<Job>, StoreError> {
-    let claimed = claimed?;
-    let batch_ids: Vec<BatchId> = claimed.iter().map(|c| c.batch_id()).collect();
-    let bodies = lanes.ctx.store.batch_bodies(&batch_ids).await?;
-    let mut jobs = Vec::with_capacity(claimed.len());
-    for claim in claimed {
-        match bodies.get(&claim.batch_id()) {
-            Some(body) => jobs.push(claim.into_job(Arc::clone(body))),
-            None if claim.coalesce_head().is_some() => {
-                jobs.push(claim.into_job(Arc::from(Vec::new())));
-            }
-            None => {
-                let key = claim.key();
-                let attempt = AttemptRecord::dropped("batch no longer stored");
-                lanes
-                    .record(
-                        key.id,
-                        JobUpdate::Finished {
-                            job: key,
-                            attempt,
-                            dead: Vec::new(),
-                        },
-                    )
-                    .await;
-            }
-        }
-    }
-    claimed_consent::attach(lanes, &mut jobs).await;
-    Ok(coalesce::gather_groups(jobs))
 }

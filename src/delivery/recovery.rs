@@ -92,7 +92,7 @@ impl Lanes {
                     i64::try_from(asked).unwrap_or(i64::MAX),
                 )
                 .await;
-            let mut jobs = match super::with_bodies(self, claimed).await {
+            let mut jobs = match super::poller::with_bodies(self, claimed).await {
                 Ok(jobs) => jobs,
                 Err(error) => {
                     tracing::warn!(connection = %connection_id, %error, "Claiming a recovering connection's jobs failed.");
