@@ -28,31 +28,25 @@ pub(crate) enum Unreadable {
 
 /// Whether `value`, standing at `level` of a body, reaches deeper than [`MAX_LEVEL`].
 pub(crate) fn too_deep_at(value: &Value, level: usize) -> bool {
-    nests_deeper(value, (MAX_LEVEL + 1).saturating_sub(level))
+    unreadable(value, (MAX_LEVEL + 1).saturating_sub(level), false).is_some()
 }
 
 /// Why `value`, standing at `level` of a body, would not read back as written, if it would not
 /// (the first reason found). One walk for both checks: it runs over every batch accepted.
 pub(crate) fn unreadable_at(value: &Value, level: usize) -> Option<Unreadable> {
-    unreadable(value, (MAX_LEVEL + 1).saturating_sub(level))
+    unreadable(value, (MAX_LEVEL + 1).saturating_sub(level), true)
 }
 
-/// Whether containers nest more than `levels` deep in `value` (`1` nests none, `[1]` one).
-fn nests_deeper(value: &Value, levels: usize) -> bool {
-    match value {
-        Value::Array(items) => levels == 0 || items.iter().any(|v| nests_deeper(v, levels - 1)),
-        Value::Object(map) => levels == 0 || map.values().any(|v| nests_deeper(v, levels - 1)),
-        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => false,
-    }
-}
-
-/// [`nests_deeper`], and the reserved key, in one walk.
-fn unreadable(value: &Value, levels: usize) -> Option<Unreadable> {
+/// Whether containers nest more than `levels` deep in `value` (`1` nests none, `[1]` one),
+/// and, if `keys`, whether an object in it holds the reserved key.
+fn unreadable(value: &Value, levels: usize, keys: bool) -> Option<Unreadable> {
     match value {
         Value::Array(_) | Value::Object(_) if levels == 0 => Some(Unreadable::TooDeep),
-        Value::Array(items) => items.iter().find_map(|v| unreadable(v, levels - 1)),
-        Value::Object(map) if map.contains_key(RESERVED_KEY) => Some(Unreadable::ReservedKey),
-        Value::Object(map) => map.values().find_map(|v| unreadable(v, levels - 1)),
+        Value::Array(items) => items.iter().find_map(|v| unreadable(v, levels - 1, keys)),
+        Value::Object(map) if keys && map.contains_key(RESERVED_KEY) => {
+            Some(Unreadable::ReservedKey)
+        }
+        Value::Object(map) => map.values().find_map(|v| unreadable(v, levels - 1, keys)),
         Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => None,
     }
 }
