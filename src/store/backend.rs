@@ -259,6 +259,18 @@ impl Pick {
             Pick::Postgres => Ok(sql.postgres),
         }
     }
+
+    /// The text to run, counted as a round trip in test builds; `None` for a statement only
+    /// the other backend needs (its text here is empty).
+    fn to_run(self, sql: Sql) -> Result<Option<&'static str>, sqlx::Error> {
+        let text = self.text(sql)?;
+        if text.is_empty() {
+            return Ok(None);
+        }
+        #[cfg(test)]
+        round_trips::count(1);
+        Ok(Some(text))
+    }
 }
 
 /// The statement methods, the same on the pool and in a transaction (sqlx's, or the SQLite
@@ -277,22 +289,15 @@ macro_rules! statements {
                 dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on,
                     [$($direct_pat => $direct_on)?],
                     |pick, on| {
-                        let text = pick.text(sql)?;
-                        if text.is_empty() {
-                            // A statement only the other backend needs.
+                        let Some(text) = pick.to_run(sql)? else {
                             return Ok(0);
-                        }
-                        #[cfg(test)]
-                        round_trips::count(1);
+                        };
                         Ok(bind!(sqlx::query(text), args).execute(on).await?.rows_affected())
                     },
                     |direct| {
-                        let text = Pick::Sqlite.text(sql)?;
-                        if text.is_empty() {
+                        let Some(text) = Pick::Sqlite.to_run(sql)? else {
                             return Ok(0);
-                        }
-                        #[cfg(test)]
-                        round_trips::count(1);
+                        };
                         direct.execute(text, args)
                     })
             }
@@ -306,21 +311,15 @@ macro_rules! statements {
                 dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on,
                     [$($direct_pat => $direct_on)?],
                     |pick, on| {
-                        let text = pick.text(sql)?;
-                        if text.is_empty() {
+                        let Some(text) = pick.to_run(sql)? else {
                             return Ok(Vec::new());
-                        }
-                        #[cfg(test)]
-                        round_trips::count(1);
+                        };
                         bind!(sqlx::query_as(text), args).fetch_all(on).await
                     },
                     |direct| {
-                        let text = Pick::Sqlite.text(sql)?;
-                        if text.is_empty() {
+                        let Some(text) = Pick::Sqlite.to_run(sql)? else {
                             return Ok(Vec::new());
-                        }
-                        #[cfg(test)]
-                        round_trips::count(1);
+                        };
                         direct.fetch_all(text, args)
                     })
             }
@@ -334,21 +333,15 @@ macro_rules! statements {
                 dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on,
                     [$($direct_pat => $direct_on)?],
                     |pick, on| {
-                        let text = pick.text(sql)?;
-                        if text.is_empty() {
+                        let Some(text) = pick.to_run(sql)? else {
                             return Ok(None);
-                        }
-                        #[cfg(test)]
-                        round_trips::count(1);
+                        };
                         bind!(sqlx::query_as(text), args).fetch_optional(on).await
                     },
                     |direct| {
-                        let text = Pick::Sqlite.text(sql)?;
-                        if text.is_empty() {
+                        let Some(text) = Pick::Sqlite.to_run(sql)? else {
                             return Ok(None);
-                        }
-                        #[cfg(test)]
-                        round_trips::count(1);
+                        };
                         direct.fetch_optional(text, args)
                     })
             }
@@ -362,21 +355,15 @@ macro_rules! statements {
                 dispatch!($self, $sqlite => $sqlite_on, $postgres => $postgres_on,
                     [$($direct_pat => $direct_on)?],
                     |pick, on| {
-                        let text = pick.text(sql)?;
-                        if text.is_empty() {
+                        let Some(text) = pick.to_run(sql)? else {
                             return Err(sqlx::Error::RowNotFound);
-                        }
-                        #[cfg(test)]
-                        round_trips::count(1);
+                        };
                         bind!(sqlx::query_as(text), args).fetch_one(on).await
                     },
                     |direct| {
-                        let text = Pick::Sqlite.text(sql)?;
-                        if text.is_empty() {
+                        let Some(text) = Pick::Sqlite.to_run(sql)? else {
                             return Err(sqlx::Error::RowNotFound);
-                        }
-                        #[cfg(test)]
-                        round_trips::count(1);
+                        };
                         direct.fetch_optional(text, args)?.ok_or(sqlx::Error::RowNotFound)
                     })
             }
