@@ -21,7 +21,8 @@ pub(crate) struct DataFilter {
     rules: Vec<DataFilterRule>,
     /// The rules by data point, built once when the settings are parsed: delivery looks up
     /// every event's type, name and attributes, and scanning the list for each lookup was most
-    /// of what a 50-rule filter cost (callgrind, see README "What the connection rules cost").
+    /// of what a 50-rule filter cost (callgrind, see docs/PERFORMANCE.md "What the connection
+    /// rules cost").
     #[serde(skip)]
     index: RuleIndex,
 }

@@ -229,7 +229,8 @@ fn paced(interval: Duration, last_frames: i64, done: Checkpointed) -> (Duration,
         // just those commits, and shorter runs soon leave none behind. Left to the shortest
         // interval, each run copied 100 ms of the prune's writes, a commit always fell inside
         // it, and the WAL reached the commit path's bound, whose copy made that commit 12-39 ms
-        // (README). Short of the end, a reader holds the copy back: no use in running soon.
+        // (docs/PERFORMANCE.md, "What maintenance holds"). Short of the end, a reader holds the
+        // copy back: no use in running soon.
         let wait = if done.copied_frames == done.wal_frames {
             CATCH_UP_WAIT
         } else {
@@ -298,8 +299,9 @@ mod tests {
     fn a_long_wal_copied_whole_is_copied_again_soon_until_it_starts_over() {
         // The run copied all it saw, yet the WAL is long: commits during the run kept it from
         // starting over. The next run follows soon and copies only what they added, so one
-        // run ends with nothing left before the writer's next commit (README: the WAL reached
-        // the commit path's bound instead, and the writer copied the rest inside a commit).
+        // run ends with nothing left before the writer's next commit (docs/PERFORMANCE.md,
+        // "What maintenance holds": the WAL reached the commit path's bound instead, and the
+        // writer copied the rest inside a commit).
         let long = Checkpointed {
             wal_frames: CATCH_UP_PAGES + 10,
             copied_frames: CATCH_UP_PAGES + 10,

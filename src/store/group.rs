@@ -195,7 +195,7 @@ async fn commit_once(
     // Where a group's time goes (`RUST_LOG=boson::store::group=debug`): the BEGIN, the steps,
     // the COMMIT with its sync (on SQLite mostly the WAL's fsync). The time to a 202 at
     // saturation is mostly these (issue 16), and `retention-bench lineup` lines slow requests
-    // up with them and with maintenance (README, "Retention at any table size").
+    // up with them and with maintenance (docs/PERFORMANCE.md, "Retention at any table size").
     tracing::debug!(
         commands = commands.len(),
         stored = stored.len(),

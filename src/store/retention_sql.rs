@@ -110,19 +110,19 @@ pub(in crate::store) const ALIASES: Log = Log {
 
 /// Ids one delete covers. Small, because on SQLite the delete holds the write lock ingest
 /// needs (inside a group commit: adds to the group's latency): 500 batches of ~4 KB took about
-/// 5 ms at 5M rows (README, "Retention at any size").
+/// 5 ms at 5M rows (docs/PERFORMANCE.md, "Retention at any table size").
 const CHUNK: i64 = 500;
 
 /// The least pause after each delete; the pause is never shorter than the delete took either.
 /// A writer that found the lock taken sleeps in SQLite's busy handler, up to 100 ms a time
 /// (its steps grow from 1 ms to 100 ms): a shorter pause let the next delete take the lock
-/// again while the writer slept, and at 5 ms ingest p99 was 254 ms (README, "Retention at any
-/// table size"). 100 ms lets a waiting writer in before every next chunk.
+/// again while the writer slept, and at 5 ms ingest p99 was 254 ms (docs/PERFORMANCE.md,
+/// "Retention at any table size"). 100 ms lets a waiting writer in before every next chunk.
 const MIN_PAUSE: Duration = Duration::from_millis(100);
 
 /// Ids one delete covers inside a group commit, where the delete adds to the group's latency.
-/// At 5M rows (`retention-bench chunkcost`, README) a one-row commit with a chunk of 100 took
-/// at most 7–9 ms, with a chunk of 500 up to 22–37 ms.
+/// At 5M rows (`retention-bench chunkcost`, docs/PERFORMANCE.md) a one-row commit with a chunk
+/// of 100 took at most 7–9 ms, with a chunk of 500 up to 22–37 ms.
 const CHUNK_IN_GROUP: i64 = 100;
 
 /// The least pause after a chunk the writer deleted in a group commit: no lock was taken
@@ -301,11 +301,11 @@ impl Store {
 /// before the pause that precedes the next chunk (SQLite, chunks deleted in group commits).
 /// Left to the background checkpoint (`store/checkpoint.rs`), the pages of all the chunks of
 /// its last interval were copied and synced at once, and the writer's commits meanwhile waited
-/// for the disk behind that copy (README, "What maintenance holds"). Copied here, a run copies
-/// one chunk's pages, and the copy's time counts in the chunk's, which the pause after it
-/// matches: a slow disk slows the prune down. Each copy borrows a pooled connection: nothing
-/// outlives it, so a prune cut short at shutdown leaves no connection open beside the pool's,
-/// whose last one to close must be the database's last (it copies the WAL back and deletes it).
+/// for the disk behind that copy (docs/PERFORMANCE.md, "What maintenance holds"). Copied here, a
+/// run copies one chunk's pages, and the copy's time counts in the chunk's, which the pause after
+/// it matches: a slow disk slows the prune down. Each copy borrows a pooled connection: nothing
+/// outlives it, so a prune cut short at shutdown leaves no connection open beside the pool's, whose
+/// last one to close must be the database's last (it copies the WAL back and deletes it).
 struct Copier<'a> {
     store: &'a Store,
     /// A copy failed: the background checkpoint copies the rest of this prune's chunks.

@@ -184,9 +184,9 @@ impl Writer {
     /// The ingest lane for a request. A request whose first batch names its user goes to that
     /// user's lane, so two lanes of this node never hold the same user's profile row at once: a
     /// group that upserts a profile another lane's open group has locked waits for that commit,
-    /// and with 64 users spread over every lane that made 4 lanes slower than one (README,
-    /// Performance). Other requests go to the lane with the fewest requests waiting (the first
-    /// of those, so a quiet node commits on one lane).
+    /// and with 64 users spread over every lane that made 4 lanes slower than one
+    /// (docs/PERFORMANCE.md, "PostgreSQL ingest lanes"). Other requests go to the lane with the
+    /// fewest requests waiting (the first of those, so a quiet node commits on one lane).
     fn lane_for(&self, batches: &[NewBatch]) -> usize {
         let lanes = self.ingest.len();
         if let Some(profile) = batches.first().and_then(|batch| batch.profile.as_ref()) {
