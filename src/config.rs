@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use figment::Figment;
@@ -22,6 +23,8 @@ pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 /// The most ingest lanes on PostgreSQL: each holds one of the store's 16 pooled connections
 /// while it commits, and delivery, the catalog and the admin API need some of them.
 pub const MAX_POSTGRES_LANES: usize = 8;
+/// Longest a writer lane may hold a group commit open (`ingest.commit_gather_us`).
+pub const MAX_COMMIT_GATHER_US: u64 = 10_000;
 /// Top-level keys the environment may set; anything else prefixed `BOSON_` is warned about.
 const KNOWN_KEYS: &[&str] = &[
     "retention",
@@ -192,6 +195,15 @@ pub struct IngestConfig {
     /// Ingest lanes of the group-commit writer on PostgreSQL: each commits its own groups on a
     /// connection of its own, so this many commits can be in flight at once. SQLite has one.
     pub postgres_lanes: usize,
+    /// Microseconds a writer lane may hold a small group commit open for more requests, when
+    /// they arrive often enough that one more is expected meanwhile (`store::gather`); 0 never.
+    pub commit_gather_us: u64,
+}
+
+impl IngestConfig {
+    pub fn commit_gather(&self) -> Duration {
+        Duration::from_micros(self.commit_gather_us)
+    }
 }
 
 /// Webhook delivery settings.
@@ -334,6 +346,9 @@ impl Config {
         if !(1..=MAX_POSTGRES_LANES).contains(&i.postgres_lanes) {
             bail!("ingest.postgres_lanes must be from 1 to {MAX_POSTGRES_LANES}");
         }
+        if i.commit_gather_us > MAX_COMMIT_GATHER_US {
+            bail!("ingest.commit_gather_us must be at most {MAX_COMMIT_GATHER_US} (10 ms)");
+        }
         if self.retention.forwarding_stats_days == 0
             || self.retention.aliases_days == 0
             || self.retention.metrics_days == 0
@@ -463,6 +478,7 @@ mod tests {
         assert_eq!(c.ingest.max_events_per_batch, 1000);
         assert_eq!(c.ingest.max_forwarding_kits_per_input, 100);
         assert_eq!(c.ingest.postgres_lanes, 1);
+        assert_eq!(c.ingest.commit_gather(), Duration::from_millis(1));
         assert_eq!(c.retention.forwarding_stats_ms(), 30 * 86_400_000);
         assert_eq!(c.retention.aliases_ms(), 30 * 86_400_000);
     }

@@ -149,6 +149,7 @@ pub async fn run(
         lease,
         committed,
         config.ingest.postgres_lanes,
+        config.ingest.commit_gather(),
     );
     // Kept to flush the writer at the end: other handles may outlive the deadline.
     let flusher = writer.clone();

@@ -478,6 +478,7 @@ async fn state(
         lease,
         committed,
         config.ingest.postgres_lanes,
+        config.ingest.commit_gather(),
     );
     let pipeline = Pipeline::new(
         catalog,

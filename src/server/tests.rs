@@ -19,7 +19,13 @@ async fn the_writers_connection_is_closed_when_its_drain_returns() {
         .await
         .expect("store");
     let (committed, _jobs) = mpsc::unbounded_channel();
-    let (writer, task) = Writer::spawn(store.clone(), Duration::from_secs(60), committed, 1);
+    let (writer, task) = Writer::spawn(
+        store.clone(),
+        Duration::from_secs(60),
+        committed,
+        1,
+        Duration::ZERO,
+    );
     // The writer opens its connection at its first group.
     writer.flush().await.expect("an empty group commits");
     // With the pool closed, the writer's is the last connection open: SQLite copies the WAL

@@ -18,6 +18,7 @@ mod direct;
 #[cfg(test)]
 pub(crate) mod faults;
 pub(crate) mod forwarding_sql;
+mod gather;
 mod group;
 pub(crate) mod health_sql;
 mod identity_read;

@@ -38,6 +38,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
+use super::gather::Gather;
 use super::group::{ClaimOf, Command, Done, Failure, commit};
 use super::prune_step::PruneChunk;
 use super::queue::{ClaimedJob, IngestOutcome, Job, JobUpdate, NewBatch, Renewed};
@@ -120,7 +121,8 @@ impl Drop for Waiting<'_> {
 
 impl Writer {
     /// Starts the writer, with `ingest_lanes` ingest lanes on PostgreSQL (at least one; SQLite
-    /// has one lane for everything). The jobs of committed batches that were to be leased are
+    /// has one lane for everything), each holding a small group open for up to `gather` when
+    /// commands arrive often ([`super::gather`]). The jobs of committed batches that were to be leased are
     /// leased to this node for `lease` and sent on `committed`, so they can be delivered at once
     /// without a claim round trip.
     pub(crate) fn spawn(
@@ -128,6 +130,7 @@ impl Writer {
         lease: Duration,
         committed: mpsc::UnboundedSender<Vec<Job>>,
         ingest_lanes: usize,
+        gather: Duration,
     ) -> (Self, WriterTask) {
         // Every lane names its leases alike: they are one node.
         let node = uuid::Uuid::now_v7().to_string();
@@ -140,9 +143,9 @@ impl Writer {
             let node = node.clone();
             let stop = stop.clone();
             let task = if postgres {
-                tokio::spawn(run(store, lease, node, rx, committed, stop))
+                tokio::spawn(run(store, lease, node, rx, committed, stop, gather))
             } else {
-                on_own_thread(store, lease, node, rx, committed, stop)
+                on_own_thread(store, lease, node, rx, committed, stop, gather)
             };
             (sender, task)
         });
@@ -385,10 +388,12 @@ async fn run(
     mut rx: mpsc::Receiver<Command>,
     committed: mpsc::UnboundedSender<Vec<Job>>,
     stop: CancellationToken,
+    gather: Duration,
 ) {
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
     let mut connection = store.writer_connection();
     let mut group = Vec::with_capacity(MAX_GROUP);
+    let mut gather = Gather::new(gather, std::time::Instant::now());
     loop {
         let idle = std::time::Instant::now();
         // Only here, between groups: a group once taken is committed and answered.
@@ -404,8 +409,12 @@ async fn run(
             tracing::debug!("Writer stopped: every handle was dropped.");
             break;
         }
-        // How long the lane waited for this group (none: it was queued while the last one
-        // committed), beside the group's own times (`group`'s "Group committed.").
+        let taken = std::time::Instant::now();
+        gather.taken(group.len(), taken);
+        if let Some(window) = gather.hold(group.len()) {
+            hold_open(&mut rx, &mut group, window, &stop).await;
+            gather.taken(group.len() - received, std::time::Instant::now());
+        }
         tracing::debug!(
             commands = group.len(),
             waited_us = idle.elapsed().as_micros(),
@@ -450,6 +459,28 @@ async fn run(
     connection.close().await;
 }
 
+/// Holds a small group open for `window` (a group once taken is committed: a shutdown only
+/// ends the wait), then adds what was queued meanwhile ([`super::gather`]). One sleep rather than
+/// a wake-up per arrival: the lane's thread wakes once.
+async fn hold_open(
+    rx: &mut mpsc::Receiver<Command>,
+    group: &mut Vec<Command>,
+    window: Duration,
+    stop: &CancellationToken,
+) {
+    tokio::select! {
+        biased;
+        () = stop.cancelled() => {}
+        () = tokio::time::sleep(window) => {}
+    }
+    while group.len() < MAX_GROUP {
+        match rx.try_recv() {
+            Ok(command) => group.push(command),
+            Err(_) => break,
+        }
+    }
+}
+
 /// Test-only: waits until `group` holds as many commands as a test asked for
 /// ([`super::faults::group_next`]), so commands sent together commit together.
 #[cfg(test)]
@@ -480,6 +511,7 @@ fn on_own_thread(
     rx: mpsc::Receiver<Command>,
     committed: mpsc::UnboundedSender<Vec<Job>>,
     stop: CancellationToken,
+    gather: Duration,
 ) -> tokio::task::JoinHandle<()> {
     let (ended, end) = oneshot::channel::<()>();
     #[cfg(test)]
@@ -492,7 +524,7 @@ fn on_own_thread(
             .build()
         {
             Ok(runtime) => {
-                runtime.block_on(run(store, lease, node, rx, committed, stop));
+                runtime.block_on(run(store, lease, node, rx, committed, stop, gather));
                 drop(runtime);
             }
             // Every ingest then fails with `WriterStopped` (the receiver is gone), which the
@@ -593,5 +625,47 @@ fn settle(
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An empty ingest command (a barrier), as `Writer::flush` sends.
+    fn command() -> Command {
+        let (reply, _answer) = oneshot::channel();
+        Command::Ingest {
+            batches: Vec::new(),
+            reply,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_held_open_takes_what_arrives_within_the_window() {
+        let (sender, mut rx) = mpsc::channel(8);
+        let mut group = vec![command()];
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_micros(400)).await;
+            let _ = sender.send(command()).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            // After the window: left for the next group.
+            let _ = sender.send(command()).await;
+        });
+        let window = Duration::from_millis(1);
+        hold_open(&mut rx, &mut group, window, &CancellationToken::new()).await;
+        assert_eq!(group.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_ends_the_hold_and_keeps_the_group() {
+        let (_sender, mut rx) = mpsc::channel(8);
+        let mut group = vec![command()];
+        let stop = CancellationToken::new();
+        stop.cancel();
+        let start = tokio::time::Instant::now();
+        hold_open(&mut rx, &mut group, Duration::from_secs(10), &stop).await;
+        assert_eq!(start.elapsed(), Duration::ZERO, "no wait once stopped");
+        assert_eq!(group.len(), 1, "the group in hand is still committed");
     }
 }

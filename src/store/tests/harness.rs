@@ -41,6 +41,8 @@ enum Database {
 /// A node's ingest lanes on PostgreSQL, as `config.default.toml` has them (the tests of several
 /// lanes ask for them with `node_with_lanes`).
 const LANES: usize = 1;
+/// Small groups held open as the default configuration holds them (`ingest.commit_gather_us`).
+const GATHER: Duration = Duration::from_millis(1);
 
 /// A fresh, migrated database for one test.
 pub(in crate::store) struct TestStore {
@@ -144,7 +146,7 @@ impl TestStore {
     pub(super) fn node_with_lanes(&self, lease: Duration, lanes: usize) -> Node {
         let (committed, handed_over) = mpsc::unbounded_channel();
         // The task ends when the node (its only writer handle) is dropped.
-        let (writer, _task) = Writer::spawn(self.store.clone(), lease, committed, lanes);
+        let (writer, _task) = Writer::spawn(self.store.clone(), lease, committed, lanes, GATHER);
         Node {
             writer,
             handed_over,
