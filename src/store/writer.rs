@@ -646,13 +646,14 @@ mod tests {
         let (sender, mut rx) = mpsc::channel(8);
         let mut group = vec![command()];
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_micros(400)).await;
+            // Tokio's timer counts whole milliseconds.
+            tokio::time::sleep(Duration::from_millis(1)).await;
             let _ = sender.send(command()).await;
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
             // After the window: left for the next group.
             let _ = sender.send(command()).await;
         });
-        let window = Duration::from_millis(1);
+        let window = Duration::from_millis(5);
         hold_open(&mut rx, &mut group, window, &CancellationToken::new()).await;
         assert_eq!(group.len(), 2);
     }
