@@ -195,8 +195,8 @@ pub struct IngestConfig {
     /// Ingest lanes of the group-commit writer on PostgreSQL: each commits its own groups on a
     /// connection of its own, so this many commits can be in flight at once. SQLite has one.
     pub postgres_lanes: usize,
-    /// Microseconds a writer lane may hold a small group commit open for more requests, when
-    /// they arrive often enough that one more is expected meanwhile (`store::gather`); 0 never.
+    /// SQLite only: microseconds the writer may hold a small group commit open for more
+    /// requests, when they arrive at a moderate rate (`store::gather`); 0 never.
     pub commit_gather_us: u64,
 }
 

@@ -13,7 +13,8 @@
 //! waits: a lone request gains nothing by waiting, and its 202 would only come later. Nor near
 //! saturation (more than [`BUSY_ARRIVALS`] expected): groups fill by themselves there. A group
 //! already larger than [`SMALL_GROUP`] never waits either: it shares its commit well enough.
-//! The rate is counted over the last complete period of [`PERIOD`].
+//! The rate is counted over the last complete period of [`PERIOD`]. Only SQLite's lane holds
+//! groups open (measured there; [`super::writer`] says why PostgreSQL's lanes do not).
 
 use std::time::{Duration, Instant};
 
@@ -138,7 +139,8 @@ mod tests {
     fn when_arrivals_stop_the_rate_falls_and_groups_commit_at_once() {
         let mut gather = steady(Duration::from_micros(333), WINDOW);
         assert!(gather.hold(1).is_some());
-        // One lone command a second later: the period just ended counted one arrival.
+        // One lone command after a silence: the period that ends with it is long, so its rate
+        // (what arrived in it, over its length) is far below one a window.
         gather.taken(1, Instant::now() + Duration::from_secs(2));
         assert_eq!(gather.hold(1), None);
     }
