@@ -38,9 +38,9 @@ pub(crate) struct Gather {
     window: Duration,
     /// Start of the period being counted.
     since: Instant,
-    /// Commands taken in the period being counted.
+    /// Ingest requests taken in the period being counted.
     counted: usize,
-    /// Commands a second over the last complete period.
+    /// Ingest requests a second over the last complete period.
     rate: f64,
 }
 
@@ -54,23 +54,28 @@ impl Gather {
         }
     }
 
-    /// Counts `commands` taken at `now`.
-    pub(crate) fn taken(&mut self, commands: usize, now: Instant) {
+    /// Counts `ingests`, the ingest requests among the commands taken at `now` (the arrivals a
+    /// held group waits for; delivery's commands follow from them).
+    pub(crate) fn taken(&mut self, ingests: usize, now: Instant) {
         let elapsed = now.saturating_duration_since(self.since);
         if elapsed >= PERIOD {
             // Commands of this take arrived during the period that just ended.
-            self.rate = (self.counted + commands) as f64 / elapsed.as_secs_f64();
+            self.rate = (self.counted + ingests) as f64 / elapsed.as_secs_f64();
             self.counted = 0;
             self.since = now;
         } else {
-            self.counted += commands;
+            self.counted += ingests;
         }
     }
 
-    /// How long to hold a group of `commands` open before committing it, if at all.
-    pub(crate) fn hold(&self, commands: usize) -> Option<Duration> {
+    /// How long to hold a group of `commands`, `ingests` of them ingest requests, open before
+    /// committing it, if at all. A group without an ingest request is never held: delivery
+    /// waits for each job update's commit before it goes on with the job (a closed loop, which a
+    /// hold only slows: measured, real time closed loop delivered 15% less when it did).
+    pub(crate) fn hold(&self, commands: usize, ingests: usize) -> Option<Duration> {
         let expected = self.rate * self.window.as_secs_f64();
         (!self.window.is_zero()
+            && ingests > 0
             && commands <= SMALL_GROUP
             && (1.0..=BUSY_ARRIVALS).contains(&expected))
         .then_some(self.window)
@@ -98,50 +103,57 @@ mod tests {
     #[test]
     fn a_lane_that_just_started_commits_at_once() {
         let gather = Gather::new(WINDOW, Instant::now());
-        assert_eq!(gather.hold(1), None);
+        assert_eq!(gather.hold(1, 1), None);
     }
 
     #[test]
     fn at_a_low_rate_a_group_is_committed_at_once() {
         // 50 requests a second (500 events/s): 0.05 expected within a millisecond.
         let gather = steady(Duration::from_millis(20), WINDOW);
-        assert_eq!(gather.hold(1), None);
+        assert_eq!(gather.hold(1, 1), None);
     }
 
     #[test]
     fn at_a_moderate_rate_a_small_group_waits_for_more() {
         // 3,000 requests a second: 3 expected within a millisecond.
         let gather = steady(Duration::from_micros(333), WINDOW);
-        assert_eq!(gather.hold(1), Some(WINDOW));
-        assert_eq!(gather.hold(SMALL_GROUP), Some(WINDOW));
+        assert_eq!(gather.hold(1, 1), Some(WINDOW));
+        assert_eq!(gather.hold(SMALL_GROUP, 1), Some(WINDOW));
     }
 
     #[test]
     fn a_group_larger_than_small_never_waits() {
         let gather = steady(Duration::from_micros(333), WINDOW);
-        assert_eq!(gather.hold(SMALL_GROUP + 1), None);
+        assert_eq!(gather.hold(SMALL_GROUP + 1, 1), None);
     }
 
     #[test]
     fn near_saturation_a_group_is_committed_at_once() {
         // 20,000 commands a second: 20 expected within a millisecond.
         let gather = steady(Duration::from_micros(50), WINDOW);
-        assert_eq!(gather.hold(1), None);
+        assert_eq!(gather.hold(1, 1), None);
+    }
+
+    #[test]
+    fn a_group_of_delivery_commands_alone_never_waits() {
+        let gather = steady(Duration::from_micros(333), WINDOW);
+        assert_eq!(gather.hold(1, 0), None);
+        assert_eq!(gather.hold(2, 1), Some(WINDOW));
     }
 
     #[test]
     fn a_zero_window_never_waits() {
         let gather = steady(Duration::from_micros(50), Duration::ZERO);
-        assert_eq!(gather.hold(1), None);
+        assert_eq!(gather.hold(1, 1), None);
     }
 
     #[test]
     fn when_arrivals_stop_the_rate_falls_and_groups_commit_at_once() {
         let mut gather = steady(Duration::from_micros(333), WINDOW);
-        assert!(gather.hold(1).is_some());
+        assert!(gather.hold(1, 1).is_some());
         // One lone command after a silence: the period that ends with it is long, so its rate
         // (what arrived in it, over its length) is far below one a window.
         gather.taken(1, Instant::now() + Duration::from_secs(2));
-        assert_eq!(gather.hold(1), None);
+        assert_eq!(gather.hold(1, 1), None);
     }
 }

@@ -415,10 +415,11 @@ async fn run(
             break;
         }
         let waited = idle.elapsed();
-        gather.taken(group.len(), std::time::Instant::now());
-        let held = if let Some(window) = gather.hold(group.len()) {
+        gather.taken(ingests(&group), std::time::Instant::now());
+        let held = if let Some(window) = gather.hold(group.len(), ingests(&group)) {
             let held = std::time::Instant::now();
-            let arrived = hold_open(&mut rx, &mut group, window, &stop).await;
+            let added = hold_open(&mut rx, &mut group, window, &stop).await;
+            let arrived = ingests(group.get(group.len() - added..).unwrap_or_default());
             gather.taken(arrived, std::time::Instant::now());
             held.elapsed()
         } else {
@@ -469,6 +470,14 @@ async fn run(
     // Closed, not dropped: a dropped connection is closed later on its database thread, which
     // a process exiting meanwhile cuts short, leaving the WAL behind.
     connection.close().await;
+}
+
+/// The ingest requests among `commands`.
+fn ingests(commands: &[Command]) -> usize {
+    commands
+        .iter()
+        .filter(|command| matches!(command, Command::Ingest { .. }))
+        .count()
 }
 
 /// Holds a small group open for `window`, then adds what was queued meanwhile
