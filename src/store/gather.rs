@@ -71,7 +71,8 @@ impl Gather {
     /// How long to hold a group of `commands`, `ingests` of them ingest requests, open before
     /// committing it, if at all. A group without an ingest request is never held: delivery
     /// waits for each job update's commit before it goes on with the job (a closed loop, which a
-    /// hold only slows: measured, real time closed loop delivered 15% less when it did).
+    /// hold only slows: when updates were held too, real time closed loop delivered 33,300 and
+    /// 37,100 events/s in two runs against 41,500 and 41,800 without holding).
     pub(crate) fn hold(&self, commands: usize, ingests: usize) -> Option<Duration> {
         let expected = self.rate * self.window.as_secs_f64();
         (!self.window.is_zero()
