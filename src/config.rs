@@ -201,6 +201,7 @@ pub struct IngestConfig {
 }
 
 impl IngestConfig {
+    /// `commit_gather_us` as a duration.
     pub fn commit_gather(&self) -> Duration {
         Duration::from_micros(self.commit_gather_us)
     }

@@ -7,9 +7,9 @@
 //! soon as it arrives, and pays the fixed cost per request: on this project's 2-core machine
 //! ingest at 30,000 events/s cost 20–24 µs of CPU per event against 10–11 saturated.
 //!
-//! So a lane that has taken a group of at most [`SMALL_GROUP`] commands, while commands arrive
-//! often enough that at least one more is expected within the window, sleeps for the window and
-//! then takes whatever else is queued. At a low rate (fewer arrivals than one a window) it never
+//! So a lane that has taken a group of at most [`SMALL_GROUP`] commands, at least one of them an
+//! ingest request, while ingest requests arrive often enough that at least one more is expected
+//! within the window, sleeps for the window and then takes whatever else is queued. At a low rate (fewer arrivals than one a window) it never
 //! waits: a lone request gains nothing by waiting, and its 202 would only come later. Nor near
 //! saturation (more than [`BUSY_ARRIVALS`] expected): groups fill by themselves there. A group
 //! already larger than [`SMALL_GROUP`] never waits either: it shares its commit well enough.
@@ -19,11 +19,11 @@
 use std::time::{Duration, Instant};
 
 /// A group of at most this many commands may wait for more. Measured: with 2, ingest at 30,000
-/// events/s cost 14–15 µs of CPU per event instead of 20–24, and closed-loop saturation did not
-/// lose throughput (docs/PERFORMANCE.md, "Small groups held open").
+/// events/s cost 15–17 µs of CPU per event instead of 21–24, and closed-loop saturation did not
+/// lose throughput (docs/PERFORMANCE.md, "Small groups held open at a moderate rate").
 pub(crate) const SMALL_GROUP: usize = 2;
 
-/// When more than this many commands are expected within the window, the lane is near
+/// When more than this many ingest requests are expected within the window, the lane is near
 /// saturation: groups fill while the previous one commits, and a closed-loop client (a fixed
 /// number of requests in flight) would only be answered later, and send its next ones later.
 const BUSY_ARRIVALS: f64 = 8.0;
