@@ -415,8 +415,9 @@ async fn run(
             break;
         }
         let waited = idle.elapsed();
-        gather.taken(ingests(&group), std::time::Instant::now());
-        let held = if let Some(window) = gather.hold(group.len(), ingests(&group)) {
+        let taken = ingests(&group);
+        gather.taken(taken, std::time::Instant::now());
+        let held = if let Some(window) = gather.hold(group.len(), taken) {
             let held = std::time::Instant::now();
             let added = hold_open(&mut rx, &mut group, window, &stop).await;
             let arrived = ingests(group.get(group.len() - added..).unwrap_or_default());
