@@ -17,6 +17,7 @@
 
 use std::borrow::Cow;
 use std::path::Path;
+use std::time::Duration;
 
 use rusqlite::types::{FromSql, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags};
@@ -40,13 +41,53 @@ impl std::fmt::Debug for DirectConnection {
     }
 }
 
+/// How long the writer waits, in all, for a write lock another connection holds (the pool's
+/// busy timeout, [`super::sqlite_settings`]).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Tries at [`SHORT_STEP`] before [`LONG_STEP`]: about the first 20 ms, longer than a pool
+/// connection's write transaction (a metrics flush, an admin change) holds the lock.
+const SHORT_STEPS: i32 = 200;
+const SHORT_STEP: Duration = Duration::from_micros(100);
+/// Then tries at [`LONG_STEP`] for the rest of [`BUSY_TIMEOUT`]: (10 s − 20 ms) / 1 ms.
+const LONG_STEPS: i32 = 9_980;
+const LONG_STEP: Duration = Duration::from_millis(1);
+
+/// The sleep before the writer's try number `count` (from 0) at a lock another connection
+/// holds, or `None` once [`BUSY_TIMEOUT`] is spent (the statement then fails busy).
+///
+/// SQLite's own busy timeout sleeps 1, 2, 5, 10, 15, 20, 25 … ms between tries, so a lock held
+/// for 9 ms kept the writer, and every request in its group, waiting 18: a metrics flush on a
+/// pool connection held up one group for 22 ms in a 5M-batch run (issue 16 item 5,
+/// docs/PERFORMANCE.md). The writer has a thread of its own, so it can afford to try often.
+fn busy_step(count: i32) -> Option<Duration> {
+    match count {
+        c if c < SHORT_STEPS => Some(SHORT_STEP),
+        c if c < SHORT_STEPS + LONG_STEPS => Some(LONG_STEP),
+        _ => None,
+    }
+}
+
+/// The writer connection's busy handler: sleeps [`busy_step`], or gives up.
+fn wait_for_lock(count: i32) -> bool {
+    #[cfg(test)]
+    tests::LOCK_WAITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    match busy_step(count) {
+        Some(step) => {
+            std::thread::sleep(step);
+            true
+        }
+        None => false,
+    }
+}
+
 impl DirectConnection {
     /// Opens the database at `path` (made and migrated already) with the pool's settings.
     pub(crate) fn open(path: &Path) -> Result<Self, sqlx::Error> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let connection = Connection::open_with_flags(path, flags).map_err(error)?;
-        let (busy_timeout, pragmas) = super::sqlite_settings();
-        connection.busy_timeout(busy_timeout).map_err(error)?;
+        // Its busy timeout is the pool's, kept by its own handler.
+        let (_, pragmas) = super::sqlite_settings();
+        connection.busy_handler(Some(wait_for_lock)).map_err(error)?;
         for (name, value) in pragmas {
             // `journal_mode` answers a row: stepped through, like any statement here.
             let mut statement = connection
@@ -375,7 +416,51 @@ impl sqlx::error::DatabaseError for DirectError {
 
 #[cfg(test)]
 mod tests {
-    use super::{DirectConnection, parameter_number, statements};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use super::{BUSY_TIMEOUT, DirectConnection, busy_step, parameter_number, statements};
+
+    /// How often the writer's busy handler ran (in this test process).
+    pub(super) static LOCK_WAITS: AtomicU64 = AtomicU64::new(0);
+
+    #[test]
+    fn the_writer_tries_a_held_lock_often_at_first_and_gives_up_at_the_timeout() {
+        assert_eq!(busy_step(0), Some(Duration::from_micros(100)));
+        assert_eq!(busy_step(199), Some(Duration::from_micros(100)));
+        assert_eq!(busy_step(200), Some(Duration::from_millis(1)));
+        let total: Duration = (0..).map_while(busy_step).sum();
+        assert_eq!(total, BUSY_TIMEOUT);
+        assert_eq!(super::super::sqlite_settings().0, BUSY_TIMEOUT, "the pool's");
+        let tries = (0..).map_while(busy_step).count();
+        assert_eq!(busy_step(i32::try_from(tries).unwrap()), None);
+    }
+
+    /// Another connection holds the write lock for 30 ms: the writer's `BEGIN IMMEDIATE` waits
+    /// for it in short steps (SQLite's own busy timeout would try five times in that time, at
+    /// 1, 3, 8, 18 and 33 ms), and then gets it.
+    #[test]
+    fn the_writer_waits_for_a_held_write_lock_in_short_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("busy.db");
+        let holder = rusqlite::Connection::open(&path).unwrap();
+        holder
+            .execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER)")
+            .unwrap();
+        let mut writer = DirectConnection::open(&path).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            holder.execute_batch("COMMIT").unwrap();
+        });
+        let before = LOCK_WAITS.load(Ordering::Relaxed);
+        let mut tx = writer.begin("BEGIN IMMEDIATE").unwrap();
+        tx.execute("INSERT INTO t (x) VALUES (1)", &[]).unwrap();
+        tx.commit().unwrap();
+        release.join().unwrap();
+        let waits = LOCK_WAITS.load(Ordering::Relaxed) - before;
+        assert!(waits >= 20, "tried the lock {waits} times in 30 ms");
+    }
 
     #[test]
     fn a_text_is_split_at_semicolons_outside_quotes() {
