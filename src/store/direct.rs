@@ -41,19 +41,18 @@ impl std::fmt::Debug for DirectConnection {
     }
 }
 
-/// How long the writer waits, in all, for a write lock another connection holds (the pool's
-/// busy timeout, [`super::sqlite_settings`]).
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Tries at [`SHORT_STEP`] before [`LONG_STEP`]: about the first 20 ms, longer than a pool
 /// connection's write transaction (a metrics flush, an admin change) holds the lock.
 const SHORT_STEPS: i32 = 200;
 const SHORT_STEP: Duration = Duration::from_micros(100);
-/// Then tries at [`LONG_STEP`] for the rest of [`BUSY_TIMEOUT`]: (10 s − 20 ms) / 1 ms.
+/// Then tries at [`LONG_STEP`] for the rest of the pool's
+/// [`BUSY_TIMEOUT`](super::BUSY_TIMEOUT): (10 s − 20 ms) / 1 ms.
 const LONG_STEPS: i32 = 9_980;
 const LONG_STEP: Duration = Duration::from_millis(1);
 
 /// The sleep before the writer's try number `count` (from 0) at a lock another connection
-/// holds, or `None` once [`BUSY_TIMEOUT`] is spent (the statement then fails busy).
+/// holds, or `None` once [`BUSY_TIMEOUT`](super::BUSY_TIMEOUT) is spent (the statement then
+/// fails busy).
 ///
 /// SQLite's own busy timeout sleeps 1, 2, 5, 10, 15, 20, 25 … ms between tries, so a lock held
 /// for 9 ms kept the writer, and every request in its group, waiting 18: a metrics flush on a
@@ -85,9 +84,11 @@ impl DirectConnection {
     pub(crate) fn open(path: &Path) -> Result<Self, sqlx::Error> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let connection = Connection::open_with_flags(path, flags).map_err(error)?;
-        // Its busy timeout is the pool's, kept by its own handler.
+        // The pool's busy timeout, kept by a handler of its own (`busy_step`).
         let (_, pragmas) = super::sqlite_settings();
-        connection.busy_handler(Some(wait_for_lock)).map_err(error)?;
+        connection
+            .busy_handler(Some(wait_for_lock))
+            .map_err(error)?;
         for (name, value) in pragmas {
             // `journal_mode` answers a row: stepped through, like any statement here.
             let mut statement = connection
@@ -419,7 +420,8 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::Duration;
 
-    use super::{BUSY_TIMEOUT, DirectConnection, busy_step, parameter_number, statements};
+    use super::super::BUSY_TIMEOUT;
+    use super::{DirectConnection, busy_step, parameter_number, statements};
 
     /// How often the writer's busy handler ran (in this test process).
     pub(super) static LOCK_WAITS: AtomicU64 = AtomicU64::new(0);
@@ -431,7 +433,6 @@ mod tests {
         assert_eq!(busy_step(200), Some(Duration::from_millis(1)));
         let total: Duration = (0..).map_while(busy_step).sum();
         assert_eq!(total, BUSY_TIMEOUT);
-        assert_eq!(super::super::sqlite_settings().0, BUSY_TIMEOUT, "the pool's");
         let tries = (0..).map_while(busy_step).count();
         assert_eq!(busy_step(i32::try_from(tries).unwrap()), None);
     }

@@ -176,5 +176,10 @@ fn sqlite_settings() -> (Duration, [(&'static str, String); 4]) {
         ("wal_autocheckpoint", checkpoint::BOUND_PAGES.to_string()),
         ("foreign_keys", "ON".to_owned()),
     ];
-    (Duration::from_secs(10), pragmas)
+    (BUSY_TIMEOUT, pragmas)
 }
+
+/// How long a SQLite connection waits, in all, for a lock another one holds before its statement
+/// fails busy: the pool's connections with SQLite's own handler, the writer's with its own
+/// ([`direct`]'s `busy_step`).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
