@@ -8,7 +8,8 @@
 //! prepared once per connection and kept ([`Connection::prepare_cached`]).
 //!
 //! The connection has every setting the pool's connections have ([`super::sqlite_settings`]),
-//! and is opened after the migrations ran (at the lane's first group). Readers, admin writes
+//! but waits for a lock another connection holds with a busy handler of its own
+//! ([`busy_step`]), and is opened after the migrations ran (at the lane's first group). Readers, admin writes
 //! and PostgreSQL keep sqlx. The steps run the same statements through [`super::backend::Tx`]
 //! either way: this module binds [`Arg`]s as sqlx binds them (`$n` is the n-th argument, a
 //! bare `?` the next one, across the statements of a text) and decodes rows with
@@ -41,12 +42,14 @@ impl std::fmt::Debug for DirectConnection {
     }
 }
 
-/// Tries at [`SHORT_STEP`] before [`LONG_STEP`]: about the first 20 ms, longer than a pool
-/// connection's write transaction (a metrics flush, an admin change) holds the lock.
+/// Tries at [`SHORT_STEP`] before [`LONG_STEP`]: 20 ms of sleeps (30–40 ms with the kernel's
+/// timer slack), the time a pool connection's write transaction (a metrics or data catalog
+/// flush, an admin change) usually holds the lock.
 const SHORT_STEPS: i32 = 200;
 const SHORT_STEP: Duration = Duration::from_micros(100);
 /// Then tries at [`LONG_STEP`] for the rest of the pool's
-/// [`BUSY_TIMEOUT`](super::BUSY_TIMEOUT): (10 s − 20 ms) / 1 ms.
+/// [`BUSY_TIMEOUT`](super::BUSY_TIMEOUT): (10 s − 20 ms) / 1 ms. The sleeps add up to the
+/// timeout; with the timer's slack on each, the writer gives up about 0.5–1 s after it.
 const LONG_STEPS: i32 = 9_980;
 const LONG_STEP: Duration = Duration::from_millis(1);
 
@@ -54,10 +57,11 @@ const LONG_STEP: Duration = Duration::from_millis(1);
 /// holds, or `None` once [`BUSY_TIMEOUT`](super::BUSY_TIMEOUT) is spent (the statement then
 /// fails busy).
 ///
-/// SQLite's own busy timeout sleeps 1, 2, 5, 10, 15, 20, 25 … ms between tries, so a lock held
-/// for 9 ms kept the writer, and every request in its group, waiting 18: a metrics flush on a
-/// pool connection held up one group for 22 ms in a 5M-batch run (issue 16 item 5,
-/// docs/PERFORMANCE.md). The writer has a thread of its own, so it can afford to try often.
+/// SQLite's own busy timeout sleeps 1, 2, 5, 10, 15, 20, 25 … ms between tries (it tries at 0,
+/// 1, 3, 8, 18, 33 … ms), so the writer, and every request in its group, waited up to 2.7
+/// times as long as the lock was held: a pool connection's write held up one group's BEGIN
+/// for 18.4 ms in a 5M-batch run (issue 16 item 5, docs/PERFORMANCE.md). The writer has a
+/// thread of its own and holds no lock while it sleeps here, so it can afford to try often.
 fn busy_step(count: i32) -> Option<Duration> {
     match count {
         c if c < SHORT_STEPS => Some(SHORT_STEP),
@@ -433,13 +437,12 @@ mod tests {
         assert_eq!(busy_step(200), Some(Duration::from_millis(1)));
         let total: Duration = (0..).map_while(busy_step).sum();
         assert_eq!(total, BUSY_TIMEOUT);
-        let tries = (0..).map_while(busy_step).count();
-        assert_eq!(busy_step(i32::try_from(tries).unwrap()), None);
+        assert_eq!(busy_step(200 + 9_980), None, "gives up at the timeout");
     }
 
-    /// Another connection holds the write lock for 30 ms: the writer's `BEGIN IMMEDIATE` waits
-    /// for it in short steps (SQLite's own busy timeout would try five times in that time, at
-    /// 1, 3, 8, 18 and 33 ms), and then gets it.
+    /// Another connection holds the write lock for 30 ms after the writer first finds it taken:
+    /// the writer's `BEGIN IMMEDIATE` waits for it in short steps (SQLite's own busy timeout
+    /// would try five times in that time, at 1, 3, 8, 18 and 33 ms), and then gets it.
     #[test]
     fn the_writer_waits_for_a_held_write_lock_in_short_steps() {
         let dir = tempfile::tempdir().unwrap();
@@ -450,11 +453,15 @@ mod tests {
             .unwrap();
         let mut writer = DirectConnection::open(&path).unwrap();
         holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let before = LOCK_WAITS.load(Ordering::Relaxed);
+        // Held for 30 ms from the writer's first wait, however late the writer gets there.
         let release = std::thread::spawn(move || {
+            while LOCK_WAITS.load(Ordering::Relaxed) == before {
+                std::thread::yield_now();
+            }
             std::thread::sleep(Duration::from_millis(30));
             holder.execute_batch("COMMIT").unwrap();
         });
-        let before = LOCK_WAITS.load(Ordering::Relaxed);
         let mut tx = writer.begin("BEGIN IMMEDIATE").unwrap();
         tx.execute("INSERT INTO t (x) VALUES (1)", &[]).unwrap();
         tx.commit().unwrap();

@@ -164,8 +164,8 @@ async fn connect_sqlite(url: &str) -> anyhow::Result<SqlitePool> {
 }
 
 /// The settings of every connection to a SQLite database: the pool's (sqlx's), and the writer's
-/// own ([`direct`]), so both sync and wait alike. The busy timeout, then the pragmas in the
-/// order they are set.
+/// own ([`direct`]), so both sync and checkpoint alike. The busy timeout (the writer keeps it
+/// with a busy handler of its own), then the pragmas in the order they are set.
 fn sqlite_settings() -> (Duration, [(&'static str, String); 4]) {
     let pragmas = [
         ("journal_mode", "WAL".to_owned()),

@@ -186,26 +186,31 @@ async fn a_group_commits_without_waiting_for_another_thread() {
 
 const JOURNAL_MODE: Sql = Sql::sqlite_only("PRAGMA journal_mode");
 /// The settings read back as numbers.
-const NUMBERS: [Sql; 4] = [
+const NUMBERS: [Sql; 3] = [
     Sql::sqlite_only("PRAGMA synchronous"),
-    Sql::sqlite_only("PRAGMA busy_timeout"),
     Sql::sqlite_only("PRAGMA wal_autocheckpoint"),
     Sql::sqlite_only("PRAGMA foreign_keys"),
 ];
+/// SQLite's own busy handler's timeout, in ms; 0 when a handler of the connection's own
+/// replaced it.
+const BUSY_TIMEOUT: Sql = Sql::sqlite_only("PRAGMA busy_timeout");
 
-/// The settings of the connection under `tx`.
-async fn settings_in(tx: &mut Tx<'_>) -> (String, Vec<i64>) {
+/// The settings of the connection under `tx`, and its busy timeout.
+async fn settings_in(tx: &mut Tx<'_>) -> ((String, Vec<i64>), i64) {
     let (mode,): (String,) = tx.fetch_one(JOURNAL_MODE, &[]).await.expect("journal mode");
     let mut numbers = Vec::new();
     for sql in NUMBERS {
         let (number,): (i64,) = tx.fetch_one(sql, &[]).await.expect("a setting");
         numbers.push(number);
     }
-    (mode, numbers)
+    let (busy,): (i64,) = tx.fetch_one(BUSY_TIMEOUT, &[]).await.expect("busy timeout");
+    ((mode, numbers), busy)
 }
 
-/// The writer's connection is not one of sqlx's, but it syncs, waits for locks, checkpoints and
-/// checks foreign keys exactly as the pool's connections do.
+/// The writer's connection is not one of sqlx's, but it syncs, checkpoints and checks foreign
+/// keys exactly as the pool's connections do. It waits for a lock with a busy handler of its
+/// own (`store::direct`), which leaves SQLite's timeout at 0: a `busy_timeout` set after it would
+/// have replaced the handler.
 #[tokio::test]
 async fn the_writers_connection_has_the_pools_settings() {
     let db = TestStore::open().await;
@@ -213,14 +218,14 @@ async fn the_writers_connection_has_the_pools_settings() {
         return;
     }
     let mut pooled = db.store.begin().await.expect("a pooled transaction");
-    let pool = settings_in(&mut pooled).await;
+    let (pool, pool_busy) = settings_in(&mut pooled).await;
     pooled.commit().await.expect("commit");
     let mut connection = db.store.writer_connection();
     let mut group = connection
         .begin(&db.store)
         .await
         .expect("the writer's BEGIN");
-    let writer = settings_in(&mut group).await;
+    let (writer, writer_busy) = settings_in(&mut group).await;
     group.commit().await.expect("commit");
     connection.close().await;
     assert_eq!(writer, pool, "the writer's settings against the pool's");
@@ -228,13 +233,13 @@ async fn the_writers_connection_has_the_pools_settings() {
         pool,
         (
             "wal".to_owned(),
-            vec![
-                2,
-                10_000,
-                i64::from(crate::store::checkpoint::BOUND_PAGES),
-                1
-            ]
+            vec![2, i64::from(crate::store::checkpoint::BOUND_PAGES), 1]
         ),
-        "the pool's settings: WAL, FULL, 10 s, the checkpoint's bound, foreign keys"
+        "the pool's settings: WAL, FULL, the checkpoint's bound, foreign keys"
     );
+    assert_eq!(
+        pool_busy, 10_000,
+        "the pool waits 10 s with SQLite's handler"
+    );
+    assert_eq!(writer_busy, 0, "the writer waits with its own handler");
 }
