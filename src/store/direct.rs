@@ -9,12 +9,12 @@
 //!
 //! The connection has every setting the pool's connections have ([`super::sqlite_settings`]),
 //! but waits for a lock another connection holds with a busy handler of its own
-//! ([`busy_step`]), and is opened after the migrations ran (at the lane's first group). Readers, admin writes
-//! and PostgreSQL keep sqlx. The steps run the same statements through [`super::backend::Tx`]
-//! either way: this module binds [`Arg`]s as sqlx binds them (`$n` is the n-th argument, a
-//! bare `?` the next one, across the statements of a text) and decodes rows with
-//! [`DirectRow`], and its errors are sqlx errors (a constraint's kind included), so the steps
-//! and the group's error handling do not tell the two apart.
+//! ([`busy_step`]), and is opened after the migrations ran (at the lane's first group).
+//! Readers, admin writes and PostgreSQL keep sqlx. The steps run the same statements through
+//! [`super::backend::Tx`] either way: this module binds [`Arg`]s as sqlx binds them (`$n` is
+//! the n-th argument, a bare `?` the next one, across the statements of a text) and decodes
+//! rows with [`DirectRow`], and its errors are sqlx errors (a constraint's kind included), so
+//! the steps and the group's error handling do not tell the two apart.
 
 use std::borrow::Cow;
 use std::path::Path;
