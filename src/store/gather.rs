@@ -9,8 +9,9 @@
 //!
 //! So a lane that has taken a group of at most [`SMALL_GROUP`] commands, at least one of them an
 //! ingest request, while ingest requests arrive often enough that at least one more is expected
-//! within the window, sleeps for the window and then takes whatever else is queued. At a low rate (fewer arrivals than one a window) it never
-//! waits: a lone request gains nothing by waiting, and its 202 would only come later. Nor near
+//! within the window, sleeps for the window and then takes whatever else is queued. At a low
+//! rate (fewer arrivals than one a window) it never waits: a lone request gains nothing by
+//! waiting, and its 202 would only come later. Nor near
 //! saturation (more than [`BUSY_ARRIVALS`] expected): groups fill by themselves there. A group
 //! already larger than [`SMALL_GROUP`] never waits either: it shares its commit well enough.
 //! The rate is counted over the last complete period of [`PERIOD`]. Only SQLite's lane holds

@@ -420,7 +420,7 @@ async fn run(
         let held = if let Some(window) = gather.hold(group.len(), taken) {
             let held = std::time::Instant::now();
             let added = hold_open(&mut rx, &mut group, window, &stop).await;
-            let arrived = ingests(group.get(group.len() - added..).unwrap_or_default());
+            let arrived = ingests(&group[group.len() - added..]);
             gather.taken(arrived, std::time::Instant::now());
             held.elapsed()
         } else {
