@@ -281,7 +281,7 @@ impl Pipeline {
                 inbound::publish(&inner.live, &inner.catalog, input_id, batch_id, &document);
             }
         }
-        inner.data_catalog.record(input_id, points, now);
+        inner.data_catalog.record(input_id, &points, now);
         inner.metrics.accepted(input_id, events_stored);
         Accepted {
             outcomes,

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use hashbrown::hash_map::RawEntryMut;
-use hashbrown::{DefaultHashBuilder, HashMap};
+use hashbrown::{DefaultHashBuilder, Equivalent, HashMap};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -49,79 +49,182 @@ pub(crate) const LIMITS: Limits = Limits {
     name_bytes: 1_024,
 };
 
-/// One batch's data points, each with how often the batch carried it and the merged type of
-/// its values, sorted so an event comes before its attributes.
-pub(crate) type BatchPoints = Vec<(PointKey, Option<ValueType>, i64)>;
+/// One batch's data points as it carries them: a sighting per event, per attribute of an
+/// event, per user attribute and per identity type, in the batch's order (an event before its
+/// attributes, which `DataCatalog::record`'s caps rely on). The names are copied into one
+/// string, so a batch's points cost two allocations however many it has, and the tally looks
+/// them up by reference ([`PointRef`]): an owned [`PointKey`] is made only for a data point new
+/// to the tally. Counting a sighting in the tally costs the same as merging it here first (one
+/// hash lookup each), so it is not merged here.
+#[derive(Debug, Default)]
+pub(crate) struct BatchPoints {
+    names: String,
+    sightings: Vec<Sighting>,
+}
 
-/// The data points of a normalised batch. Events count once per event, an event attribute once
-/// per event carrying it, user attributes and identity types once per batch. Events of a type
-/// the schema does not know (which no filter rule can name) are left out.
+/// A data point seen `count` times with `value_type`; its names are spans of `BatchPoints::names`.
+#[derive(Debug, Clone, Copy)]
+struct Sighting {
+    kind: Kind,
+    event_type: Span,
+    event_name: Span,
+    name: Span,
+    value_type: Option<ValueType>,
+    count: i64,
+}
+
+/// Where a name is in `BatchPoints::names` (start, end).
+type Span = (u32, u32);
+
+impl BatchPoints {
+    /// Copies `text` into the names; `None` when they would outgrow a span (a batch that large
+    /// is refused long before; its points are then not catalogued).
+    fn name(&mut self, text: &str) -> Option<Span> {
+        let start = u32::try_from(self.names.len()).ok()?;
+        let end = u32::try_from(self.names.len() + text.len()).ok()?;
+        self.names.push_str(text);
+        Some((start, end))
+    }
+
+    fn push(&mut self, kind: Kind, spans: [Span; 3], value_type: Option<ValueType>, count: i64) {
+        let [event_type, event_name, name] = spans;
+        self.sightings.push(Sighting {
+            kind,
+            event_type,
+            event_name,
+            name,
+            value_type,
+            count,
+        });
+    }
+
+    /// Adds a sighting of `key`, `count` times.
+    pub(crate) fn add(&mut self, key: PointRef<'_>, value_type: Option<ValueType>, count: i64) {
+        let spans = (|| {
+            Some([
+                self.name(key.event_type)?,
+                self.name(key.event_name)?,
+                self.name(key.name)?,
+            ])
+        })();
+        if let Some(spans) = spans {
+            self.push(key.kind, spans, value_type, count);
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.sightings.is_empty()
+    }
+
+    /// The sightings, in the batch's order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (PointRef<'_>, Option<ValueType>, i64)> {
+        let text = |(start, end): Span| self.names.get(start as usize..end as usize).unwrap_or("");
+        self.sightings.iter().map(move |s| {
+            let key = PointRef {
+                kind: s.kind,
+                event_type: text(s.event_type),
+                event_name: text(s.event_name),
+                name: text(s.name),
+            };
+            (key, s.value_type, s.count)
+        })
+    }
+}
+
+/// A [`PointKey`] borrowed: what a batch's sighting names, looked up in the tally without an
+/// allocation. It hashes as the `PointKey` it equals (the same fields, in the same order, as
+/// `str`s: `Box<str>` hashes as its `str`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct PointRef<'a> {
+    pub(crate) kind: Kind,
+    pub(crate) event_type: &'a str,
+    pub(crate) event_name: &'a str,
+    pub(crate) name: &'a str,
+}
+
+impl PointRef<'_> {
+    fn to_key(self) -> PointKey {
+        PointKey::new(self.kind, self.event_type, self.event_name, self.name)
+    }
+}
+
+impl<'a> From<&'a PointKey> for PointRef<'a> {
+    fn from(key: &'a PointKey) -> Self {
+        Self {
+            kind: key.kind,
+            event_type: &key.event_type,
+            event_name: &key.event_name,
+            name: &key.name,
+        }
+    }
+}
+
+impl hashbrown::Equivalent<PointKey> for PointRef<'_> {
+    fn equivalent(&self, key: &PointKey) -> bool {
+        *self == PointRef::from(key)
+    }
+}
+
+/// The data points of a normalised batch, as sightings (see [`BatchPoints`]): an event once
+/// per event, an event attribute once per event carrying it, user attributes and identity
+/// types once per batch. Events of a type the schema does not know (which no filter rule can
+/// name) are left out.
 pub(crate) fn points_of(document: &Value) -> BatchPoints {
-    // Keyed by names borrowed from the document: a batch repeats its events' names, so an owned
-    // key is made once per distinct data point, not per sighting. A hash map, not an ordered
-    // one: a sighting costs one hash instead of several string comparisons (an SDK batch has a
-    // few distinct points and many sightings), and only the distinct points are sorted.
-    let mut points: HashMap<BorrowedKey<'_>, (Option<ValueType>, i64)> = HashMap::new();
-    let mut add = |key, value: Option<&Value>| {
-        let seen = points.entry(key).or_insert((None, 0));
-        let value_type = value.map(ValueType::of);
-        seen.0 = match (seen.0, value_type) {
-            (Some(a), Some(b)) => Some(a.merge(b)),
-            (a, b) => a.or(b),
-        };
-        seen.1 += 1;
-    };
-    for event in document
-        .get("events")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    let mut points = BatchPoints::default();
+    let events = document.get("events").and_then(Value::as_array);
+    for event in events.into_iter().flatten() {
         let Some(kind) = event_type(event) else {
             continue;
         };
-        let name = event_name(kind, event).unwrap_or("");
-        add((Kind::Event, kind.as_str(), name, ""), None);
+        let named = (|| {
+            Some([
+                points.name(kind.as_str())?,
+                points.name(event_name(kind, event).unwrap_or(""))?,
+                points.name("")?,
+            ])
+        })();
+        let Some(spans @ [event_type, event_name, _]) = named else {
+            continue;
+        };
+        points.push(Kind::Event, spans, None, 1);
         let attributes = event.get("data").and_then(|d| d.get("custom_attributes"));
         for (key, value) in attributes.and_then(Value::as_object).into_iter().flatten() {
-            add(
-                (Kind::EventAttribute, kind.as_str(), name, key),
-                Some(value),
-            );
+            if let Some(name) = points.name(key) {
+                let value_type = Some(ValueType::of(value));
+                points.push(
+                    Kind::EventAttribute,
+                    [event_type, event_name, name],
+                    value_type,
+                    1,
+                );
+            }
         }
     }
     if let Some(Value::Object(attributes)) = document.get("user_attributes") {
         for (key, value) in attributes {
-            add((Kind::UserAttribute, "", "", key), Some(value));
+            let key = PointRef {
+                kind: Kind::UserAttribute,
+                event_type: "",
+                event_name: "",
+                name: key,
+            };
+            points.add(key, Some(ValueType::of(value)), 1);
         }
     }
-    for identity in document
-        .get("user_identities")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(kind) = identity.get("identity_type").and_then(Value::as_str) {
-            add((Kind::IdentityType, "", "", kind), None);
+    let identities = document.get("user_identities").and_then(Value::as_array);
+    for identity in identities.into_iter().flatten() {
+        if let Some(name) = identity.get("identity_type").and_then(Value::as_str) {
+            let key = PointRef {
+                kind: Kind::IdentityType,
+                event_type: "",
+                event_name: "",
+                name,
+            };
+            points.add(key, None, 1);
         }
     }
-    // `PointKey`'s order (the same fields, compared the same way): an event before its
-    // attributes, which `DataCatalog::record`'s caps rely on.
-    let mut sorted: Vec<_> = points.into_iter().collect();
-    sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    sorted
-        .into_iter()
-        .map(
-            |((kind, event_type, event_name, name), (value_type, count))| {
-                let key = PointKey::new(kind, event_type, event_name, name);
-                (key, value_type, count)
-            },
-        )
-        .collect()
+    points
 }
-
-/// A [`PointKey`]'s fields borrowed from a batch: kind, event type, event name, name.
-type BorrowedKey<'a> = (Kind, &'a str, &'a str, &'a str);
 
 /// A data point waiting for the next flush.
 pub(crate) type Pending = (InputId, PointKey, Seen);
@@ -134,17 +237,19 @@ pub(crate) struct DataCatalog {
 
 #[derive(Debug)]
 struct InputTally {
-    /// Shared by `known` and `pending`, so a recorded key is hashed once for both lookups.
     /// foldhash (hashbrown's default) is fast on short keys and seeded at random per process:
     /// the keys come from clients, so a fixed-seed hash would let them aim for collisions.
     hasher: DefaultHashBuilder,
-    /// Every data point this node let in for the input (never forgotten, so the caps hold).
-    known: HashMap<PointKey, ()>,
+    /// Every data point this node let in for the input (never forgotten, so the caps hold),
+    /// with its tally since the last flush, if seen since. One map for both, so a sighting is
+    /// one lookup.
+    known: HashMap<PointKey, Option<Seen>>,
+    /// The keys whose tally is pending, for the flush to take without walking `known`.
+    pending: Vec<PointKey>,
     events: usize,
     event_attributes: usize,
     user_attributes: usize,
     attributes_per_event: HashMap<PointKey, usize>,
-    pending: HashMap<PointKey, Seen>,
     /// Sightings refused by a cap.
     dropped: u64,
 }
@@ -154,8 +259,8 @@ impl Default for InputTally {
         let hasher = DefaultHashBuilder::default();
         Self {
             known: HashMap::with_hasher(hasher.clone()),
-            pending: HashMap::with_hasher(hasher.clone()),
             hasher,
+            pending: Vec::new(),
             events: 0,
             event_attributes: 0,
             user_attributes: 0,
@@ -166,8 +271,9 @@ impl Default for InputTally {
 }
 
 impl InputTally {
-    /// Whether a data point not seen before fits under the caps; counts it in if so.
-    fn admit(&mut self, key: &PointKey, limits: &Limits) -> bool {
+    /// Whether a data point not seen before fits under the caps; counts it in if so (the
+    /// caller then adds it to `known`).
+    fn admit(&mut self, key: PointRef<'_>, limits: &Limits) -> bool {
         if key.event_name.len() > limits.name_bytes || key.name.len() > limits.name_bytes {
             return false;
         }
@@ -175,11 +281,12 @@ impl InputTally {
         if key.event_name.contains('\0') || key.name.contains('\0') {
             return false;
         }
-        let admitted = match key.kind {
+        match key.kind {
             Kind::Event => bump(&mut self.events, limits.events),
             Kind::EventAttribute => {
-                let event = key.owning_event();
-                // Sorted before its attributes, the event was just admitted or refused.
+                let event = PointKey::event(key.event_type, key.event_name);
+                // The batch carries an event before its attributes: it was just admitted or
+                // refused.
                 self.known.contains_key(&event)
                     && self.event_attributes < limits.event_attributes
                     && bump(
@@ -191,11 +298,7 @@ impl InputTally {
             Kind::UserAttribute => bump(&mut self.user_attributes, limits.user_attributes),
             // Identity types are a closed list, already checked by the batch's validation.
             Kind::IdentityType => true,
-        };
-        if admitted {
-            self.known.insert(key.clone(), ());
         }
-        admitted
     }
 
     /// Counts a data point the catalog already holds as let in, whatever the caps (they bound
@@ -213,7 +316,41 @@ impl InputTally {
             Kind::UserAttribute => self.user_attributes += 1,
             Kind::IdentityType => {}
         }
-        self.known.insert(key, ());
+        self.known.insert(key, None);
+    }
+
+    /// Adds `seen` to the tally of `key`, a data point let in; returns false if the caps keep
+    /// it out.
+    fn count(&mut self, key: PointRef<'_>, seen: &Seen, limits: &Limits) -> bool {
+        let hash = self.hasher.hash_one(key);
+        let entry = self
+            .known
+            .raw_entry_mut()
+            .from_hash(hash, |k| key.equivalent(k));
+        let slot = match entry {
+            RawEntryMut::Occupied(entry) => entry.into_mut(),
+            RawEntryMut::Vacant(_) => {
+                if !self.admit(key, limits) {
+                    return false;
+                }
+                // `admit` may have grown `attributes_per_event`, not `known`: looked up again
+                // only for a data point new to the node.
+                let (_, slot) = self
+                    .known
+                    .raw_entry_mut()
+                    .from_hash(hash, |k| key.equivalent(k))
+                    .or_insert_with(|| (key.to_key(), None));
+                slot
+            }
+        };
+        match slot {
+            Some(tally) => tally.merge(seen),
+            None => {
+                *slot = Some(*seen);
+                self.pending.push(key.to_key());
+            }
+        }
+        true
     }
 }
 
@@ -246,12 +383,12 @@ impl DataCatalog {
     }
 
     /// Adds the data points of an input's stored batches, seen at `now` (Unix ms).
-    pub(crate) fn record(&self, input: &InputId, batches: Vec<BatchPoints>, now: i64) {
+    pub(crate) fn record(&self, input: &InputId, batches: &[BatchPoints], now: i64) {
         self.record_with(input, batches, now, &LIMITS);
     }
 
-    fn record_with(&self, input: &InputId, batches: Vec<BatchPoints>, now: i64, limits: &Limits) {
-        if batches.iter().all(Vec::is_empty) {
+    fn record_with(&self, input: &InputId, batches: &[BatchPoints], now: i64, limits: &Limits) {
+        if batches.iter().all(BatchPoints::is_empty) {
             return;
         }
         let mut tally = self.lock();
@@ -261,29 +398,15 @@ impl DataCatalog {
             RawEntryMut::Vacant(entry) => entry.insert(input.clone(), InputTally::default()).1,
         };
         let dropped_before = input_tally.dropped;
-        for (key, value_type, count) in batches.into_iter().flatten() {
-            let hash = input_tally.hasher.hash_one(&key);
-            let known = input_tally
-                .known
-                .raw_entry()
-                .from_key_hashed_nocheck(hash, &key)
-                .is_some();
-            if !known && !input_tally.admit(&key, limits) {
-                input_tally.dropped += u64::try_from(count).unwrap_or(u64::MAX);
-                continue;
-            }
+        for (key, value_type, count) in batches.iter().flat_map(BatchPoints::iter) {
             let seen = Seen {
                 count,
                 first_seen_ms: now,
                 last_seen_ms: now,
                 value_type,
             };
-            let pending = input_tally.pending.raw_entry_mut();
-            match pending.from_key_hashed_nocheck(hash, &key) {
-                RawEntryMut::Occupied(mut entry) => entry.get_mut().merge(&seen),
-                RawEntryMut::Vacant(entry) => {
-                    entry.insert_hashed_nocheck(hash, key, seen);
-                }
+            if !input_tally.count(key, &seen, limits) {
+                input_tally.dropped += u64::try_from(count).unwrap_or(u64::MAX);
             }
         }
         if dropped_before == 0 && input_tally.dropped > 0 {
@@ -306,8 +429,10 @@ impl DataCatalog {
         let mut tally = self.lock();
         let mut taken = Vec::new();
         for (input, input_tally) in tally.iter_mut() {
-            for (key, seen) in input_tally.pending.drain() {
-                taken.push((input.clone(), key, seen));
+            for key in std::mem::take(&mut input_tally.pending) {
+                if let Some(seen) = input_tally.known.get_mut(&key).and_then(Option::take) {
+                    taken.push((input.clone(), key, seen));
+                }
             }
         }
         taken
@@ -318,10 +443,13 @@ impl DataCatalog {
         let mut tally = self.lock();
         for (input, key, seen) in pending {
             let input_tally = tally.entry(input).or_default();
-            match input_tally.pending.get_mut(&key) {
+            // Taken from `known`, so still there: what it holds now is newer.
+            let slot = input_tally.known.entry(key.clone()).or_default();
+            match slot {
                 Some(newer) => newer.merge(&seen),
                 None => {
-                    input_tally.pending.insert(key, seen);
+                    *slot = Some(seen);
+                    input_tally.pending.push(key);
                 }
             }
         }

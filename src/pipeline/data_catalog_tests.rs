@@ -19,6 +19,20 @@ fn key(kind: Kind, event_type: &str, event_name: &str, name: &str) -> PointKey {
     PointKey::new(kind, event_type, event_name, name)
 }
 
+/// A batch's points as sightings of `keys`, in order.
+fn sightings(keys: &[(PointKey, Option<ValueType>, i64)]) -> BatchPoints {
+    let mut points = BatchPoints::default();
+    for (key, value_type, count) in keys {
+        points.add(PointRef::from(key), *value_type, *count);
+    }
+    points
+}
+
+/// What `points` holds, owned, in order.
+fn owned(points: &BatchPoints) -> Vec<(PointKey, Option<ValueType>, i64)> {
+    points.iter().map(|(k, t, n)| (k.to_key(), t, n)).collect()
+}
+
 #[test]
 fn a_batchs_data_points_are_named_as_filter_rules_name_them() {
     let found = points(json!({
@@ -36,27 +50,42 @@ fn a_batchs_data_points_are_named_as_filter_rules_name_them() {
         ],
     }));
     use Kind::{Event, EventAttribute, IdentityType, UserAttribute};
-    use ValueType::{Mixed, Null, Number};
-    let expected: BatchPoints = vec![
-        (key(Event, "commerce_event", "view", ""), None, 1),
-        (key(Event, "custom_event", "Coupon Viewed", ""), None, 2),
+    use ValueType::{Mixed, Null, Number, String};
+    // As the batch carries them: each event before its attributes.
+    let coupon = |name: &str| key(EventAttribute, "custom_event", "Coupon Viewed", name);
+    let expected = vec![
+        (key(Event, "custom_event", "Coupon Viewed", ""), None, 1),
+        (coupon("code"), Some(String), 1),
+        (coupon("n"), Some(Number), 1),
+        (key(Event, "custom_event", "Coupon Viewed", ""), None, 1),
+        (coupon("code"), Some(Number), 1),
         (key(Event, "screen_view", "Home", ""), None, 1),
+        (key(Event, "commerce_event", "view", ""), None, 1),
         (key(Event, "session_start", "", ""), None, 1),
-        (
-            key(EventAttribute, "custom_event", "Coupon Viewed", "code"),
-            Some(Mixed),
-            2,
-        ),
-        (
-            key(EventAttribute, "custom_event", "Coupon Viewed", "n"),
-            Some(Number),
-            1,
-        ),
         (key(UserAttribute, "", "", "$Age"), Some(Number), 1),
         (key(UserAttribute, "", "", "plan"), Some(Null), 1),
         (key(IdentityType, "", "", "email"), None, 1),
     ];
-    assert_eq!(found, expected);
+    assert_eq!(owned(&found), expected);
+    // Tallied, each data point once, with its count and merged type.
+    let catalog = DataCatalog::default();
+    catalog.record(&InputId::new(), &[found], 7);
+    let tallied: Vec<(PointKey, Option<ValueType>, i64)> = sorted(catalog.take())
+        .into_iter()
+        .map(|(k, seen)| (k, seen.value_type, seen.count))
+        .collect();
+    let expected = vec![
+        (key(Event, "commerce_event", "view", ""), None, 1),
+        (key(Event, "custom_event", "Coupon Viewed", ""), None, 2),
+        (key(Event, "screen_view", "Home", ""), None, 1),
+        (key(Event, "session_start", "", ""), None, 1),
+        (coupon("code"), Some(Mixed), 2),
+        (coupon("n"), Some(Number), 1),
+        (key(UserAttribute, "", "", "$Age"), Some(Number), 1),
+        (key(UserAttribute, "", "", "plan"), Some(Null), 1),
+        (key(IdentityType, "", "", "email"), None, 1),
+    ];
+    assert_eq!(tallied, expected);
 
     // A filter rule written from a catalog entry matches the event it came from.
     let filter = DataFilter::parse(json!({"rules": [
@@ -90,9 +119,9 @@ fn requests_merge_in_the_tally_until_taken_and_a_failed_flush_is_restored() {
     let input = InputId::new();
     let event = key(Kind::Event, "custom_event", "A", "");
     let attribute = key(Kind::EventAttribute, "custom_event", "A", "x");
-    let batch = |t| vec![(event.clone(), None, 2), (attribute.clone(), Some(t), 2)];
-    catalog.record(&input, vec![batch(ValueType::String)], 10);
-    catalog.record(&input, vec![batch(ValueType::Number)], 30);
+    let batch = |t| sightings(&[(event.clone(), None, 2), (attribute.clone(), Some(t), 2)]);
+    catalog.record(&input, &[batch(ValueType::String)], 10);
+    catalog.record(&input, &[batch(ValueType::Number)], 30);
     let taken = catalog.take();
     assert_eq!(
         sorted(taken.clone()),
@@ -118,7 +147,7 @@ fn requests_merge_in_the_tally_until_taken_and_a_failed_flush_is_restored() {
         ]
     );
     assert!(catalog.take().is_empty(), "taking empties the tally");
-    catalog.record(&input, vec![vec![(event.clone(), None, 1)]], 40);
+    catalog.record(&input, &[sightings(&[(event.clone(), None, 1)])], 40);
     catalog.restore(taken);
     let merged = sorted(catalog.take());
     assert_eq!(
@@ -172,7 +201,7 @@ fn caps_drop_new_data_points_but_keep_counting_known_ones() {
         ),
         (key(Kind::IdentityType, "", "", "email"), None, 1),
     ];
-    catalog.record_with(&input, vec![batch], 1, &limits);
+    catalog.record_with(&input, &[sightings(&batch)], 1, &limits);
     let kept: Vec<PointKey> = sorted(catalog.take()).into_iter().map(|(k, _)| k).collect();
     assert_eq!(
         kept,
@@ -187,7 +216,7 @@ fn caps_drop_new_data_points_but_keep_counting_known_ones() {
     // c (5), a.y, c.x, u2, the long name.
     assert_eq!(catalog.dropped(&input), 9);
     // Known data points keep counting after the caps are reached.
-    catalog.record_with(&input, vec![vec![(event("a"), None, 3)]], 2, &limits);
+    catalog.record_with(&input, &[sightings(&[(event("a"), None, 3)])], 2, &limits);
     assert_eq!(sorted(catalog.take())[0].1.count, 3);
     assert_eq!(catalog.dropped(&input), 9);
 }
@@ -205,7 +234,7 @@ fn a_name_with_a_nul_is_dropped_because_postgresql_text_cannot_hold_it() {
         ),
         (key(Kind::Event, "custom_event", "fine", ""), None, 1),
     ];
-    catalog.record_with(&input, vec![batch], 1, &LIMITS);
+    catalog.record_with(&input, &[sightings(&batch)], 1, &LIMITS);
     let kept: Vec<PointKey> = sorted(catalog.take()).into_iter().map(|(k, _)| k).collect();
     assert_eq!(kept, vec![key(Kind::Event, "custom_event", "fine", "")]);
     assert_eq!(catalog.dropped(&input), 2);
@@ -240,7 +269,7 @@ fn data_points_already_in_the_table_count_toward_the_caps_after_a_restart() {
         (user("u1"), Some(ValueType::Number), 1),
         (user("u2"), Some(ValueType::Number), 1),
     ];
-    catalog.record_with(&input, vec![batch], 1, &limits);
+    catalog.record_with(&input, &[sightings(&batch)], 1, &limits);
     let kept: Vec<PointKey> = sorted(catalog.take()).into_iter().map(|(k, _)| k).collect();
     assert_eq!(kept, vec![event("a"), attribute("x"), user("u1")]);
     assert_eq!(
@@ -250,6 +279,70 @@ fn data_points_already_in_the_table_count_toward_the_caps_after_a_restart() {
     );
     // Another input's caps are its own.
     let other = InputId::new();
-    catalog.record_with(&other, vec![vec![(event("c"), None, 1)]], 1, &limits);
+    catalog.record_with(&other, &[sightings(&[(event("c"), None, 1)])], 1, &limits);
     assert_eq!(catalog.dropped(&other), 0);
+}
+
+/// A sighting is looked up by reference: it must hash as the key it equals, or a known data
+/// point would be missed and stored twice.
+#[test]
+fn a_borrowed_key_hashes_as_the_owned_key_it_equals() {
+    let hasher = DefaultHashBuilder::default();
+    let keys = [
+        key(Kind::Event, "custom_event", "Coupon Viewed", ""),
+        key(
+            Kind::EventAttribute,
+            "custom_event",
+            "Coupon Viewed",
+            "code",
+        ),
+        key(Kind::UserAttribute, "", "", "plan"),
+        key(Kind::IdentityType, "", "", "email"),
+        // The same letters split otherwise are another key.
+        key(
+            Kind::EventAttribute,
+            "custom_event",
+            "Coupon",
+            " Viewedcode",
+        ),
+    ];
+    for owned in &keys {
+        let borrowed = PointRef::from(owned);
+        assert_eq!(
+            hasher.hash_one(borrowed),
+            hasher.hash_one(owned),
+            "{owned:?}"
+        );
+        assert!(borrowed.equivalent(owned));
+        assert_eq!(borrowed.to_key(), *owned);
+    }
+    assert!(!PointRef::from(&keys[1]).equivalent(&keys[4]));
+}
+
+/// The caps see a batch's points in the batch's order: an event is admitted or refused before
+/// its attributes, wherever the batch carries it.
+#[test]
+fn an_events_attributes_follow_it_through_the_caps_in_the_batchs_order() {
+    let limits = Limits {
+        events: 1,
+        ..LIMITS
+    };
+    let catalog = DataCatalog::default();
+    let input = InputId::new();
+    let found = points(json!({"events": [
+        {"event_type": "custom_event", "data": {"event_name": "B",
+         "custom_event_type": "other", "custom_attributes": {"x": 1}}},
+        {"event_type": "custom_event", "data": {"event_name": "A",
+         "custom_event_type": "other", "custom_attributes": {"y": 1}}},
+    ]}));
+    catalog.record_with(&input, &[found], 1, &limits);
+    let kept: Vec<PointKey> = sorted(catalog.take()).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(
+        kept,
+        vec![
+            key(Kind::Event, "custom_event", "B", ""),
+            key(Kind::EventAttribute, "custom_event", "B", "x"),
+        ]
+    );
+    assert_eq!(catalog.dropped(&input), 2, "A and its attribute");
 }
