@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use hashbrown::hash_map::RawEntryMut;
-use hashbrown::{DefaultHashBuilder, Equivalent, HashMap};
+use hashbrown::{Equivalent, HashMap};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -52,10 +52,12 @@ pub(crate) const LIMITS: Limits = Limits {
 /// One batch's data points as it carries them: a sighting per event, per attribute of an
 /// event, per user attribute and per identity type, in the batch's order (an event before its
 /// attributes, which `DataCatalog::record`'s caps rely on). The names are copied into one
-/// string, so a batch's points cost two allocations however many it has, and the tally looks
-/// them up by reference ([`PointRef`]): an owned [`PointKey`] is made only for a data point new
-/// to the tally. Counting a sighting in the tally costs the same as merging it here first (one
-/// hash lookup each), so it is not merged here.
+/// string, so a batch's points cost two growing buffers rather than three boxed strings per
+/// point, and the tally looks them up by reference ([`PointRef`]): an owned [`PointKey`] is
+/// made only for a data point new to the tally. They are not merged here: merging cost a hash
+/// lookup per sighting too, and the tally's lookups under its lock, one per sighting (about 40
+/// for the side-by-side batch), cost less than the allocations and the second map did (docs/
+/// PERFORMANCE.md, "Item 1: the data catalog's tally").
 #[derive(Debug, Default)]
 pub(crate) struct BatchPoints {
     names: String,
@@ -98,16 +100,18 @@ impl BatchPoints {
         });
     }
 
+    /// Copies a key's three names; `None` as [`Self::name`].
+    fn names(&mut self, [event_type, event_name, name]: [&str; 3]) -> Option<[Span; 3]> {
+        Some([
+            self.name(event_type)?,
+            self.name(event_name)?,
+            self.name(name)?,
+        ])
+    }
+
     /// Adds a sighting of `key`, `count` times.
     pub(crate) fn add(&mut self, key: PointRef<'_>, value_type: Option<ValueType>, count: i64) {
-        let spans = (|| {
-            Some([
-                self.name(key.event_type)?,
-                self.name(key.event_name)?,
-                self.name(key.name)?,
-            ])
-        })();
-        if let Some(spans) = spans {
+        if let Some(spans) = self.names([key.event_type, key.event_name, key.name]) {
             self.push(key.kind, spans, value_type, count);
         }
     }
@@ -176,14 +180,9 @@ pub(crate) fn points_of(document: &Value) -> BatchPoints {
         let Some(kind) = event_type(event) else {
             continue;
         };
-        let named = (|| {
-            Some([
-                points.name(kind.as_str())?,
-                points.name(event_name(kind, event).unwrap_or(""))?,
-                points.name("")?,
-            ])
-        })();
-        let Some(spans @ [event_type, event_name, _]) = named else {
+        let name = event_name(kind, event).unwrap_or("");
+        let Some(spans @ [event_type, event_name, _]) = points.names([kind.as_str(), name, ""])
+        else {
             continue;
         };
         points.push(Kind::Event, spans, None, 1);
@@ -235,14 +234,13 @@ pub(crate) struct DataCatalog {
     tally: Mutex<HashMap<InputId, InputTally>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct InputTally {
-    /// foldhash (hashbrown's default) is fast on short keys and seeded at random per process:
-    /// the keys come from clients, so a fixed-seed hash would let them aim for collisions.
-    hasher: DefaultHashBuilder,
     /// Every data point this node let in for the input (never forgotten, so the caps hold),
     /// with its tally since the last flush, if seen since. One map for both, so a sighting is
-    /// one lookup.
+    /// one lookup. foldhash (hashbrown's default) is fast on short keys and seeded at random
+    /// per map: the keys come from clients, so a fixed-seed hash would let them aim for
+    /// collisions.
     known: HashMap<PointKey, Option<Seen>>,
     /// The keys whose tally is pending, for the flush to take without walking `known`.
     pending: Vec<PointKey>,
@@ -252,22 +250,6 @@ struct InputTally {
     attributes_per_event: HashMap<PointKey, usize>,
     /// Sightings refused by a cap.
     dropped: u64,
-}
-
-impl Default for InputTally {
-    fn default() -> Self {
-        let hasher = DefaultHashBuilder::default();
-        Self {
-            known: HashMap::with_hasher(hasher.clone()),
-            hasher,
-            pending: Vec::new(),
-            events: 0,
-            event_attributes: 0,
-            user_attributes: 0,
-            attributes_per_event: HashMap::default(),
-            dropped: 0,
-        }
-    }
 }
 
 impl InputTally {
@@ -284,21 +266,30 @@ impl InputTally {
         match key.kind {
             Kind::Event => bump(&mut self.events, limits.events),
             Kind::EventAttribute => {
-                let event = PointKey::event(key.event_type, key.event_name);
+                // Borrowed: a refused attribute is refused again at each sighting, and an input
+                // past its caps would otherwise allocate under the lock every time.
+                let event = PointRef {
+                    kind: Kind::Event,
+                    name: "",
+                    ..key
+                };
                 // The batch carries an event before its attributes: it was just admitted or
                 // refused.
                 self.known.contains_key(&event)
                     && self.event_attributes < limits.event_attributes
-                    && bump(
-                        self.attributes_per_event.entry(event).or_default(),
-                        limits.attributes_per_event,
-                    )
+                    && bump(self.attributes_of(event), limits.attributes_per_event)
                     && bump(&mut self.event_attributes, limits.event_attributes)
             }
             Kind::UserAttribute => bump(&mut self.user_attributes, limits.user_attributes),
             // Identity types are a closed list, already checked by the batch's validation.
             Kind::IdentityType => true,
         }
+    }
+
+    /// How many attributes of `event` were let in (an owned key made the first time only).
+    fn attributes_of(&mut self, event: PointRef<'_>) -> &mut usize {
+        let entry = self.attributes_per_event.raw_entry_mut().from_key(&event);
+        entry.or_insert_with(|| (event.to_key(), 0)).1
     }
 
     /// Counts a data point the catalog already holds as let in, whatever the caps (they bound
@@ -322,7 +313,7 @@ impl InputTally {
     /// Adds `seen` to the tally of `key`, a data point let in; returns false if the caps keep
     /// it out.
     fn count(&mut self, key: PointRef<'_>, seen: &Seen, limits: &Limits) -> bool {
-        let hash = self.hasher.hash_one(key);
+        let hash = self.known.hasher().hash_one(key);
         let entry = self
             .known
             .raw_entry_mut()
@@ -333,8 +324,8 @@ impl InputTally {
                 if !self.admit(key, limits) {
                     return false;
                 }
-                // `admit` may have grown `attributes_per_event`, not `known`: looked up again
-                // only for a data point new to the node.
+                // Looked up again (the vacant entry borrows `known`, which `admit` reads), only
+                // for a data point new to the node.
                 let (_, slot) = self
                     .known
                     .raw_entry_mut()
