@@ -238,9 +238,8 @@ pub(crate) struct DataCatalog {
 struct InputTally {
     /// Every data point this node let in for the input (never forgotten, so the caps hold),
     /// with its tally since the last flush, if seen since. One map for both, so a sighting is
-    /// one lookup. foldhash (hashbrown's default) is fast on short keys and seeded at random
-    /// per map: the keys come from clients, so a fixed-seed hash would let them aim for
-    /// collisions.
+    /// one lookup. foldhash (hashbrown's default) is fast on short keys and seeded at random:
+    /// the keys come from clients, so a fixed-seed hash would let them aim for collisions.
     known: HashMap<PointKey, Option<Seen>>,
     /// The keys whose tally is pending, for the flush to take without walking `known`.
     pending: Vec<PointKey>,
