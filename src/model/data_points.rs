@@ -56,6 +56,7 @@ pub(crate) struct PointKey {
 }
 
 impl PointKey {
+    #[cfg(test)]
     pub(crate) fn event(event_type: &str, event_name: &str) -> Self {
         Self::new(Kind::Event, event_type, event_name, "")
     }
@@ -67,11 +68,6 @@ impl PointKey {
             event_name: event_name.into(),
             name: name.into(),
         }
-    }
-
-    /// The event an event attribute belongs to.
-    pub(crate) fn owning_event(&self) -> Self {
-        Self::event(&self.event_type, &self.event_name)
     }
 }
 

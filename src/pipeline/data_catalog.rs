@@ -110,18 +110,18 @@ impl BatchPoints {
     }
 
     /// Adds a sighting of `key`, `count` times.
-    pub(crate) fn add(&mut self, key: PointRef<'_>, value_type: Option<ValueType>, count: i64) {
+    fn add(&mut self, key: PointRef<'_>, value_type: Option<ValueType>, count: i64) {
         if let Some(spans) = self.names([key.event_type, key.event_name, key.name]) {
             self.push(key.kind, spans, value_type, count);
         }
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.sightings.is_empty()
     }
 
     /// The sightings, in the batch's order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (PointRef<'_>, Option<ValueType>, i64)> {
+    fn iter(&self) -> impl Iterator<Item = (PointRef<'_>, Option<ValueType>, i64)> {
         let text = |(start, end): Span| self.names.get(start as usize..end as usize).unwrap_or("");
         self.sightings.iter().map(move |s| {
             let key = PointRef {
@@ -139,16 +139,25 @@ impl BatchPoints {
 /// allocation. It hashes as the `PointKey` it equals (the same fields, in the same order, as
 /// `str`s: `Box<str>` hashes as its `str`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct PointRef<'a> {
-    pub(crate) kind: Kind,
-    pub(crate) event_type: &'a str,
-    pub(crate) event_name: &'a str,
-    pub(crate) name: &'a str,
+struct PointRef<'a> {
+    kind: Kind,
+    event_type: &'a str,
+    event_name: &'a str,
+    name: &'a str,
 }
 
 impl PointRef<'_> {
     fn to_key(self) -> PointKey {
         PointKey::new(self.kind, self.event_type, self.event_name, self.name)
+    }
+
+    /// The event an event attribute belongs to.
+    fn owning_event(self) -> Self {
+        Self {
+            kind: Kind::Event,
+            name: "",
+            ..self
+        }
     }
 }
 
@@ -267,11 +276,7 @@ impl InputTally {
             Kind::EventAttribute => {
                 // Borrowed: a refused attribute is refused again at each sighting, and an input
                 // past its caps would otherwise allocate under the lock every time.
-                let event = PointRef {
-                    kind: Kind::Event,
-                    name: "",
-                    ..key
-                };
+                let event = key.owning_event();
                 // The batch carries an event before its attributes: it was just admitted or
                 // refused.
                 self.known.contains_key(&event)
@@ -297,10 +302,7 @@ impl InputTally {
         match key.kind {
             Kind::Event => self.events += 1,
             Kind::EventAttribute => {
-                *self
-                    .attributes_per_event
-                    .entry(key.owning_event())
-                    .or_default() += 1;
+                *self.attributes_of(PointRef::from(&key).owning_event()) += 1;
                 self.event_attributes += 1;
             }
             Kind::UserAttribute => self.user_attributes += 1,

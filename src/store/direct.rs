@@ -7,7 +7,7 @@
 //! SQLite on its writer's thread. Here `rusqlite` does the same: the statements run in place,
 //! prepared once per connection and kept ([`Connection::prepare_cached`]).
 //!
-//! The connection has every setting the pool's connections have ([`super::sqlite_settings`]),
+//! The connection has every setting the pool's connections have ([`super::sqlite_pragmas`]),
 //! but waits for a lock another connection holds with a busy handler of its own
 //! ([`busy_step`]), and is opened after the migrations ran (at the lane's first group).
 //! Readers, admin writes and PostgreSQL keep sqlx. The steps run the same statements through
@@ -89,7 +89,7 @@ impl DirectConnection {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let connection = Connection::open_with_flags(path, flags).map_err(error)?;
         // The pool's busy timeout, kept by a handler of its own (`busy_step`).
-        let (_, pragmas) = super::sqlite_settings();
+        let pragmas = super::sqlite_pragmas();
         connection
             .busy_handler(Some(wait_for_lock))
             .map_err(error)?;

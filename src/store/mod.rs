@@ -144,11 +144,11 @@ async fn connect_sqlite(url: &str) -> anyhow::Result<SqlitePool> {
         .trim_start_matches("sqlite:");
     let path = path.split('?').next().unwrap_or(path);
     private_files::prepare(std::path::Path::new(path))?;
-    let (busy_timeout, pragmas) = sqlite_settings();
+    let pragmas = sqlite_pragmas();
     let mut options = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))
         .with_context(|| format!("invalid SQLite URL {url:?}"))?
         .create_if_missing(true)
-        .busy_timeout(busy_timeout);
+        .busy_timeout(BUSY_TIMEOUT);
     for (name, value) in pragmas {
         options = options.pragma(name, value);
     }
@@ -163,11 +163,11 @@ async fn connect_sqlite(url: &str) -> anyhow::Result<SqlitePool> {
         .with_context(|| format!("failed to open SQLite database {path}"))
 }
 
-/// The settings of every connection to a SQLite database: the pool's (sqlx's), and the writer's
-/// own ([`direct`]), so both sync and checkpoint alike. The busy timeout (the writer keeps it
-/// with a busy handler of its own), then the pragmas in the order they are set.
-fn sqlite_settings() -> (Duration, [(&'static str, String); 4]) {
-    let pragmas = [
+/// The pragmas of every connection to a SQLite database, in the order they are set: the pool's
+/// (sqlx's) and the writer's own ([`direct`]), so both sync and checkpoint alike. Both also
+/// wait [`BUSY_TIMEOUT`] for a lock (the writer with a busy handler of its own).
+fn sqlite_pragmas() -> [(&'static str, String); 4] {
+    [
         ("journal_mode", "WAL".to_owned()),
         // FULL: an accepted batch survives power loss, not only a process crash. Group commit
         // makes its cost per group, not per request.
@@ -175,8 +175,7 @@ fn sqlite_settings() -> (Duration, [(&'static str, String); 4]) {
         // The WAL is copied back by a background task; a commit does it only past this bound.
         ("wal_autocheckpoint", checkpoint::BOUND_PAGES.to_string()),
         ("foreign_keys", "ON".to_owned()),
-    ];
-    (BUSY_TIMEOUT, pragmas)
+    ]
 }
 
 /// How long a SQLite connection waits, in all, for a lock another one holds before its statement
