@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::backend::{Tx, WriterConnection};
+use super::identity_steps::Resends;
 use super::prune_step::{self, PruneChunk};
 use super::queue::{
     ClaimedJob, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, Renewed,
@@ -135,9 +136,37 @@ pub(super) async fn commit(
     lease_ms: i64,
     node: &str,
 ) -> Result<Vec<Done>, Failure> {
+    let mut resends = Resends::FoundByInsert;
+    loop {
+        match commit_kept(store, connection, commands, lease_ms, node, resends).await {
+            Try::Ended(result) => return result,
+            // At most once: a group that read its stored keys first never asks again.
+            Try::Again => resends = Resends::Read,
+        }
+    }
+}
+
+/// How one try at a group ended.
+enum Try {
+    Ended(Result<Vec<Done>, Failure>),
+    /// A batch the identity step resolved turned out to be a resend (see [`Resends`]): rolled
+    /// back, to be run again with the stored keys read first.
+    Again,
+}
+
+/// One try at the group, on the lane's connection as kept, or on a fresh one if the kept one
+/// turns out to be gone.
+async fn commit_kept(
+    store: &Store,
+    connection: &mut WriterConnection,
+    commands: &mut [Command],
+    lease_ms: i64,
+    node: &str,
+    resends: Resends,
+) -> Try {
     let kept = connection.is_kept();
-    match commit_once(store, connection, commands, lease_ms, node).await {
-        Ok(result) => result,
+    match commit_once(store, connection, commands, lease_ms, node, resends).await {
+        Ok(done) => done,
         // A kept connection the server closed or stopped answering while the lane was idle (a
         // restart, a failover, an idle timeout) fails at its BEGIN, before anything of the
         // group was sent: start again once on a fresh one, or a lone request would get the
@@ -145,11 +174,11 @@ pub(super) async fn commit(
         Err(error) if kept && lost_connection(&error) => {
             tracing::info!(%error, "The writer's connection failed its BEGIN; opening another.");
             connection.reset();
-            commit_once(store, connection, commands, lease_ms, node)
+            commit_once(store, connection, commands, lease_ms, node, resends)
                 .await
-                .unwrap_or_else(|error| Err(rolled_back(error)))
+                .unwrap_or_else(|error| Try::Ended(Err(rolled_back(error))))
         }
-        Err(error) => Err(rolled_back(error)),
+        Err(error) => Try::Ended(Err(rolled_back(error))),
     }
 }
 
@@ -171,23 +200,28 @@ fn lost_connection(error: &sqlx::Error) -> bool {
     }
 }
 
-/// [`commit`] on the connection as it is; the outer error is a BEGIN that failed.
+/// One try at the group on the connection as it is; the error is a BEGIN that failed.
 async fn commit_once(
     store: &Store,
     connection: &mut WriterConnection,
     commands: &mut [Command],
     lease_ms: i64,
     node: &str,
-) -> Result<Result<Vec<Done>, Failure>, sqlx::Error> {
+    resends: Resends,
+) -> Result<Try, sqlx::Error> {
     let started = Instant::now();
     let mut tx = connection.begin(store).await?;
     let begun = started.elapsed();
-    let steps = run_steps(&mut tx, commands, lease_ms, node).await;
+    let steps = run_steps(&mut tx, commands, lease_ms, node, resends).await;
     let (done, stored) = match steps {
         Ok(ran) => ran,
-        Err(error) => {
+        Err(StepsFailed::ResolvedAResend) => {
+            tracing::debug!("A batch the group resolved was a resend; running it again.");
+            return Ok(Try::Again);
+        }
+        Err(StepsFailed::Sql(error)) => {
             identity_sql::new_run_after(&error);
-            return Ok(Err(rolled_back(error)));
+            return Ok(Try::Ended(Err(rolled_back(error))));
         }
     };
     let ran = started.elapsed();
@@ -204,10 +238,10 @@ async fn commit_once(
         commit_ms = ms(started.elapsed() - ran),
         "Group committed."
     );
-    Ok(match committed {
+    Ok(Try::Ended(match committed {
         Ok(()) => Ok(done),
         Err(error) => settle_commit_error(store, &stored, done, error).await,
-    })
+    }))
 }
 
 /// A duration in milliseconds, for the debug logs.
@@ -219,6 +253,19 @@ fn rolled_back(error: sqlx::Error) -> Failure {
     Failure::RolledBack(error.into())
 }
 
+/// Why a group's steps stopped (the transaction is then rolled back).
+enum StepsFailed {
+    Sql(sqlx::Error),
+    /// See [`Try::Again`].
+    ResolvedAResend,
+}
+
+impl From<sqlx::Error> for StepsFailed {
+    fn from(error: sqlx::Error) -> Self {
+        StepsFailed::Sql(error)
+    }
+}
+
 /// The steps of one group, in order, inside `tx`; the answers, and the ids of the batches it
 /// stored.
 async fn run_steps(
@@ -226,7 +273,8 @@ async fn run_steps(
     commands: &mut [Command],
     lease_ms: i64,
     node: &str,
-) -> Result<(Vec<Done>, HashSet<BatchId>), sqlx::Error> {
+    resends: Resends,
+) -> Result<(Vec<Done>, HashSet<BatchId>), StepsFailed> {
     let now = now_ms();
     let lease_until = now + lease_ms;
     let renewing = renewals(commands);
@@ -255,10 +303,13 @@ async fn run_steps(
     }
     let mut resolving: Vec<&mut NewBatch> =
         commands.iter_mut().flat_map(Command::batches_mut).collect();
-    let decided = identity_steps::resolve_batches(tx, &mut resolving).await?;
+    let decided = identity_steps::resolve_batches(tx, &mut resolving, resends).await?;
     let commands = &*commands;
     let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();
     let (ids, stored) = batch_steps::insert_batches(tx, &batches).await?;
+    if resends == Resends::FoundByInsert && decided.resolved_a_resend(&ids, &stored) {
+        return Err(StepsFailed::ResolvedAResend);
+    }
     let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, lease_until, node);
     let (fresh, profiles): (Vec<ProfileRow>, Vec<ProfileRow>) = profile_rows(commands, &outcomes)
         .into_iter()

@@ -41,7 +41,7 @@ use super::steps::ProfileRow;
 use crate::model::consent;
 use crate::model::identity::resolve::{Call, Lookup, Target, decide};
 use crate::model::identity::types::IdentityType;
-use crate::model::ids::Mpid;
+use crate::model::ids::{BatchId, Mpid};
 
 // SQLite's writes, one statement each (a statement costs SQLite no round trip over a network;
 // PostgreSQL's are one statement, `WRITE_POSTGRES`). Object rows are walked with `jsonb_each`,
@@ -155,6 +155,8 @@ pub(super) struct Decided {
     attached: Attached,
     /// `PointDevice` rows as JSON, if any.
     devices: Option<String>,
+    /// For each batch of the group, in order, whether it was resolved.
+    resolved: Vec<bool>,
 }
 
 /// Identities given to users, as columns: the i-th of each is one identity.
@@ -188,12 +190,20 @@ impl Attached {
 }
 
 impl Decided {
-    fn of(writes: &Writes<'_>) -> Self {
+    fn of(writes: &Writes<'_>, resolved: Vec<bool>) -> Self {
         Self {
             users: writes.users.iter().copied().collect(),
             attached: Attached::of(&writes.attach),
             devices: (!writes.devices.is_empty()).then(|| json(&writes.devices)),
+            resolved,
         }
+    }
+
+    /// Whether a batch this step resolved was not stored (`ids` the group's batch ids in
+    /// order, `stored` those the insert stored): a resend, whose decision may have made a
+    /// user, given identities or pointed a device that only its original had the say on.
+    pub(super) fn resolved_a_resend(&self, ids: &[BatchId], stored: &HashSet<BatchId>) -> bool {
+        (self.resolved.iter().zip(ids)).any(|(&resolved, id)| resolved && !stored.contains(id))
     }
 
     /// Whether the group made this user.
@@ -202,17 +212,32 @@ impl Decided {
     }
 }
 
+/// Whether the identity step reads which of the group's batch keys are stored before it
+/// resolves the batches (a duplicate resolves nothing: whatever identities a resend names, only
+/// the batch first stored has its say).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Resends {
+    /// Not read: resends are rare, and the batch insert finds them anyway. A group in which a
+    /// batch the step resolved turns out to be one is rolled back and run again `Read`
+    /// ([`Decided::resolved_a_resend`]). Reading the keys was a fifth of the identity read on
+    /// PostgreSQL (a B-tree probe of `batches` per batch) and a statement of its own on SQLite.
+    FoundByInsert,
+    /// Read with the identities, under their locks.
+    Read,
+}
+
 /// Gives every batch of `batches` that arrived without an MPID its user, in order, and answers the
 /// writes the decisions call for, for [`write`] once the batches are stored. A batch that would
-/// need a new user where it may not make one keeps none. A duplicate (its `source_request_id`
-/// already stored, or taken by an earlier batch of the group) is stored as nothing, so it resolves
-/// nothing and writes nothing: whatever identities a resend names, only the batch first stored had
-/// its say. The stored keys are read without a lock on them: a resend racing its uncommitted
-/// original on another lane or node, with no identity or device in common (so no advisory lock
-/// between them), still resolves before its insert finds the duplicate.
+/// need a new user where it may not make one keeps none. A duplicate taken by an earlier batch
+/// of the group, or, with [`Resends::Read`], whose `source_request_id` is already stored, is
+/// stored as nothing, so it resolves nothing and writes nothing. The stored keys are read
+/// without a lock on them: a resend racing its uncommitted original on another lane or node,
+/// with no identity or device in common (so no advisory lock between them), still resolves
+/// before its insert finds the duplicate.
 pub(super) async fn resolve_batches(
     tx: &mut Tx<'_>,
     batches: &mut [&mut NewBatch],
+    resends: Resends,
 ) -> Result<Decided, sqlx::Error> {
     if !batches.iter().any(|b| b.unresolved.is_some()) {
         return Ok(Decided::default());
@@ -225,12 +250,15 @@ pub(super) async fn resolve_batches(
     }
     // The locks first (in the read): a resend racing its original on another node (the same
     // identities) waits there until the original commits, and the read then finds it stored.
-    let keys: Vec<(&str, &str)> = batches
-        .iter()
-        .zip(&resolving)
-        .filter(|(_, resolve)| **resolve)
-        .filter_map(|(b, _)| batch_key(b))
-        .collect();
+    let keys: Vec<(&str, &str)> = match resends {
+        Resends::FoundByInsert => Vec::new(),
+        Resends::Read => batches
+            .iter()
+            .zip(&resolving)
+            .filter(|(_, resolve)| **resolve)
+            .filter_map(|(b, _)| batch_key(b))
+            .collect(),
+    };
     let (stored, mut known) = identity_read::read(tx, &keys, &candidates).await?;
     for (flag, batch) in resolving.iter_mut().zip(batches.iter()) {
         let key = batch_key(batch).map(|(i, r)| (i.to_owned(), r.to_owned()));
@@ -244,7 +272,7 @@ pub(super) async fn resolve_batches(
     for unresolved in pending.iter().copied() {
         users.push(decide_one(unresolved, &mut known, &mut writes));
     }
-    let decided = Decided::of(&writes);
+    let decided = Decided::of(&writes, resolving.clone());
     settle_all(batches, &resolving, users);
     Ok(decided)
 }

@@ -100,7 +100,9 @@ async fn resolved_together(store: &Store, calls: &[Given<'_>]) -> Vec<NewBatch> 
     let mut batches: Vec<NewBatch> = calls.iter().map(unnamed).collect();
     let mut tx = store.begin().await.expect("begin");
     let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
-    let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
+    let decided = resolve_batches(&mut tx, &mut refs, Resends::FoundByInsert)
+        .await
+        .expect("resolve");
     write(&mut tx, &decided, &[], 1_000, false)
         .await
         .expect("write");
@@ -266,7 +268,9 @@ async fn waits_for_the_holder_and_finds_its_user(holder_store: &Store, store: St
         let mut writer = store.writer_connection();
         let mut tx = writer.begin(&store).await.expect("begin");
         let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
-        let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
+        let decided = resolve_batches(&mut tx, &mut refs, Resends::FoundByInsert)
+            .await
+            .expect("resolve");
         write(&mut tx, &decided, &[], 1_000, false)
             .await
             .expect("write");
@@ -315,12 +319,15 @@ fn the_mpid_goes_in_front_of_any_object() {
     );
 }
 
-/// A batch of `identities` under `request`, resolved and stored in one transaction, as the
-/// group commit runs the two steps; the ids the insert stored.
+/// A batch of `identities` under `request`, resolved with the stored keys read first and
+/// stored in one transaction, as the group commit runs the two steps when it runs a group
+/// again for a resend (`round_trips` has the group's own test); the ids the insert stored.
 async fn resolve_and_store(store: &Store, batches: &mut [NewBatch]) -> usize {
     let mut tx = store.begin().await.expect("begin");
     let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
-    let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
+    let decided = resolve_batches(&mut tx, &mut refs, Resends::Read)
+        .await
+        .expect("resolve");
     let rows: Vec<&NewBatch> = batches.iter().collect();
     let (_, stored) = crate::store::batch_steps::insert_batches(&mut tx, &rows)
         .await
@@ -374,7 +381,9 @@ async fn new_users_get_mpids_that_grow_in_the_order_they_are_made() {
             .collect();
         let mut tx = db.store.begin().await.expect("begin");
         let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
-        let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
+        let decided = resolve_batches(&mut tx, &mut refs, Resends::FoundByInsert)
+            .await
+            .expect("resolve");
         write(&mut tx, &decided, &[], 1_000, false)
             .await
             .expect("write");
@@ -608,7 +617,9 @@ async fn a_new_user_costs_twelve_wal_records_and_no_foreign_key_check() {
         .collect();
     let mut tx = db.store.begin().await.expect("begin");
     let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
-    let decided = resolve_batches(&mut tx, &mut refs).await.expect("resolve");
+    let decided = resolve_batches(&mut tx, &mut refs, Resends::FoundByInsert)
+        .await
+        .expect("resolve");
     let explain = format!("EXPLAIN (ANALYZE, WAL, COSTS OFF) {WRITE_POSTGRES}");
     let query = sqlx::query_as::<Postgres, (String,)>(sqlx::AssertSqlSafe(explain));
     let bare: Vec<i64> = decided.users.iter().map(|m| m.get()).collect();
