@@ -445,11 +445,21 @@ impl Store {
 /// out, so a plan made in a group reads `jobs` through its indexes (a scan nothing else can
 /// answer still runs). A setting does not invalidate cached plans: a statement first planned
 /// on a pooled connection outside a group keeps its plan there; the group's statements are
-/// the ones that run at every poll. Sent with the BEGIN (one simple query), it costs no round trip of its
-/// own. SQLite plans each statement from the table as it is: nothing to do. READ COMMITTED as
-/// in [`BEGIN`], for the same reasons.
-const GROUP_BEGIN_POSTGRES: &str =
-    "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL enable_seqscan = off";
+/// the ones that run at every poll.
+///
+/// A group also forces the generic plan. By default PostgreSQL compares the generic plan's
+/// estimate with the custom plans' and may go on planning a statement afresh at every run: the
+/// group's statements take their rows as arrays, whose length the custom plan knows and the
+/// generic one does not, and their planning was 8–10% of the writer's backend CPU, in the
+/// statements' own execution and in `boson_group_identities`' (issue 16, item 4;
+/// docs/PERFORMANCE.md). Every statement a group runs reads and writes through indexes, which
+/// the generic plan uses as well (sequential scans being priced out above).
+///
+/// Sent with the BEGIN (one simple query), these settings cost no round trip of their own.
+/// SQLite plans each statement from the table as it is: nothing to do. READ COMMITTED as in
+/// [`BEGIN`], for the same reasons.
+const GROUP_BEGIN_POSTGRES: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; \
+     SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_generic_plan";
 
 /// How long a kept PostgreSQL connection may take to answer a group's BEGIN before it is taken
 /// for dead and replaced. Generous: a live server answers in well under a millisecond, even

@@ -199,3 +199,19 @@ async fn a_group_holding_a_resend_runs_again_reading_the_stored_keys_first() {
     let expected = if on_postgres() { 3 + 6 } else { 3 + 9 };
     assert_eq!(trips, expected, "round trips of a group holding a resend");
 }
+
+/// PostgreSQL: a group's statements run on the generic plan kept for the lane's connection, not
+/// planned afresh at every run (see `GROUP_BEGIN_POSTGRES`).
+#[tokio::test]
+async fn a_groups_statements_are_not_planned_afresh_at_every_run() {
+    if !on_postgres() {
+        // SQLite has no plan cache to choose from: each statement is planned when prepared.
+        return;
+    }
+    let db = TestStore::open().await;
+    let mut connection = db.store.writer_connection();
+    let mut tx = connection.begin(&db.store).await.expect("begin");
+    let show = Sql::postgres_only("SHOW plan_cache_mode");
+    let (mode,): (String,) = tx.fetch_one(show, &[]).await.expect("show");
+    assert_eq!(mode, "force_generic_plan");
+}
