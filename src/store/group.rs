@@ -10,7 +10,9 @@
 //!
 //! The identities of the group's batches without an MPID come between the job rows and the
 //! batch keys: their advisory locks in key order, taken in the same round trip as the reads
-//! that follow them (see [`super::identity_read`]).
+//! that follow them (see [`super::identity_read`]). Those reads do not look for resends: the
+//! batch insert finds them, and a group in which a batch the identity step resolved was one is
+//! rolled back and run once more, reading the stored keys first (see [`Resends`]).
 //!
 //! On PostgreSQL a node commits on several lanes at once (see [`super::writer`]): ingest groups
 //! (identities, batch keys, profiles, then inserting new job rows nobody else can see yet), on

@@ -1,7 +1,8 @@
 //! The identity step's read (see [`super::identity_steps`]): what the store holds for a group's
-//! batches without an MPID, after their identities' and devices' locks: which of their batch
-//! keys are stored, who owns their identities, whom their devices point to, and which of those
-//! users have a login.
+//! batches without an MPID, after their identities' and devices' locks: who owns their
+//! identities, whom their devices point to, which of those users have a login, and, when the
+//! step asks (a group run again because it held a resend: [`super::identity_steps::Resends`]),
+//! which of their batch keys are stored.
 //!
 //! On PostgreSQL it is one round trip, a call of `boson_group_identities` (migration 0029),
 //! which takes the advisory locks in key order and then reads, each read a statement of its
@@ -69,8 +70,8 @@ impl Known {
     }
 }
 
-/// The stored batch keys among `keys` (input, `source_request_id`), and what is known of the
-/// identities and devices of `candidates`, read after their locks.
+/// The stored batch keys among `keys` (input, `source_request_id`; none looked for when empty),
+/// and what is known of the identities and devices of `candidates`, read after their locks.
 pub(super) async fn read(
     tx: &mut Tx<'_>,
     keys: &[(&str, &str)],
