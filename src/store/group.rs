@@ -140,7 +140,23 @@ pub(super) async fn commit(
 ) -> Result<Vec<Done>, Failure> {
     let mut resends = Resends::FoundByInsert;
     loop {
-        match commit_kept(store, connection, commands, lease_ms, node, resends).await {
+        let kept = connection.is_kept();
+        let tried = match commit_once(store, connection, commands, lease_ms, node, resends).await {
+            Ok(tried) => tried,
+            // A kept connection the server closed or stopped answering while the lane was idle
+            // (a restart, a failover, an idle timeout) fails at its BEGIN, before anything of
+            // the group was sent: start again once on a fresh one, or a lone request would get
+            // the error (a group of one is not retried).
+            Err(error) if kept && lost_connection(&error) => {
+                tracing::info!(%error, "The writer's connection failed its BEGIN; opening another.");
+                connection.reset();
+                commit_once(store, connection, commands, lease_ms, node, resends)
+                    .await
+                    .unwrap_or_else(|error| Try::Ended(Err(rolled_back(error))))
+            }
+            Err(error) => Try::Ended(Err(rolled_back(error))),
+        };
+        match tried {
             Try::Ended(result) => return result,
             // At most once: a group that read its stored keys first never asks again.
             Try::Again => resends = Resends::Read,
@@ -154,34 +170,6 @@ enum Try {
     /// A batch the identity step resolved turned out to be a resend (see [`Resends`]): rolled
     /// back, to be run again with the stored keys read first.
     Again,
-}
-
-/// One try at the group, on the lane's connection as kept, or on a fresh one if the kept one
-/// turns out to be gone.
-async fn commit_kept(
-    store: &Store,
-    connection: &mut WriterConnection,
-    commands: &mut [Command],
-    lease_ms: i64,
-    node: &str,
-    resends: Resends,
-) -> Try {
-    let kept = connection.is_kept();
-    match commit_once(store, connection, commands, lease_ms, node, resends).await {
-        Ok(done) => done,
-        // A kept connection the server closed or stopped answering while the lane was idle (a
-        // restart, a failover, an idle timeout) fails at its BEGIN, before anything of the
-        // group was sent: start again once on a fresh one, or a lone request would get the
-        // error (a group of one is not retried).
-        Err(error) if kept && lost_connection(&error) => {
-            tracing::info!(%error, "The writer's connection failed its BEGIN; opening another.");
-            connection.reset();
-            commit_once(store, connection, commands, lease_ms, node, resends)
-                .await
-                .unwrap_or_else(|error| Try::Ended(Err(rolled_back(error))))
-        }
-        Err(error) => Try::Ended(Err(rolled_back(error))),
-    }
 }
 
 /// Whether `error` says the connection itself is gone (closed by the server, a broken or
