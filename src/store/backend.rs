@@ -447,19 +447,29 @@ impl Store {
 /// on a pooled connection outside a group keeps its plan there; the group's statements are
 /// the ones that run at every poll.
 ///
-/// A group also forces the generic plan. By default PostgreSQL compares the generic plan's
-/// estimate with the custom plans' and may go on planning a statement afresh at every run: the
-/// group's statements take their rows as arrays, whose length the custom plan knows and the
-/// generic one does not, and their planning was 8–10% of the writer's backend CPU, in the
-/// statements' own execution and in `boson_group_identities`' (issue 16, item 4;
-/// docs/PERFORMANCE.md). Every statement a group runs reads and writes through indexes, which
-/// the generic plan uses as well (sequential scans being priced out above).
-///
-/// Sent with the BEGIN (one simple query), these settings cost no round trip of their own.
-/// SQLite plans each statement from the table as it is: nothing to do. READ COMMITTED as in
-/// [`BEGIN`], for the same reasons.
-const GROUP_BEGIN_POSTGRES: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; \
+/// Sent with the BEGIN (one simple query), the setting costs no round trip of its own. SQLite
+/// plans each statement from the table as it is: nothing to do. READ COMMITTED as in [`BEGIN`],
+/// for the same reasons.
+const GROUP_BEGIN_POSTGRES: &str =
+    "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL enable_seqscan = off";
+/// A group of ingests (an ingest lane's) also forces the generic plan ([`Plans::Generic`]).
+const INGEST_BEGIN_POSTGRES: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; \
      SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_generic_plan";
+
+/// How PostgreSQL plans the statements of a group's transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Plans {
+    /// As the server chooses, the generic plan or one made for the run's parameters.
+    Chosen,
+    /// Always the generic plan kept for the connection. Left to choose, PostgreSQL planned an
+    /// ingest group's statements afresh at every run: they take their rows as arrays and JSON,
+    /// and their planning was 8–10% of the writer's backend CPU, in the statements' own
+    /// execution and in `boson_group_identities`' (issue 16, item 4; docs/PERFORMANCE.md).
+    /// Each of them inserts its rows or probes a unique index per key, a plan no parameter
+    /// changes. Not for delivery's groups, whose claims read ranges of `jobs` with a `LIMIT`,
+    /// where a plan made for the parameters can be the better one.
+    Generic,
+}
 
 /// How long a kept PostgreSQL connection may take to answer a group's BEGIN before it is taken
 /// for dead and replaced. Generous: a live server answers in well under a millisecond, even
@@ -469,7 +479,11 @@ const KEPT_BEGIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1
 impl WriterConnection {
     /// Starts a transaction that may write, on the kept connection (taken from `store`'s pool
     /// first if there is none).
-    pub(crate) async fn begin<'c>(&'c mut self, store: &Store) -> Result<Tx<'c>, sqlx::Error> {
+    pub(crate) async fn begin<'c>(
+        &'c mut self,
+        store: &Store,
+        plans: Plans,
+    ) -> Result<Tx<'c>, sqlx::Error> {
         // Each kept connection is detached: the pool opens another in its place for readers,
         // and closing the pool does not wait for the writer's.
         #[cfg(test)]
@@ -492,7 +506,10 @@ impl WriterConnection {
                 // A connection that went silent (a NAT or load balancer dropped it without a
                 // word) would hold the lane until TCP gives up, about 15 minutes; the pool's
                 // acquire had a timeout of its own. BEGIN is answered at once by a live server.
-                let begin = connection.begin_with(GROUP_BEGIN_POSTGRES);
+                let begin = connection.begin_with(match plans {
+                    Plans::Chosen => GROUP_BEGIN_POSTGRES,
+                    Plans::Generic => INGEST_BEGIN_POSTGRES,
+                });
                 match tokio::time::timeout(KEPT_BEGIN_TIMEOUT, begin).await {
                     Ok(tx) => Ok(Tx::Postgres(tx?)),
                     Err(_) => Err(sqlx::Error::Io(std::io::Error::new(

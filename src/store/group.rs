@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::backend::{Tx, WriterConnection};
+use super::backend::{Plans, Tx, WriterConnection};
 use super::identity_steps::Resends;
 use super::prune_step::{self, PruneChunk};
 use super::queue::{
@@ -167,8 +167,8 @@ pub(super) async fn commit(
 /// How one try at a group ended.
 enum Try {
     Ended(Result<Vec<Done>, Failure>),
-    /// A batch the identity step resolved turned out to be a resend (see [`Resends`]): rolled
-    /// back, to be run again with the stored keys read first.
+    /// A batch whose identity decision wrote something turned out to be a resend (see
+    /// [`Resends`]): rolled back, to be run again with the stored keys read first.
     Again,
 }
 
@@ -200,13 +200,15 @@ async fn commit_once(
     resends: Resends,
 ) -> Result<Try, sqlx::Error> {
     let started = Instant::now();
-    let mut tx = connection.begin(store).await?;
+    let mut tx = connection.begin(store, plans_for(commands)).await?;
     let begun = started.elapsed();
     let steps = run_steps(&mut tx, commands, lease_ms, node, resends).await;
     let (done, stored) = match steps {
         Ok(ran) => ran,
-        Err(StepsFailed::ResolvedAResend) => {
-            tracing::debug!("A batch the group resolved was a resend; running it again.");
+        Err(StepsFailed::AResendWrote) => {
+            tracing::debug!(
+                "A resend's identity decision wrote something; running the group again."
+            );
             return Ok(Try::Again);
         }
         Err(StepsFailed::Sql(error)) => {
@@ -234,6 +236,16 @@ async fn commit_once(
     }))
 }
 
+/// The generic plan for a group of ingests only (an ingest lane's on PostgreSQL), the server's
+/// choice for any other (see [`Plans`]).
+pub(super) fn plans_for(commands: &[Command]) -> Plans {
+    if commands.iter().all(|c| matches!(c, Command::Ingest { .. })) {
+        Plans::Generic
+    } else {
+        Plans::Chosen
+    }
+}
+
 /// A duration in milliseconds, for the debug logs.
 fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
@@ -247,7 +259,7 @@ fn rolled_back(error: sqlx::Error) -> Failure {
 enum StepsFailed {
     Sql(sqlx::Error),
     /// See [`Try::Again`].
-    ResolvedAResend,
+    AResendWrote,
 }
 
 impl From<sqlx::Error> for StepsFailed {
@@ -297,8 +309,8 @@ async fn run_steps(
     let commands = &*commands;
     let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();
     let (ids, stored) = batch_steps::insert_batches(tx, &batches).await?;
-    if resends == Resends::FoundByInsert && decided.resolved_a_resend(&ids, &stored) {
-        return Err(StepsFailed::ResolvedAResend);
+    if resends == Resends::FoundByInsert && decided.a_resend_wrote(&ids, &stored) {
+        return Err(StepsFailed::AResendWrote);
     }
     let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, lease_until, node);
     let (fresh, profiles): (Vec<ProfileRow>, Vec<ProfileRow>) = profile_rows(commands, &outcomes)

@@ -143,6 +143,8 @@ struct Writes<'a> {
     users: Vec<Mpid>,
     attach: Vec<Attach<'a>>,
     devices: Vec<PointDevice<'a>>,
+    /// How many writes the decisions called for (a device pointed twice counts twice).
+    made: usize,
 }
 
 /// What the group's decisions write once its batches are stored (see [`write`]), owned, so the
@@ -155,8 +157,10 @@ pub(super) struct Decided {
     attached: Attached,
     /// `PointDevice` rows as JSON, if any.
     devices: Option<String>,
-    /// For each batch of the group, in order, whether it was resolved.
-    resolved: Vec<bool>,
+    /// For each batch of the group, in order, whether its decision wrote anything: made a
+    /// user, gave an identity or pointed a device (only such a decision changes what later
+    /// batches of the group are decided against).
+    wrote: Vec<bool>,
 }
 
 /// Identities given to users, as columns: the i-th of each is one identity.
@@ -190,20 +194,22 @@ impl Attached {
 }
 
 impl Decided {
-    fn of(writes: &Writes<'_>, resolved: Vec<bool>) -> Self {
+    fn of(writes: &Writes<'_>, wrote: Vec<bool>) -> Self {
         Self {
             users: writes.users.iter().copied().collect(),
             attached: Attached::of(&writes.attach),
             devices: (!writes.devices.is_empty()).then(|| json(&writes.devices)),
-            resolved,
+            wrote,
         }
     }
 
-    /// Whether a batch this step resolved was not stored (`ids` the group's batch ids in
-    /// order, `stored` those the insert stored): a resend, whose decision may have made a
-    /// user, given identities or pointed a device that only its original had the say on.
-    pub(super) fn resolved_a_resend(&self, ids: &[BatchId], stored: &HashSet<BatchId>) -> bool {
-        (self.resolved.iter().zip(ids)).any(|(&resolved, id)| resolved && !stored.contains(id))
+    /// Whether a batch whose decision wrote something was not stored (`ids` the group's batch
+    /// ids in order, `stored` those the insert stored): a resend, which made a user, gave
+    /// identities or pointed a device that only its original had the say on. A resend whose
+    /// decision wrote nothing (its identities already its user's, as they are once its
+    /// original was stored, and no device) changed nothing, and is stored as nothing anyway.
+    pub(super) fn a_resend_wrote(&self, ids: &[BatchId], stored: &HashSet<BatchId>) -> bool {
+        (self.wrote.iter().zip(ids)).any(|(&wrote, id)| wrote && !stored.contains(id))
     }
 
     /// Whether the group made this user.
@@ -218,9 +224,10 @@ impl Decided {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Resends {
     /// Not read: resends are rare, and the batch insert finds them anyway. A group in which a
-    /// batch the step resolved turns out to be one is rolled back and run again `Read`
-    /// ([`Decided::resolved_a_resend`]). Reading the keys was a fifth of the identity read on
-    /// PostgreSQL (a B-tree probe of `batches` per batch) and a statement of its own on SQLite.
+    /// batch whose decision wrote something turns out to be one is rolled back and run again
+    /// `Read` ([`Decided::a_resend_wrote`]). Reading the keys was a fifth of the identity read
+    /// on PostgreSQL (a B-tree probe of `batches` per batch) and a statement of its own on
+    /// SQLite.
     FoundByInsert,
     /// Read with the identities, under their locks.
     Read,
@@ -230,10 +237,12 @@ pub(super) enum Resends {
 /// writes the decisions call for, for [`write`] once the batches are stored. A batch that would
 /// need a new user where it may not make one keeps none. A duplicate taken by an earlier batch
 /// of the group, or, with [`Resends::Read`], whose `source_request_id` is already stored, is
-/// stored as nothing, so it resolves nothing and writes nothing. The stored keys are read
-/// without a lock on them: a resend racing its uncommitted original on another lane or node,
-/// with no identity or device in common (so no advisory lock between them), still resolves
-/// before its insert finds the duplicate.
+/// stored as nothing, so it resolves nothing and writes nothing. A resend racing its
+/// uncommitted original on another lane or node is found by the insert, which waits for the
+/// original's commit, and the group runs again `Read`; in that run the stored keys are read
+/// without a lock on them, so another resend racing its own original there (no identity or
+/// device in common, so no advisory lock between them) still resolves before its insert finds
+/// the duplicate.
 pub(super) async fn resolve_batches(
     tx: &mut Tx<'_>,
     batches: &mut [&mut NewBatch],
@@ -266,13 +275,18 @@ pub(super) async fn resolve_batches(
             *flag = false;
         }
     }
-    let pending = unresolved_of(batches, &resolving);
     let mut writes = Writes::default();
-    let mut users = Vec::with_capacity(pending.len());
-    for unresolved in pending.iter().copied() {
+    let mut users = Vec::with_capacity(candidates.len());
+    let mut wrote = vec![false; batches.len()];
+    for ((batch, resolve), wrote) in batches.iter().zip(&resolving).zip(&mut wrote) {
+        let Some(unresolved) = batch.unresolved.as_deref().filter(|_| *resolve) else {
+            continue;
+        };
+        let before = writes.made;
         users.push(decide_one(unresolved, &mut known, &mut writes));
+        *wrote = writes.made > before;
     }
-    let decided = Decided::of(&writes, resolving.clone());
+    let decided = Decided::of(&writes, wrote);
     settle_all(batches, &resolving, users);
     Ok(decided)
 }
@@ -347,6 +361,7 @@ fn decide_one<'a>(
         Target::New if unresolved.may_create => {
             let mpid = new_mpid();
             writes.users.push(mpid);
+            writes.made += 1;
             mpid
         }
         Target::New => return None,
@@ -362,6 +377,7 @@ fn decide_one<'a>(
             known.logged_in.insert(mpid);
         }
         writes.attach.push(Attach { t, v, mpid });
+        writes.made += 1;
     }
     if decision.point_device
         && let Some(device) = &unresolved.device
@@ -370,6 +386,7 @@ fn decide_one<'a>(
         // One row per device: PostgreSQL cannot update a row twice in one statement.
         writes.devices.retain(|p| p.d != device);
         writes.devices.push(PointDevice { d: device, mpid });
+        writes.made += 1;
     }
     Some(mpid)
 }

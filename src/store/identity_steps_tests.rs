@@ -9,6 +9,7 @@ use serde_json::json;
 use super::*;
 use crate::model::ids::{ConnectionId, InputId};
 use crate::store::Store;
+use crate::store::backend::Plans;
 use crate::store::identity_sql::identity_lock_key;
 use crate::store::queue::NewJob;
 use crate::store::tests::harness::{TestStore, on_postgres};
@@ -266,7 +267,7 @@ async fn waits_for_the_holder_and_finds_its_user(holder_store: &Store, store: St
     let group = tokio::spawn(async move {
         let mut batches = [unnamed(&(&[("email", "late@x")], None, true))];
         let mut writer = store.writer_connection();
-        let mut tx = writer.begin(&store).await.expect("begin");
+        let mut tx = writer.begin(&store, Plans::Generic).await.expect("begin");
         let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
         let decided = resolve_batches(&mut tx, &mut refs, Resends::FoundByInsert)
             .await
@@ -518,7 +519,10 @@ async fn identity_transactions_read_committed_on_a_repeatable_read_server() {
         "the server's default was not set"
     );
     let mut writer = store.writer_connection();
-    let mut group = writer.begin(&store).await.expect("group begin");
+    let mut group = writer
+        .begin(&store, Plans::Generic)
+        .await
+        .expect("group begin");
     let group_level = isolation_of(&mut group).await;
     group.commit().await.expect("commit");
     let mut idsync = store.begin().await.expect("begin");

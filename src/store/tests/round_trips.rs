@@ -10,9 +10,10 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::harness::{TestStore, batch, on_postgres};
+use crate::model::ids::ConnectionId;
 use crate::model::ids::Mpid;
-use crate::store::backend::{Sql, round_trips};
-use crate::store::group::{Command, Done, commit};
+use crate::store::backend::{Plans, Sql, round_trips};
+use crate::store::group::{ClaimOf, Command, Done, commit, plans_for};
 use crate::store::queue::{IngestOutcome, ProfileUpdate, Unresolved};
 
 /// The answers a test keeps so that the writer's replies have somewhere to go.
@@ -131,7 +132,7 @@ async fn round_trips_of(warm: &mut [Command], group: &mut [Command]) -> (u64, i6
 // returning users, 10 for new ones.) SQLite, a regression guard, sends a statement per read and
 // per kind of row written (and before its insert took a group in one statement, 3 more for
 // these 45 batches). Neither reads which batch keys are stored first: the insert finds a
-// resend (`a_group_holding_a_resend_runs_again_reading_the_stored_keys_first`), which was one
+// resend (`a_group_holding_a_resend_that_would_write_runs_again_reading_the_stored_keys_first`), which was one
 // statement more on SQLite and a fifth of the read on PostgreSQL.
 
 #[tokio::test]
@@ -162,18 +163,19 @@ async fn a_group_of_new_users_without_mpids_costs_one_round_trip_more() {
     );
 }
 
-#[tokio::test]
-async fn a_group_holding_a_resend_runs_again_reading_the_stored_keys_first() {
+/// Commits a first group of 3 new users (requests 0 to 2, `first-0` to `first-2`), then a group
+/// of 45 new users and a resend of request 0 naming `who`; asserts the resend was answered as
+/// a duplicate and stored nothing, and answers the second group's round trips and the users
+/// stored.
+async fn with_a_resend_naming(who: &str) -> (u64, i64, TestStore) {
     let db = TestStore::open().await;
     let mut connection = db.store.writer_connection();
     let (mut warm, _warm) = unnamed_requests(0, 3, |n| format!("first-{n}"));
     commit(&db.store, &mut connection, &mut warm, 60_000, "node")
         .await
         .unwrap_or_else(|_| panic!("first group"));
-    // 45 new users and a resend of the first group's first request naming someone else: only
-    // the batch first stored has its say, so the resend makes no user and is given nothing.
     let (mut group, mut answers) = unnamed_requests(100, 45, |n| format!("new-{n}"));
-    let (resend, resend_answer) = unnamed_requests(0, 1, |_| "someone-else".to_owned());
+    let (resend, resend_answer) = unnamed_requests(0, 1, |_| who.to_owned());
     group.extend(resend);
     answers.extend(resend_answer);
     round_trips::take();
@@ -188,6 +190,14 @@ async fn a_group_holding_a_resend_runs_again_reading_the_stored_keys_first() {
     assert!(matches!(outcomes[..], [IngestOutcome::Duplicate]));
     assert_eq!(db.batches().await.len(), 3 + 45, "the resend is not stored");
     let (users,): (i64,) = db.store.fetch_one(USERS, &[]).await.expect("users");
+    (trips, users, db)
+}
+
+#[tokio::test]
+async fn a_group_holding_a_resend_that_would_write_runs_again_reading_the_stored_keys_first() {
+    // Naming someone else: decided without the stored keys, the resend would make a user and
+    // give it identities, which only the batch first stored had the say on.
+    let (trips, users, db) = with_a_resend_naming("someone-else").await;
     assert_eq!(users, 3 + 45, "the resend made a user");
     const SOMEONE_ELSE: Sql =
         Sql::shared("SELECT COUNT(*) FROM user_identities WHERE identity LIKE 'someone-else%'");
@@ -200,18 +210,46 @@ async fn a_group_holding_a_resend_runs_again_reading_the_stored_keys_first() {
     assert_eq!(trips, expected, "round trips of a group holding a resend");
 }
 
-/// PostgreSQL: a group's statements run on the generic plan kept for the lane's connection, not
-/// planned afresh at every run (see `GROUP_BEGIN_POSTGRES`).
 #[tokio::test]
-async fn a_groups_statements_are_not_planned_afresh_at_every_run() {
+async fn a_group_holding_a_resend_that_writes_nothing_runs_once() {
+    // Naming whom its original named: its identities are already that user's, so deciding it
+    // writes nothing and changes nothing the group's other batches are decided against.
+    let (trips, users, _db) = with_a_resend_naming("first-0").await;
+    assert_eq!(users, 3 + 45);
+    let expected = if on_postgres() { 6 } else { 8 };
+    assert_eq!(
+        trips, expected,
+        "round trips of a group holding a harmless resend"
+    );
+}
+
+/// PostgreSQL: an ingest group's statements run on the generic plan kept for the lane's
+/// connection, not planned afresh at every run; a delivery group's on the plans the server
+/// chooses (see `Plans`).
+#[tokio::test]
+async fn an_ingest_groups_statements_are_not_planned_afresh_at_every_run() {
+    let (ingests, _answers) = requests(0, 2);
+    let (reply, _claimed) = oneshot::channel();
+    let claim = Command::Claim {
+        limit: 10,
+        of: ClaimOf::Drain(ConnectionId::new()),
+        reply,
+    };
+    assert_eq!(plans_for(&ingests), Plans::Generic);
+    assert_eq!(plans_for(&[claim]), Plans::Chosen);
     if !on_postgres() {
         // SQLite has no plan cache to choose from: each statement is planned when prepared.
         return;
     }
     let db = TestStore::open().await;
     let mut connection = db.store.writer_connection();
-    let mut tx = connection.begin(&db.store).await.expect("begin");
     let show = Sql::postgres_only("SHOW plan_cache_mode");
-    let (mode,): (String,) = tx.fetch_one(show, &[]).await.expect("show");
-    assert_eq!(mode, "force_generic_plan");
+    let mut modes = Vec::new();
+    for plans in [Plans::Generic, Plans::Chosen] {
+        let mut tx = connection.begin(&db.store, plans).await.expect("begin");
+        let (mode,): (String,) = tx.fetch_one(show, &[]).await.expect("show");
+        tx.commit().await.expect("commit");
+        modes.push(mode);
+    }
+    assert_eq!(modes, ["force_generic_plan", "auto"]);
 }

@@ -11,7 +11,7 @@ use futures_util::FutureExt as _;
 use tokio::sync::oneshot;
 
 use crate::store::Store;
-use crate::store::backend::{Sql, Tx};
+use crate::store::backend::{Plans, Sql, Tx};
 use crate::store::group::{ClaimOf, Command, commit};
 use crate::store::queue::{IngestOutcome, ProfileUpdate, Unresolved};
 
@@ -222,7 +222,7 @@ async fn the_writers_connection_has_the_pools_settings() {
     pooled.commit().await.expect("commit");
     let mut connection = db.store.writer_connection();
     let mut group = connection
-        .begin(&db.store)
+        .begin(&db.store, Plans::Chosen)
         .await
         .expect("the writer's BEGIN");
     let (writer, writer_busy) = settings_in(&mut group).await;
