@@ -190,20 +190,28 @@ async fn relay(
         {
             return Ok(());
         }
-        let received = tokio::select! {
-            () = changes.closed() => return Ok(()),
-            _ = beat.tick() => {
-                if watchdog.is_dead(Instant::now()) {
-                    return Err(sqlx::Error::Protocol(
-                        "the catalog listener stopped hearing its heartbeat".to_owned(),
-                    ));
+        // One receive, kept across heartbeats: `try_recv` is not cancel-safe. Dropped while it
+        // reconnected after losing the connection, it forgot the loss, and the next call went
+        // on listening on the new connection without answering `None`, so whatever was
+        // committed meanwhile was never reloaded (a heartbeat fell in that window more often
+        // the slower the reconnection; the lost-connection test caught it under load).
+        let receive = listener.try_recv();
+        tokio::pin!(receive);
+        let received = loop {
+            tokio::select! {
+                () = changes.closed() => return Ok(()),
+                _ = beat.tick() => {
+                    if watchdog.is_dead(Instant::now()) {
+                        return Err(sqlx::Error::Protocol(
+                            "the catalog listener stopped hearing its heartbeat".to_owned(),
+                        ));
+                    }
+                    if send_heartbeat(pool, heartbeat).await {
+                        watchdog.sent(Instant::now());
+                    }
                 }
-                if send_heartbeat(pool, heartbeat).await {
-                    watchdog.sent(Instant::now());
-                }
-                continue;
+                received = &mut receive => break received?,
             }
-            received = listener.try_recv() => received?,
         };
         next = match received {
             Some(notification) if notification.channel() == heartbeat => {
