@@ -193,8 +193,8 @@ async fn relay(
         // One receive, kept across heartbeats: `try_recv` is not cancel-safe. Dropped while it
         // reconnected after losing the connection, it forgot the loss, and the next call went
         // on listening on the new connection without answering `None`, so whatever was
-        // committed meanwhile was never reloaded (a heartbeat fell in that window more often
-        // the slower the reconnection; the lost-connection test caught it under load).
+        // committed meanwhile waited for the next whole reload (a heartbeat fell in that window
+        // more often the slower the reconnection; the lost-connection test caught it under load).
         let receive = listener.try_recv();
         tokio::pin!(receive);
         let received = loop {
