@@ -269,10 +269,13 @@ pub(super) async fn resolve_batches(
             .collect(),
     };
     let (stored, mut known) = identity_read::read(tx, &keys, &candidates).await?;
-    for (flag, batch) in resolving.iter_mut().zip(batches.iter()) {
-        let key = batch_key(batch).map(|(i, r)| (i.to_owned(), r.to_owned()));
-        if key.is_some_and(|key| stored.contains(&key)) {
-            *flag = false;
+    // Empty unless read (`Resends::Read`): no owned key made per batch on a first run.
+    if !stored.is_empty() {
+        for (flag, batch) in resolving.iter_mut().zip(batches.iter()) {
+            let key = batch_key(batch).map(|(i, r)| (i.to_owned(), r.to_owned()));
+            if key.is_some_and(|key| stored.contains(&key)) {
+                *flag = false;
+            }
         }
     }
     let mut writes = Writes::default();
