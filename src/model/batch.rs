@@ -13,13 +13,11 @@ use super::event_type::EventType;
 use super::field_path::FieldPath;
 use super::identity::types::IdentityType;
 use super::identity::{NOT_STORABLE, is_storable};
-use super::kept_members::{KeptMembers, StoredForm, is_object_or_null};
+use super::kept_events::{self, MAX_EVENT_NAME_CHARS, StoredEvent};
+use super::kept_members::{KeptMembers, SentEvent, StoredForm, is_object_or_null};
 use super::nesting::{self, MAX_LEVEL, Unreadable};
 
 const ENVIRONMENTS: &[&str] = &["development", "production", "unknown"];
-
-/// mParticle truncates server-to-server event names at this length (spec §6).
-const MAX_EVENT_NAME_CHARS: usize = 256;
 
 /// A batch that failed validation, naming the offending field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,10 +41,12 @@ impl BatchError {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct NormalizedBatch {
     /// The outbound-form document (without `batch_id`, which the store assigns), without the
-    /// members kept as sent.
+    /// members kept as sent and without `events`.
     pub(crate) document: Value,
     /// Members stored as the client sent them, which no step of the acceptance reads.
     pub(crate) kept: KeptMembers,
+    /// The normalised events, as they are stored.
+    pub(crate) events: Vec<StoredEvent>,
     pub(crate) source_request_id: Option<String>,
     pub(crate) event_count: usize,
 }
@@ -54,10 +54,24 @@ pub(crate) struct NormalizedBatch {
 impl NormalizedBatch {
     /// The batch as the store keeps it: the document with the kept members, as JSON text.
     pub(crate) fn stored_body(&self) -> serde_json::Result<Vec<u8>> {
-        serde_json::to_vec(&StoredForm {
+        StoredForm {
             document: &self.document,
             kept: &self.kept,
-        })
+            events: Some(&self.events),
+        }
+        .to_vec()
+    }
+
+    /// The document with its events, parsed (for the Live Stream, and tests).
+    pub(crate) fn whole_document(&self) -> Value {
+        let mut document = self.document.clone();
+        if let Value::Object(members) = &mut document {
+            let events = self.events.iter().map(|e| {
+                serde_json::from_str(&e.text).expect("a stored event is serde_json's to read")
+            });
+            members.insert("events".into(), Value::Array(events.collect()));
+        }
+        document
     }
 }
 
@@ -99,7 +113,7 @@ pub(crate) fn normalize(
 /// same as [`normalize`] of the whole batch parsed as one `Value`.
 pub(crate) fn normalize_split(
     value: Value,
-    kept: KeptMembers,
+    mut kept: KeptMembers,
     channel: Channel,
     now_ms: i64,
     prefix: &str,
@@ -127,7 +141,7 @@ pub(crate) fn normalize_split(
     batch.remove("unique_id");
     // Marks a stored alias request (`model::alias_request`); no batch may carry it.
     batch.remove("request_type");
-    let event_count = normalize_events(&mut batch, at("events"), now_ms)?;
+    let events = normalize_events(&mut batch, kept.take_events(), at("events"), now_ms)?;
     normalize_identities(&mut batch, at("user_identities"), now_ms)?;
     check_user_attributes(&batch, at("user_attributes"))?;
     normalize_mpid(&mut batch, at("mpid"))?;
@@ -170,10 +184,24 @@ pub(crate) fn normalize_split(
             ));
         }
     }
-    // `schema_version` is accepted whatever it holds (spec §1.4) and overwritten below.
+    // `schema_version` is accepted whatever it holds (spec §1.4) and overwritten below. The
+    // events are checked where `events` sorts, so the first error named is the one it was.
+    let mut events_checked = false;
     for (key, value) in &batch {
+        if !events_checked && key.as_str() > "events" {
+            check_events(&events, at("events"))?;
+            events_checked = true;
+        }
         check_reads_back(value, 2, root_path.key(key))?;
     }
+    if !events_checked {
+        check_events(&events, at("events"))?;
+    }
+    let events = events
+        .into_iter()
+        .map(Normalized::stored)
+        .collect::<serde_json::Result<Vec<_>>>()
+        .map_err(|_| BatchError::new(at("events"), "could not be stored"))?;
 
     // What mParticle adds on receipt (spec §1.8); read-only keys a client sent are overwritten.
     batch.insert("schema_version".into(), json!(2));
@@ -189,7 +217,8 @@ pub(crate) fn normalize_split(
         document: Value::Object(batch),
         kept,
         source_request_id,
-        event_count,
+        event_count: events.len(),
+        events,
     })
 }
 
@@ -231,13 +260,15 @@ fn check_reads_back(value: &Value, level: usize, field: FieldPath<'_>) -> Result
 /// A fresh `message_id`: a random UUID in its lowercase hyphenated form, written without the
 /// formatting machinery (run for every event that comes without one).
 fn new_message_id() -> Value {
+    Value::String(new_message_id_text())
+}
+
+fn new_message_id_text() -> String {
     let mut text = uuid::Uuid::encode_buffer();
-    Value::String(
-        uuid::Uuid::new_v4()
-            .hyphenated()
-            .encode_lower(&mut text)
-            .to_owned(),
-    )
+    uuid::Uuid::new_v4()
+        .hyphenated()
+        .encode_lower(&mut text)
+        .to_owned()
 }
 
 /// A request id that every backend can store and index: bounded, no control characters (a NUL
@@ -299,23 +330,78 @@ fn normalize_mpid(batch: &mut Map<String, Value>, field: FieldPath<'_>) -> Resul
     }
 }
 
+/// An event normalised: kept as sent with what normalising adds, or parsed.
+enum Normalized {
+    Kept(StoredEvent),
+    Parsed(Value),
+}
+
+impl Normalized {
+    fn stored(self) -> serde_json::Result<StoredEvent> {
+        match self {
+            Self::Kept(event) => Ok(event),
+            Self::Parsed(event) => StoredEvent::written(&event),
+        }
+    }
+}
+
+/// The batch's events normalised: those `sent` as text when the split kept them (see
+/// [`kept_events`]), else the `events` member's; it leaves the batch.
 fn normalize_events(
     batch: &mut Map<String, Value>,
+    sent: Option<Vec<SentEvent>>,
     field: FieldPath<'_>,
     now_ms: i64,
-) -> Result<usize, BatchError> {
-    let events = match batch.get_mut("events") {
-        None | Some(Value::Null) => {
-            batch.insert("events".into(), json!([]));
-            return Ok(0);
-        }
+) -> Result<Vec<Normalized>, BatchError> {
+    if let Some(sent) = sent {
+        return sent
+            .into_iter()
+            .enumerate()
+            .map(|(i, event)| normalize_sent(event, field.index(i), now_ms))
+            .collect();
+    }
+    let events = match batch.remove("events") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(events)) => events,
         Some(_) => return Err(BatchError::new(field, "must be an array of events")),
     };
-    for (i, event) in events.iter_mut().enumerate() {
-        normalize_event(event, field.index(i), now_ms)?;
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut event)| {
+            normalize_event(&mut event, field.index(i), now_ms)?;
+            Ok(Normalized::Parsed(event))
+        })
+        .collect()
+}
+
+/// One event as sent: kept when normalising would only add its ids, else parsed and normalised.
+fn normalize_sent(
+    event: SentEvent,
+    field: FieldPath<'_>,
+    now_ms: i64,
+) -> Result<Normalized, BatchError> {
+    let text = event.text.get();
+    if let Some(scanned) = event.scanned {
+        let kept = kept_events::keep(text, scanned, now_ms, new_message_id_text);
+        return Ok(Normalized::Kept(kept));
     }
-    Ok(events.len())
+    // The split checked it as a `Value` parse does, so it parses.
+    let mut value: Value =
+        serde_json::from_str(text).map_err(|_| BatchError::new(field, "must be valid JSON"))?;
+    normalize_event(&mut value, field, now_ms)?;
+    Ok(Normalized::Parsed(value))
+}
+
+/// Refuses a parsed event that would not read back as written (see [`check_reads_back`]); kept
+/// events were checked as they were split.
+fn check_events(events: &[Normalized], field: FieldPath<'_>) -> Result<(), BatchError> {
+    for (i, event) in events.iter().enumerate() {
+        if let Normalized::Parsed(value) = event {
+            check_reads_back(value, 3, field.index(i))?;
+        }
+    }
+    Ok(())
 }
 
 fn normalize_event(event: &mut Value, field: FieldPath<'_>, now_ms: i64) -> Result<(), BatchError> {

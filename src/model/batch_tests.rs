@@ -18,7 +18,7 @@ fn identities_become_an_array_and_extra_keys_survive() {
         "something_new": {"kept": true},
         "events": [{"event_type": "custom_event", "data": {"event_name": "x", "custom_event_type": "other", "extra": 1}}]
     }));
-    let doc = &b.document;
+    let doc = &b.whole_document();
     assert_eq!(
         doc["user_identities"],
         json!([{"identity_type": "customer_id", "identity": "c1", "timestamp_unixtime_ms": 1_700_000_000_000i64}])
@@ -126,7 +126,7 @@ fn null_timestamps_get_server_time_and_odd_keys_are_handled() {
         "events": [{"event_type": "screen_view", "data": {"timestamp_unixtime_ms": null}}]
     }));
     assert_eq!(
-        b.document["events"][0]["data"]["timestamp_unixtime_ms"],
+        b.whole_document()["events"][0]["data"]["timestamp_unixtime_ms"],
         json!(1_700_000_000_000i64)
     );
     assert_eq!(b.document["schema_version"], json!(2));
@@ -213,9 +213,8 @@ fn long_event_names_are_truncated_like_mparticle() {
     let b = ok(
         json!({"events": [{"event_type": "custom_event", "data": {"event_name": name, "custom_event_type": "other"}}]}),
     );
-    let got = b.document["events"][0]["data"]["event_name"]
-        .as_str()
-        .unwrap();
+    let whole = b.whole_document();
+    let got = whole["events"][0]["data"]["event_name"].as_str().unwrap();
     assert_eq!(got.chars().count(), 256);
 }
 
@@ -254,10 +253,13 @@ fn a_missing_or_unknown_event_type_is_named_with_its_message() {
     let b = ok(json!({"events": [
         {"event_type": "screen_view", "data": {"timestamp_unixtime_ms": 5, "event_num": "6"}}]}));
     assert_eq!(
-        b.document["events"][0]["data"]["timestamp_unixtime_ms"],
+        b.whole_document()["events"][0]["data"]["timestamp_unixtime_ms"],
         json!(5)
     );
-    assert_eq!(b.document["events"][0]["data"]["event_num"], json!(6));
+    assert_eq!(
+        b.whole_document()["events"][0]["data"]["event_num"],
+        json!(6)
+    );
 }
 
 /// `levels` arrays, one inside the other, around a number (`0` is the number alone).

@@ -18,11 +18,12 @@
 
 use std::fmt;
 
+use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::kept_events::{self, Scanned, StoredEvent};
 use super::nesting::{MAX_LEVEL, RESERVED_KEY};
 
 /// The members kept as text: objects that `normalize` only checks to be objects, and that no
@@ -35,9 +36,18 @@ const KEPT_AS_SENT: [&str; 4] = [
     "integration_attributes",
 ];
 
-/// Members of one batch kept as the text they came in, each key once, sorted by key.
+/// Members of one batch kept as the text they came in, each key once, sorted by key, and its
+/// `events` array's events as sent, for [`super::kept_events`] to keep or to parse.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct KeptMembers(Vec<(String, Box<RawValue>)>);
+pub(crate) struct KeptMembers(Vec<(String, Box<RawValue>)>, Option<Vec<SentEvent>>);
+
+/// One event of a batch as it came, checked as a `Value` parse checks it.
+#[derive(Debug, Clone)]
+pub(crate) struct SentEvent {
+    pub(crate) text: Box<RawValue>,
+    /// What it holds, if normalising would only add ids to it ([`kept_events::scan`]).
+    pub(crate) scanned: Option<Scanned>,
+}
 
 impl KeptMembers {
     /// The member `key`'s text, if it was kept.
@@ -60,16 +70,35 @@ impl KeptMembers {
             self.0.remove(at);
         }
     }
+
+    /// The `events` array's events as sent, if the batch's `events` is an array (then the
+    /// split's members hold no `events`); taken by normalising.
+    pub(crate) fn take_events(&mut self) -> Option<Vec<SentEvent>> {
+        self.1.take()
+    }
+
+    /// How many events were kept as sent.
+    pub(crate) fn event_count(&self) -> Option<usize> {
+        self.1.as_ref().map(Vec::len)
+    }
 }
 
 impl PartialEq for KeptMembers {
     fn eq(&self, other: &Self) -> bool {
+        let texts = |events: &Option<Vec<SentEvent>>| {
+            events.as_ref().map(|e| {
+                e.iter()
+                    .map(|e| e.text.get().to_owned())
+                    .collect::<Vec<_>>()
+            })
+        };
         self.0.len() == other.0.len()
             && self
                 .0
                 .iter()
                 .zip(&other.0)
                 .all(|((a, x), (b, y))| a == b && x.get() == y.get())
+            && texts(&self.1) == texts(&other.1)
     }
 }
 
@@ -97,34 +126,75 @@ pub(crate) fn split_bulk(body: &[u8]) -> Option<Vec<(Map<String, Value>, KeptMem
     Some(batches)
 }
 
-/// A normalised batch as it is stored: the document's members and the kept ones, in key order,
-/// as serde_json writes a `Value` object.
+/// A batch as it is stored: the document's members, the kept ones and the events (the
+/// normalised ones given, else those kept as sent), in key order, as serde_json writes a
+/// `Value` object.
 pub(crate) struct StoredForm<'a> {
     pub(crate) document: &'a Value,
     pub(crate) kept: &'a KeptMembers,
+    /// The normalised events (the document then holds no `events`).
+    pub(crate) events: Option<&'a [StoredEvent]>,
 }
 
-impl Serialize for StoredForm<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+/// One member of a stored batch.
+enum Stored<'a> {
+    Parsed(&'a Value),
+    Text(&'a str),
+}
+
+impl StoredForm<'_> {
+    /// The batch's stored text. Written here rather than by a `Serialize` impl: serde_json
+    /// writes text as it is only from a `RawValue`, which checks the text once more.
+    pub(crate) fn to_vec(&self) -> serde_json::Result<Vec<u8>> {
         let Value::Object(members) = self.document else {
-            return self.document.serialize(serializer);
+            return serde_json::to_vec(self.document);
         };
-        if self.kept.0.is_empty() {
-            return self.document.serialize(serializer);
-        }
-        let mut map = serializer.serialize_map(Some(members.len() + self.kept.0.len()))?;
-        let mut kept = self.kept.0.iter().peekable();
-        for (key, value) in members {
-            while let Some((k, text)) = kept.next_if(|(k, _)| k < key) {
-                map.serialize_entry(k, text)?;
+        let events = match (self.events, &self.kept.1) {
+            (Some(events), _) => Some(array_of(events.iter().map(|e| e.text.as_str()))),
+            (None, Some(sent)) => Some(array_of(sent.iter().map(|e| e.text.get()))),
+            (None, None) => None,
+        };
+        let mut entries: Vec<(&str, Stored<'_>)> = members
+            .iter()
+            .map(|(k, v)| (k.as_str(), Stored::Parsed(v)))
+            .chain(
+                self.kept
+                    .0
+                    .iter()
+                    .map(|(k, t)| (k.as_str(), Stored::Text(t.get()))),
+            )
+            .chain(events.as_deref().map(|e| ("events", Stored::Text(e))))
+            .collect();
+        entries.sort_unstable_by_key(|(key, _)| *key);
+        let mut out = Vec::with_capacity(4096);
+        out.push(b'{');
+        for (i, (key, value)) in entries.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
             }
-            map.serialize_entry(key, value)?;
+            serde_json::to_writer(&mut out, key)?;
+            out.push(b':');
+            match value {
+                Stored::Parsed(value) => serde_json::to_writer(&mut out, value)?,
+                Stored::Text(text) => out.extend_from_slice(text.as_bytes()),
+            }
         }
-        for (k, text) in kept {
-            map.serialize_entry(k, text)?;
-        }
-        map.end()
+        out.push(b'}');
+        Ok(out)
     }
+}
+
+/// A JSON array of the given JSON texts.
+fn array_of<'a>(texts: impl Iterator<Item = &'a str>) -> String {
+    let mut out = String::from("[");
+    for (i, text) in texts.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(text);
+    }
+    out.push(']');
+    out
 }
 
 /// One batch object `enclosing` containers deep.
@@ -166,11 +236,96 @@ impl<'de> Visitor<'de> for Split {
                         members.insert(key, value);
                     }
                 }
+            } else if key == "events" {
+                // The batch's own container is one level below what encloses it.
+                let seed = EventsSeed {
+                    level: self.enclosing + 3,
+                };
+                match map.next_value_seed(seed)? {
+                    EventsMember::Sent(events) => {
+                        members.remove(&key);
+                        kept.1 = Some(events);
+                    }
+                    EventsMember::Other(value) => {
+                        kept.1 = None;
+                        members.insert(key, value);
+                    }
+                }
             } else {
                 members.insert(key, map.next_value()?);
             }
         }
         Ok((members, kept))
+    }
+}
+
+/// A batch's `events`: an array's events as sent (each checked as a `Value` parse checks it,
+/// its container at `level` of the body), anything else parsed.
+enum EventsMember {
+    Sent(Vec<SentEvent>),
+    Other(Value),
+}
+
+#[derive(Clone, Copy)]
+struct EventsSeed {
+    level: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for EventsSeed {
+    type Value = EventsMember;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<EventsMember, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventsSeed {
+    type Value = EventsMember;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<EventsMember, A::Error> {
+        let mut events = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(text) = seq.next_element::<Box<RawValue>>()? {
+            // One read of the event in the usual case; a second to check one not to keep.
+            let scanned = kept_events::scan(text.get(), self.level);
+            if scanned.is_none() {
+                check_as_value(text.get(), self.level).map_err(de::Error::custom)?;
+            }
+            events.push(SentEvent { text, scanned });
+        }
+        Ok(EventsMember::Sent(events))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<EventsMember, A::Error> {
+        let value = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        Ok(EventsMember::Other(value))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<EventsMember, E> {
+        Ok(EventsMember::Other(Value::from(v)))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<EventsMember, E> {
+        Ok(EventsMember::Other(Value::from(v)))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<EventsMember, E> {
+        Ok(EventsMember::Other(Value::from(v)))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<EventsMember, E> {
+        Ok(EventsMember::Other(Value::from(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<EventsMember, E> {
+        Ok(EventsMember::Other(Value::from(v)))
+    }
+
+    fn visit_unit<E>(self) -> Result<EventsMember, E> {
+        Ok(EventsMember::Other(Value::Null))
     }
 }
 
@@ -196,7 +351,7 @@ impl<'de> Visitor<'de> for Batches {
 /// Whether serde_json writes a value's numbers back as they came (ordered: a value holding both
 /// kinds is `Rewritten`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Numbers {
+pub(super) enum Numbers {
     /// Integers only (or no numbers): each is written back as it was sent.
     WrittenBackAsSent,
     /// A fraction, an exponent or an integer past 64 bits: written back as a float, which may
@@ -208,7 +363,7 @@ enum Numbers {
 /// whole body) passes what a `Value` parse checks that skipping it does not: escapes that make
 /// characters, numbers in range, the depth limit; and tells how its numbers are written back.
 /// Allocates nothing.
-fn check_as_value(text: &str, level: usize) -> serde_json::Result<Numbers> {
+pub(super) fn check_as_value(text: &str, level: usize) -> serde_json::Result<Numbers> {
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let numbers = Checked { level }.deserialize(&mut deserializer)?;
     deserializer.end()?;
@@ -218,8 +373,8 @@ fn check_as_value(text: &str, level: usize) -> serde_json::Result<Numbers> {
 /// A value read the way `Value` reads it (every string unescaped, every number converted) and
 /// dropped; `level` is the nesting level a container here would have in the whole body.
 #[derive(Clone, Copy)]
-struct Checked {
-    level: usize,
+pub(super) struct Checked {
+    pub(super) level: usize,
 }
 
 impl<'de> DeserializeSeed<'de> for Checked {
@@ -312,7 +467,7 @@ impl<'de> Visitor<'de> for CheckedKey {
 
 impl Checked {
     /// The seed for what this container holds, or the error serde_json gives past its limit.
-    fn enter<E: de::Error>(self) -> Result<Self, E> {
+    pub(super) fn enter<E: de::Error>(self) -> Result<Self, E> {
         if self.level > MAX_LEVEL {
             return Err(E::custom("recursion limit exceeded"));
         }

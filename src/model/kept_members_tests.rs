@@ -9,10 +9,12 @@ use crate::model::batch::{Channel, NormalizedBatch, normalize, normalize_split};
 /// The split batch written out again, parsed as a `Value`.
 fn reassembled((members, kept): &(Map<String, Value>, KeptMembers)) -> Value {
     let document = Value::Object(members.clone());
-    let text = serde_json::to_vec(&StoredForm {
+    let text = StoredForm {
         document: &document,
         kept,
-    })
+        events: None,
+    }
+    .to_vec()
     .expect("serialise");
     serde_json::from_slice(&text).expect("the stored form parses")
 }
@@ -189,10 +191,12 @@ fn a_kept_member_is_checked_where_it_was() {
 /// The split batch written out, as stored.
 fn stored_text((members, kept): &(Map<String, Value>, KeptMembers)) -> Vec<u8> {
     let document = Value::Object(members.clone());
-    serde_json::to_vec(&StoredForm {
+    StoredForm {
         document: &document,
         kept,
-    })
+        events: None,
+    }
+    .to_vec()
     .expect("serialise")
 }
 

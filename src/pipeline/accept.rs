@@ -171,10 +171,11 @@ impl Pipeline {
         for mut batch in batches {
             // A batch without an MPID gets its user in the commit that stores it.
             let unnamed = identity::unnamed(&mut batch.document);
-            // Its events are written here by serde_json (only the kept members, batch fields,
-            // are text as sent): delivery copies an unchanged event's stored bytes into its
-            // requests (`request_body`), where they must be what serialising the event gives.
+            // Delivery copies an unchanged event's stored bytes into its requests
+            // (`request_body`): an event kept as sent goes out as sent, with its ids added
+            // (`model::kept_events`), any other as serde_json wrote it.
             let body = batch.stored_body().map_err(|_| AcceptError::Unavailable)?;
+            let document = watched.then(|| batch.whole_document());
             let accepted = fanout::AcceptedBatch {
                 input_id: &input.id,
                 source_request_id: batch.source_request_id,
@@ -192,8 +193,7 @@ impl Pipeline {
             };
             let resolved = row.unresolved.as_ref().map(|u| Arc::clone(&u.resolved));
             rows.push(row);
-            let points = data_catalog::points_of(&batch.document);
-            let document = watched.then_some(batch.document);
+            let points = data_catalog::points_of(&batch.document, &batch.events);
             stored.push(StoredBatch {
                 event_count: batch.event_count,
                 document,
@@ -306,11 +306,13 @@ struct StoredBatch {
 /// connection, so an oversized batch costs nothing beyond its parsing.
 fn check_event_counts(documents: &[Document], limit: usize) -> Result<(), AcceptError> {
     for document in documents {
-        let count = document
-            .body
-            .get("events")
-            .and_then(Value::as_array)
-            .map_or(0, Vec::len);
+        let count = document.kept.event_count().unwrap_or_else(|| {
+            document
+                .body
+                .get("events")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len)
+        });
         if count > limit {
             let field = if document.location.is_empty() {
                 "events".to_owned()

@@ -20,9 +20,9 @@ use hashbrown::{Equivalent, HashMap};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::rules::{event_name, event_type};
 use crate::model::data_points::{Kind, PointKey, Seen, ValueType};
 use crate::model::ids::InputId;
+use crate::model::kept_events::StoredEvent;
 use crate::store::Store;
 
 /// How often the tally is written to the database: a data point shows in the catalog within
@@ -182,27 +182,25 @@ impl hashbrown::Equivalent<PointKey> for PointRef<'_> {
 /// per event, an event attribute once per event carrying it, user attributes and identity
 /// types once per batch. Events of a type the schema does not know (which no filter rule can
 /// name) are left out.
-pub(crate) fn points_of(document: &Value) -> BatchPoints {
+pub(crate) fn points_of(document: &Value, events: &[StoredEvent]) -> BatchPoints {
     let mut points = BatchPoints::default();
-    let events = document.get("events").and_then(Value::as_array);
-    for event in events.into_iter().flatten() {
-        let Some(kind) = event_type(event) else {
+    for event in events {
+        let summary = &event.summary;
+        let Some(kind) = summary.event_type else {
             continue;
         };
-        let name = event_name(kind, event).unwrap_or("");
+        let name = summary.name.as_deref().unwrap_or("");
         let Some(spans @ [event_type, event_name, _]) = points.names([kind.as_str(), name, ""])
         else {
             continue;
         };
         points.push(Kind::Event, spans, None, 1);
-        let attributes = event.get("data").and_then(|d| d.get("custom_attributes"));
-        for (key, value) in attributes.and_then(Value::as_object).into_iter().flatten() {
+        for (key, value_type) in &summary.attributes {
             if let Some(name) = points.name(key) {
-                let value_type = Some(ValueType::of(value));
                 points.push(
                     Kind::EventAttribute,
                     [event_type, event_name, name],
-                    value_type,
+                    Some(*value_type),
                     1,
                 );
             }

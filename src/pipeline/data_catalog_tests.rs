@@ -10,10 +10,8 @@ use crate::model::data_filter::{DataFilter, DataPointRef};
 use crate::model::event_type::EventType;
 
 fn points(batch: Value) -> BatchPoints {
-    let document = normalize(batch, Channel::ServerToServer, 1_000, "")
-        .expect("valid batch")
-        .document;
-    points_of(&document)
+    let batch = normalize(batch, Channel::ServerToServer, 1_000, "").expect("valid batch");
+    points_of(&batch.document, &batch.events)
 }
 
 fn key(kind: Kind, event_type: &str, event_name: &str, name: &str) -> PointKey {

@@ -3,11 +3,12 @@
 //! as batch).
 //!
 //! An event the filter leaves as it is goes out as the bytes it was stored as (found by
-//! [`super::stored_batch`]). A stored batch is the normalised document as serde_json wrote it,
-//! so those bytes are the very bytes serialising the parsed event again would give (the
-//! equivalence tests in `request_body_tests.rs` hold the two ways to each other); writing each
-//! event anew was most of building a body in real-time delivery, where every event is a request
-//! of its own. The batch-level fields are
+//! [`super::stored_batch`]): the event as its client sent it with its ids added, or as
+//! serde_json wrote it ([`crate::model::kept_events`]); either way they read as the parsed
+//! event, and for a batch serde_json wrote they are the very bytes serialising the parsed event
+//! again gives (the equivalence tests in `request_body_tests.rs` hold the two ways to each
+//! other). Writing each event anew was most of building a body in real-time delivery, where
+//! every event is a request of its own. The batch-level fields are
 //! borrowed from the parsed document and cloned only where a setting changes them.
 
 use std::borrow::Cow;

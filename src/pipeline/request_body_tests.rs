@@ -20,7 +20,7 @@ fn webhook() -> WebhookSettings {
 fn stored(batch: Value) -> (Value, Vec<u8>) {
     let normalized =
         normalize(batch, Channel::ServerToServer, 1_700_000_000_000, "").expect("a valid batch");
-    let body = serde_json::to_vec(&normalized.document).expect("serialisable");
+    let body = serde_json::to_vec(&normalized.whole_document()).expect("serialisable");
     let document = serde_json::from_slice(&body).expect("readable");
     (document, body)
 }

@@ -190,28 +190,7 @@ fn data_filter_rule(
     }
 }
 
-pub(super) fn event_type(event: &Value) -> Option<EventType> {
-    event
-        .get("event_type")
-        .and_then(Value::as_str)
-        .and_then(EventType::parse)
-}
-
-/// What the Data Filter calls an event's name: the custom event name, the screen name, or the
-/// commerce action (product action, else promotion action). The data catalog names events
-/// with it too, so the dashboard's filter grid names exactly what rules match.
-pub(super) fn event_name(event_type: EventType, event: &Value) -> Option<&str> {
-    let data = event.get("data")?;
-    let name = match event_type {
-        EventType::CustomEvent => data.get("event_name"),
-        EventType::ScreenView => data.get("screen_name"),
-        EventType::CommerceEvent => data
-            .pointer("/product_action/action")
-            .or_else(|| data.pointer("/promotion_action/action")),
-        _ => None,
-    };
-    name.and_then(Value::as_str)
-}
+pub(super) use crate::model::kept_events::{event_name, event_type};
 
 /// The `custom_attributes` keys of a forwarded event that the Data Filter removes.
 pub(crate) fn removed_attributes(filter: &DataFilter, event: &Value) -> Vec<String> {

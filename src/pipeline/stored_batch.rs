@@ -42,8 +42,8 @@ impl<'a> StoredBatch<'a> {
     /// event (`filter::outlines_suffice`), which then sends every event as its stored bytes.
     /// What it refuses, and its errors, are `read`'s, but for a number beyond `f64`'s range or
     /// a lone surrogate escape (`"\ud800"`) in a member an outline skips, which serde_json skips
-    /// unchecked: a stored batch holds neither (ingest refuses both, and stored events are
-    /// serde_json's own output).
+    /// unchecked: a stored batch holds neither (ingest refuses both, in events it keeps as sent
+    /// too: `model::kept_members` checks them as a `Value` parse does).
     pub(crate) fn read_outlines(body: &'a [u8]) -> serde_json::Result<Self> {
         Self::read_as(body, Events::Outlined)
     }

@@ -1,0 +1,502 @@
+//! A batch's events stored as the text they came in, with what normalising them adds spliced
+//! in (issue 16). Parsing every event into a `Value` tree, checking it, writing it out again and
+//! freeing it was about a third of the CPU of accepting an Events API batch: an allocation per
+//! key and per string, for events of which acceptance reads a handful of members.
+//!
+//! [`keep`] reads one event as sent for what normalising it checks and may add, skipping (but
+//! checking, see [`super::kept_members`]) everything else. It keeps the event when normalising
+//! would only add the event's `message_id` and, when the client gave none, its
+//! `timestamp_unixtime_ms`: those go first in its `data`, and the rest stays byte for byte as
+//! sent (members in the client's order, whitespace included). Any other event (one to correct,
+//! to refuse, a commerce event, one holding a float: see [`super::kept_members`] on why what is
+//! stored must never be shorter than serde_json writes it back) is normalised as a `Value` and
+//! written by serde_json, as every event was before. Stored either way, an event reads back as
+//! the `Value` normalising it gives, which the tests hold the two ways to.
+//!
+//! A key an event repeats that normalising neither reads nor checks stays repeated in the
+//! stored text; serde_json, which reads stored batches, keeps the last, as a `Value` parse of
+//! the request did.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+use super::data_points::ValueType;
+use super::event_type::EventType;
+use super::kept_members::{Checked, Numbers};
+use super::nesting::RESERVED_KEY;
+
+/// mParticle truncates server-to-server event names at this length (spec §6).
+pub(crate) const MAX_EVENT_NAME_CHARS: usize = 256;
+
+/// One normalised event as it is stored, and what the data catalog reads of it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoredEvent {
+    /// The event's JSON text.
+    pub(crate) text: String,
+    pub(crate) summary: EventSummary,
+}
+
+/// What the data catalog records of an event: its type, its name (as the Data Filter names it)
+/// and its custom attributes' names and types.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct EventSummary {
+    /// `None` for an event of no known type (which normalising refuses).
+    pub(crate) event_type: Option<EventType>,
+    pub(crate) name: Option<String>,
+    pub(crate) attributes: Vec<(String, ValueType)>,
+}
+
+impl StoredEvent {
+    /// A normalised event's `Value`, written by serde_json.
+    pub(crate) fn written(event: &Value) -> serde_json::Result<Self> {
+        Ok(Self {
+            text: serde_json::to_string(event)?,
+            summary: EventSummary::of(event),
+        })
+    }
+}
+
+impl EventSummary {
+    /// The summary of a normalised event (whose type is known).
+    fn of(event: &Value) -> Self {
+        let event_type = event_type(event);
+        let attributes = event
+            .get("data")
+            .and_then(|d| d.get("custom_attributes"))
+            .and_then(Value::as_object)
+            .map(|a| {
+                a.iter()
+                    .map(|(k, v)| (k.clone(), ValueType::of(v)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            event_type,
+            name: event_type
+                .and_then(|t| event_name(t, event))
+                .map(str::to_owned),
+            attributes,
+        }
+    }
+}
+
+/// An event's type, if it has a known one.
+pub(crate) fn event_type(event: &Value) -> Option<EventType> {
+    event
+        .get("event_type")
+        .and_then(Value::as_str)
+        .and_then(EventType::parse)
+}
+
+/// What the Data Filter calls an event's name: the custom event name, the screen name, or the
+/// commerce action (product action, else promotion action). The data catalog names events
+/// with it too, so the dashboard's filter grid names exactly what rules match.
+pub(crate) fn event_name(event_type: EventType, event: &Value) -> Option<&str> {
+    let data = event.get("data")?;
+    let name = match event_type {
+        EventType::CustomEvent => data.get("event_name"),
+        EventType::ScreenView => data.get("screen_name"),
+        EventType::CommerceEvent => data
+            .pointer("/product_action/action")
+            .or_else(|| data.pointer("/promotion_action/action")),
+        _ => None,
+    };
+    name.and_then(Value::as_str)
+}
+
+/// What [`scan`] found in an event that normalising would only add ids to.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Scanned {
+    summary: EventSummary,
+    /// Where in the event's text its `data`'s first member starts (its opening quote).
+    first_member: usize,
+    has_message_id: bool,
+    has_timestamp: bool,
+}
+
+/// Reads the event `text` once, as it stands at nesting `level` of the body: what it holds if
+/// normalising would only add its `message_id` and missing timestamp to it, and it passes what
+/// a `Value` parse checks (see `kept_members::check_as_value`) with integers only. `None` for
+/// any other event: one normalising corrects or refuses, a commerce event (its actions are
+/// read), one with a location (its coordinates are checked), a float (see
+/// `kept_members`), an empty `data` or one whose first key is escaped (no place to splice
+/// at), a member normalising reads given twice; and one a `Value` parse would refuse, which
+/// the caller checks again to tell.
+pub(crate) fn scan(text: &str, level: usize) -> Option<Scanned> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let event = EventSeed { level }.deserialize(&mut deserializer).ok()?;
+    deserializer.end().ok()?;
+    let data = event.data?;
+    let event_type = EventType::parse(&event.event_type?)?;
+    let name = data.checked_name(event_type)?;
+    let first_member = data.first_member? - text.as_ptr() as usize;
+    Some(Scanned {
+        summary: EventSummary {
+            event_type: Some(event_type),
+            name: name.map(Cow::into_owned),
+            attributes: data.custom_attributes.unwrap_or_default(),
+        },
+        first_member,
+        has_message_id: data.message_id,
+        has_timestamp: data.timestamp,
+    })
+}
+
+/// The event `text`, [`scan`]ned, stored as sent with its `message_id` (made by `message_id`)
+/// and, when it has none, its timestamp added first in its `data`.
+pub(crate) fn keep(
+    text: &str,
+    scanned: Scanned,
+    now_ms: i64,
+    message_id: impl FnOnce() -> String,
+) -> StoredEvent {
+    let at = scanned.first_member;
+    let mut out = String::with_capacity(text.len() + 90);
+    out.push_str(&text[..at]);
+    if !scanned.has_message_id {
+        out.push_str("\"message_id\":\"");
+        out.push_str(&message_id());
+        out.push_str("\",");
+    }
+    if !scanned.has_timestamp {
+        out.push_str("\"timestamp_unixtime_ms\":");
+        out.push_str(&now_ms.to_string());
+        out.push(',');
+    }
+    out.push_str(&text[at..]);
+    StoredEvent {
+        text: out,
+        summary: scanned.summary,
+    }
+}
+
+/// An event's members that normalising reads.
+#[derive(Default)]
+struct EventRead<'de> {
+    event_type: Option<Cow<'de, str>>,
+    data: Option<DataRead<'de>>,
+}
+
+/// A `data`'s members that normalising reads, each checked to need no change.
+#[derive(Default)]
+struct DataRead<'de> {
+    /// The address of its first key's opening quote.
+    first_member: Option<usize>,
+    message_id: bool,
+    timestamp: bool,
+    event_name: Option<Cow<'de, str>>,
+    /// Whether `custom_event_type` is a non-empty string.
+    custom_event_type: bool,
+    screen_name: Option<Cow<'de, str>>,
+    custom_attributes: Option<Vec<(String, ValueType)>>,
+    /// The members read (bits by their place in `READ`), to refuse one given twice.
+    seen: u16,
+}
+
+impl<'de> DataRead<'de> {
+    /// The event's name if its type's members need no change, else `None` (the outer
+    /// `Option`).
+    #[allow(clippy::option_option)]
+    fn checked_name(&self, event_type: EventType) -> Option<Option<Cow<'de, str>>> {
+        match event_type {
+            EventType::CustomEvent => {
+                let name = self.event_name.clone().filter(|n| !n.is_empty())?;
+                if name.chars().nth(MAX_EVENT_NAME_CHARS).is_some() || !self.custom_event_type {
+                    return None;
+                }
+                Some(Some(name))
+            }
+            EventType::ScreenView => Some(self.screen_name.clone()),
+            EventType::CommerceEvent => None,
+            _ => Some(None),
+        }
+    }
+}
+
+/// Not an event to keep (the message is never shown: the event is then read as a `Value`).
+fn not_kept<E: de::Error>() -> E {
+    E::custom("normalised as a Value")
+}
+
+/// Reads one event object.
+#[derive(Clone, Copy)]
+struct EventSeed {
+    level: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for EventSeed {
+    type Value = EventRead<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventSeed {
+    type Value = EventRead<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an event object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let inner = Checked { level: self.level }.enter::<A::Error>()?;
+        let mut event = EventRead::default();
+        while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+            match key.as_ref() {
+                "event_type" if event.event_type.is_none() => {
+                    event.event_type = Some(map.next_value::<Text<'de>>()?.0);
+                }
+                "data" if event.data.is_none() => {
+                    event.data = Some(map.next_value_seed(DataSeed { level: inner.level })?);
+                }
+                "event_type" | "data" => return Err(not_kept()),
+                other => {
+                    checked_key(other)?;
+                    map.next_value_seed(IntegersOnly(inner))?;
+                }
+            }
+        }
+        Ok(event)
+    }
+}
+
+/// Refuses serde_json's reserved key (see `kept_members::CheckedKey`).
+fn checked_key<E: de::Error>(key: &str) -> Result<(), E> {
+    if key == RESERVED_KEY {
+        return Err(not_kept());
+    }
+    Ok(())
+}
+
+/// Reads an event's `data` object.
+struct DataSeed {
+    level: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for DataSeed {
+    type Value = DataRead<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DataSeed {
+    type Value = DataRead<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let inner = Checked { level: self.level }.enter::<A::Error>()?;
+        let mut data = DataRead::default();
+        while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+            if data.first_member.is_none() {
+                let Cow::Borrowed(first) = key else {
+                    return Err(not_kept());
+                };
+                // A borrowed key starts just past its opening quote.
+                data.first_member = Some(first.as_ptr() as usize - 1);
+            }
+            read_member(&mut data, &key, &mut map, inner)?;
+        }
+        Ok(data)
+    }
+}
+
+/// Reads one member of `data`, each whose value normalising checks or reads as its own type.
+fn read_member<'de, A: MapAccess<'de>>(
+    data: &mut DataRead<'de>,
+    key: &str,
+    map: &mut A,
+    inner: Checked,
+) -> Result<(), A::Error> {
+    const READ: [&str; 15] = [
+        "timestamp_unixtime_ms",
+        "message_id",
+        "event_num",
+        "session_start_unixtime_ms",
+        "event_start_unixtime_ms",
+        "custom_attributes",
+        "custom_flags",
+        "device_current_state",
+        "location",
+        "source_message_id",
+        "session_uuid",
+        "event_name",
+        "custom_event_type",
+        "screen_name",
+        "session_duration_ms",
+    ];
+    let Some(place) = READ.iter().position(|k| *k == key) else {
+        checked_key(key)?;
+        return map.next_value_seed(IntegersOnly(inner)).map(drop);
+    };
+    if data.seen & (1 << place) != 0 {
+        return Err(not_kept());
+    }
+    data.seen |= 1 << place;
+    let read = READ[place];
+    match read {
+        // Given (not null): kept as they are; absent: added.
+        "timestamp_unixtime_ms" => {
+            map.next_value::<i64>()?;
+            data.timestamp = true;
+        }
+        "message_id" => {
+            data.message_id = true;
+            if map.next_value_seed(IntegersOnly(inner))? == ValueType::Null {
+                return Err(not_kept());
+            }
+        }
+        // An int64 or null stays as it is; a string of digits would become a number.
+        "event_num"
+        | "session_start_unixtime_ms"
+        | "event_start_unixtime_ms"
+        | "session_duration_ms" => {
+            map.next_value::<Option<i64>>()?;
+        }
+        "custom_attributes" => {
+            data.custom_attributes = map.next_value_seed(AttributesSeed(inner))?;
+        }
+        "custom_flags" | "device_current_state" => {
+            let kind = map.next_value_seed(IntegersOnly(inner))?;
+            if !matches!(kind, ValueType::Object | ValueType::Null) {
+                return Err(not_kept());
+            }
+        }
+        "source_message_id" | "session_uuid" | "custom_event_type" => {
+            let text = map.next_value::<Option<Text<'de>>>()?;
+            data.custom_event_type |=
+                read == "custom_event_type" && text.is_some_and(|t| !t.0.is_empty());
+        }
+        "event_name" => data.event_name = Some(map.next_value::<Text<'de>>()?.0),
+        "screen_name" => data.screen_name = map.next_value::<Option<Text<'de>>>()?.map(|t| t.0),
+        // "location": its coordinates are checked by the `Value` path.
+        _ => return Err(not_kept()),
+    }
+    Ok(())
+}
+
+/// A string, borrowed from the text when it holds no escape.
+struct Text<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(TextVisitor)
+    }
+}
+
+struct TextVisitor;
+
+impl<'de> Visitor<'de> for TextVisitor {
+    type Value = Text<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Text<'de>, E> {
+        Ok(Text(Cow::Borrowed(text)))
+    }
+    fn visit_str<E>(self, text: &str) -> Result<Text<'de>, E> {
+        Ok(Text(Cow::Owned(text.to_owned())))
+    }
+}
+
+/// Any value, checked as `kept_members::Checked` checks it (this `Checked`'s level is the one
+/// a container here has), refused if it holds a float; its type.
+#[derive(Clone, Copy)]
+struct IntegersOnly(Checked);
+
+impl<'de> DeserializeSeed<'de> for IntegersOnly {
+    type Value = ValueType;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<ValueType, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for IntegersOnly {
+    type Value = ValueType;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<ValueType, E> {
+        Ok(ValueType::Boolean)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<ValueType, E> {
+        Ok(ValueType::Number)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<ValueType, E> {
+        Ok(ValueType::Number)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<ValueType, E> {
+        Err(not_kept())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<ValueType, E> {
+        Ok(ValueType::String)
+    }
+    fn visit_unit<E>(self) -> Result<ValueType, E> {
+        Ok(ValueType::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ValueType, A::Error> {
+        match self.0.visit_seq(seq)? {
+            Numbers::WrittenBackAsSent => Ok(ValueType::Array),
+            Numbers::Rewritten => Err(not_kept()),
+        }
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ValueType, A::Error> {
+        match self.0.visit_map(map)? {
+            Numbers::WrittenBackAsSent => Ok(ValueType::Object),
+            Numbers::Rewritten => Err(not_kept()),
+        }
+    }
+}
+
+/// `custom_attributes`: `null`, or an object whose keys (each once) and value types are read.
+struct AttributesSeed(Checked);
+
+impl<'de> DeserializeSeed<'de> for AttributesSeed {
+    type Value = Option<Vec<(String, ValueType)>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for AttributesSeed {
+    type Value = Option<Vec<(String, ValueType)>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object or null")
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let inner = self.0.enter::<A::Error>()?;
+        let mut attributes: Vec<(String, ValueType)> = Vec::new();
+        while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+            checked_key(&key)?;
+            if attributes.iter().any(|(k, _)| *k == key) {
+                return Err(not_kept());
+            }
+            let value_type = map.next_value_seed(IntegersOnly(inner))?;
+            attributes.push((key.into_owned(), value_type));
+        }
+        // A `Value` map's order, as the data catalog reads it.
+        attributes.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
+        Ok(Some(attributes))
+    }
+}
+
+#[cfg(test)]
+#[path = "kept_events_tests.rs"]
+mod tests;
