@@ -26,8 +26,8 @@ use serde_json::Value;
 
 use super::data_points::ValueType;
 use super::event_type::EventType;
-use super::kept_members::{Checked, Numbers};
 use super::nesting::RESERVED_KEY;
+use super::value_check::{Checked, Numbers};
 
 /// mParticle truncates server-to-server event names at this length (spec §6).
 pub(crate) const MAX_EVENT_NAME_CHARS: usize = 256;
@@ -120,7 +120,7 @@ pub(crate) struct Scanned {
 
 /// Reads the event `text` once, as it stands at nesting `level` of the body: what it holds if
 /// normalising would only add its `message_id` and missing timestamp to it, and it passes what
-/// a `Value` parse checks (see `kept_members::check_as_value`) with integers only. `None` for
+/// a `Value` parse checks (see `value_check::check_as_value`) with integers only. `None` for
 /// any other event: one normalising corrects or refuses, a commerce event (its actions are
 /// read), one with a location (its coordinates are checked), a float (see
 /// `kept_members`), an empty `data` or one whose first key is escaped (no place to splice
@@ -265,7 +265,7 @@ impl<'de> Visitor<'de> for EventSeed {
     }
 }
 
-/// Refuses serde_json's reserved key (see `kept_members::CheckedKey`).
+/// Refuses serde_json's reserved key (see `value_check::CheckedKey`).
 fn checked_key<E: de::Error>(key: &str) -> Result<(), E> {
     if key == RESERVED_KEY {
         return Err(not_kept());
@@ -409,7 +409,7 @@ impl<'de> Visitor<'de> for TextVisitor {
     }
 }
 
-/// Any value, checked as `kept_members::Checked` checks it (this `Checked`'s level is the one
+/// Any value, checked as `value_check::Checked` checks it (this `Checked`'s level is the one
 /// a container here has), refused if it holds a float; its type.
 #[derive(Clone, Copy)]
 struct IntegersOnly(Checked);

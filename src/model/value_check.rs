@@ -1,0 +1,141 @@
+//! What a `Value` parse checks in a JSON value, checked without building the `Value` (issue 16):
+//! escapes that make characters, numbers in range, serde_json's depth limit and its reserved
+//! key; and whether serde_json writes the value's numbers back as they came. The split keeps
+//! batch members and events as the text they came in ([`super::kept_members`],
+//! [`super::kept_events`]) only when this passes, so that delivery, which parses every stored
+//! batch, never meets text it would refuse or read differently.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use super::nesting::{MAX_LEVEL, RESERVED_KEY};
+
+/// Whether serde_json writes a value's numbers back as they came (ordered: a value holding both
+/// kinds is `Rewritten`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Numbers {
+    /// Integers only (or no numbers): each is written back as it was sent.
+    WrittenBackAsSent,
+    /// A fraction, an exponent or an integer past 64 bits: written back as a float, which may
+    /// be longer than it came.
+    Rewritten,
+}
+
+/// Checks that `text` (one JSON value, whose container would sit at nesting level `level` of the
+/// whole body) passes what a `Value` parse checks that skipping it does not: escapes that make
+/// characters, numbers in range, the depth limit; and tells how its numbers are written back.
+/// Allocates nothing.
+pub(super) fn check_as_value(text: &str, level: usize) -> serde_json::Result<Numbers> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let numbers = Checked { level }.deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(numbers)
+}
+
+/// A value read the way `Value` reads it (every string unescaped, every number converted) and
+/// dropped; `level` is the nesting level a container here would have in the whole body.
+#[derive(Clone, Copy)]
+pub(super) struct Checked {
+    pub(super) level: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Checked {
+    type Value = Numbers;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Numbers, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Checked {
+    type Value = Numbers;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Numbers, E> {
+        Ok(Numbers::WrittenBackAsSent)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Numbers, E> {
+        Ok(Numbers::WrittenBackAsSent)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Numbers, E> {
+        Ok(Numbers::WrittenBackAsSent)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Numbers, E> {
+        Ok(Numbers::Rewritten)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Numbers, E> {
+        Ok(Numbers::WrittenBackAsSent)
+    }
+
+    fn visit_unit<E>(self) -> Result<Numbers, E> {
+        Ok(Numbers::WrittenBackAsSent)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Numbers, A::Error> {
+        let inner = self.enter::<A::Error>()?;
+        let mut numbers = Numbers::WrittenBackAsSent;
+        while let Some(item) = seq.next_element_seed(inner)? {
+            numbers = numbers.max(item);
+        }
+        Ok(numbers)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Numbers, A::Error> {
+        let inner = self.enter::<A::Error>()?;
+        let mut numbers = Numbers::WrittenBackAsSent;
+        // Keys are checked too: an ignored key would not have its escapes checked, and the
+        // stored batch is written back with sorted keys, where serde_json's reserved key would
+        // change what the object reads as (see `nesting::RESERVED_KEY`).
+        while map.next_key_seed(CheckedKey)?.is_some() {
+            numbers = numbers.max(map.next_value_seed(inner)?);
+        }
+        Ok(numbers)
+    }
+}
+
+/// An object's key, read as `Value` reads it (unescaped), refused if it is serde_json's
+/// reserved key.
+struct CheckedKey;
+
+impl<'de> DeserializeSeed<'de> for CheckedKey {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for CheckedKey {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<(), E> {
+        if key == RESERVED_KEY {
+            return Err(E::custom("serde_json's reserved key"));
+        }
+        Ok(())
+    }
+}
+
+impl Checked {
+    /// The seed for what this container holds, or the error serde_json gives past its limit.
+    pub(super) fn enter<E: de::Error>(self) -> Result<Self, E> {
+        if self.level > MAX_LEVEL {
+            return Err(E::custom("recursion limit exceeded"));
+        }
+        Ok(Self {
+            level: self.level + 1,
+        })
+    }
+}
