@@ -93,14 +93,17 @@ pub fn gzip(data: &[u8]) {
 }
 
 /// A body split with its members kept as sent (`model::kept_members`) splits exactly when it
-/// parses as an object, and normalises to the same error or to a stored batch that parses to
+/// parses as an object (but for one holding serde_json's reserved key in a member or event it
+/// keeps as text, left to a whole parse), and normalises to the same error or to a stored batch that parses to
 /// the same document (but for the `message_id`s normalisation draws at random). A bulk body
 /// splits exactly when it parses as an array of objects, into the same batches.
 fn check_split(data: &[u8]) {
     let whole = parse_json(data).ok();
     let Some((members, kept)) = split_batch(data) else {
+        // serde_json's reserved key, which normalising refuses by name, is left to a whole parse.
+        let reserved = String::from_utf8_lossy(data).contains("RawValue");
         assert!(
-            !matches!(whole, Some(Value::Object(_))),
+            reserved || !matches!(whole, Some(Value::Object(_))),
             "not split: {whole:?}"
         );
         check_split_bulk(data, whole.as_ref());

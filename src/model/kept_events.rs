@@ -13,9 +13,11 @@
 //! written by serde_json, as every event was before. Stored either way, an event reads back as
 //! the `Value` normalising it gives, which the tests hold the two ways to.
 //!
-//! A key an event repeats that normalising neither reads nor checks stays repeated in the
-//! stored text; serde_json, which reads stored batches, keeps the last, as a `Value` parse of
-//! the request did.
+//! An event that repeats a key of its own, of its `data` or of its custom attributes is not
+//! kept: the repeat would go out in its text, and receivers differ on which one counts. Deeper
+//! (inside an attribute's value, say) a repeat stays in the text, as it does in the batch
+//! members kept as sent; serde_json, which reads stored batches, keeps the last, as a `Value`
+//! parse of the request did.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -179,6 +181,8 @@ pub(crate) fn keep(
 struct EventRead<'de> {
     event_type: Option<Cow<'de, str>>,
     data: Option<DataRead<'de>>,
+    /// Its other members' keys, to refuse one given twice.
+    others: Vec<Cow<'de, str>>,
 }
 
 /// A `data`'s members that normalising reads, each checked to need no change.
@@ -195,6 +199,8 @@ struct DataRead<'de> {
     custom_attributes: Option<Vec<(String, ValueType)>>,
     /// The members read (bits by their place in `READ`), to refuse one given twice.
     seen: u16,
+    /// The other members' keys, to refuse one given twice.
+    others: Vec<Cow<'de, str>>,
 }
 
 impl<'de> DataRead<'de> {
@@ -257,12 +263,24 @@ impl<'de> Visitor<'de> for EventSeed {
                 "event_type" | "data" => return Err(not_kept()),
                 other => {
                     checked_key(other)?;
+                    once(&mut event.others, &key)?;
                     map.next_value_seed(IntegersOnly(inner))?;
                 }
             }
         }
         Ok(event)
     }
+}
+
+/// Notes `key` among `seen`, refusing it if it is there already: a key given twice would go out
+/// twice in the event's text, and receivers differ on which one counts (serde_json, which reads
+/// stored batches, keeps the last; a request written anew has only that one).
+fn once<'de, E: de::Error>(seen: &mut Vec<Cow<'de, str>>, key: &Cow<'de, str>) -> Result<(), E> {
+    if seen.contains(key) {
+        return Err(not_kept());
+    }
+    seen.push(key.clone());
+    Ok(())
 }
 
 /// Refuses serde_json's reserved key (see `value_check::CheckedKey`).
@@ -298,13 +316,13 @@ impl<'de> Visitor<'de> for DataSeed {
         let mut data = DataRead::default();
         while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
             if data.first_member.is_none() {
-                let Cow::Borrowed(first) = key else {
+                let Cow::Borrowed(first) = &key else {
                     return Err(not_kept());
                 };
                 // A borrowed key starts just past its opening quote.
                 data.first_member = Some(first.as_ptr() as usize - 1);
             }
-            read_member(&mut data, &key, &mut map, inner)?;
+            read_member(&mut data, key, &mut map, inner)?;
         }
         Ok(data)
     }
@@ -313,7 +331,7 @@ impl<'de> Visitor<'de> for DataSeed {
 /// Reads one member of `data`, each whose value normalising checks or reads as its own type.
 fn read_member<'de, A: MapAccess<'de>>(
     data: &mut DataRead<'de>,
-    key: &str,
+    key: Cow<'de, str>,
     map: &mut A,
     inner: Checked,
 ) -> Result<(), A::Error> {
@@ -335,7 +353,8 @@ fn read_member<'de, A: MapAccess<'de>>(
         "session_duration_ms",
     ];
     let Some(place) = READ.iter().position(|k| *k == key) else {
-        checked_key(key)?;
+        checked_key(&key)?;
+        once(&mut data.others, &key)?;
         return map.next_value_seed(IntegersOnly(inner)).map(drop);
     };
     if data.seen & (1 << place) != 0 {

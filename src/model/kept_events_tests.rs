@@ -70,6 +70,9 @@ fn an_event_normalising_changes_or_refuses_is_not_kept() {
         r#"{"event_type":"screen_view","event_type":"screen_view","data":{}}"#,
         r#"{"event_type":"screen_view","data":{"screen_name":"a","screen_name":"b"}}"#,
         r#"{"event_type":"screen_view","data":{"custom_attributes":{"a":1,"a":2}}}"#,
+        // repeated members it does not read: receivers differ on which one counts
+        r#"{"event_type":"screen_view","data":{"plan":"free","plan":"pro"}}"#,
+        r#"{"event_type":"screen_view","extra":1,"extra":2,"data":{"a":1}}"#,
         // nowhere to splice the ids: an empty `data`, an escaped first key
         r#"{"event_type":"session_start","data":{ }}"#,
         r#"{"event_type":"session_start","data":{"\u0061":1}}"#,

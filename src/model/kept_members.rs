@@ -109,7 +109,9 @@ pub(crate) fn is_object_or_null(text: &str) -> bool {
 }
 
 /// A batch's body as its members other than [`KEPT_AS_SENT`] (as `Value`s) and those kept as
-/// text; `None` when the body is not a JSON object or anything in it would fail a `Value` parse.
+/// text; `None` when the body is not a JSON object, anything in it would fail a `Value` parse,
+/// or a member kept as text or an event holds serde_json's reserved key (the caller then parses
+/// the body whole, and normalising refuses that key by name).
 pub(crate) fn split_batch(body: &[u8]) -> Option<(Map<String, Value>, KeptMembers)> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let split = Split { enclosing: 0 }.deserialize(&mut deserializer).ok()?;
