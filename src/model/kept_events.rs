@@ -263,7 +263,7 @@ impl<'de> Visitor<'de> for EventSeed {
                 "event_type" | "data" => return Err(not_kept()),
                 other => {
                     checked_key(other)?;
-                    once(&mut event.others, &key)?;
+                    once(&mut event.others, key.clone())?;
                     map.next_value_seed(IntegersOnly(inner))?;
                 }
             }
@@ -275,11 +275,11 @@ impl<'de> Visitor<'de> for EventSeed {
 /// Notes `key` among `seen`, refusing it if it is there already: a key given twice would go out
 /// twice in the event's text, and receivers differ on which one counts (serde_json, which reads
 /// stored batches, keeps the last; a request written anew has only that one).
-fn once<'de, E: de::Error>(seen: &mut Vec<Cow<'de, str>>, key: &Cow<'de, str>) -> Result<(), E> {
-    if seen.contains(key) {
+fn once<'de, E: de::Error>(seen: &mut Vec<Cow<'de, str>>, key: Cow<'de, str>) -> Result<(), E> {
+    if seen.contains(&key) {
         return Err(not_kept());
     }
-    seen.push(key.clone());
+    seen.push(key);
     Ok(())
 }
 
@@ -354,7 +354,7 @@ fn read_member<'de, A: MapAccess<'de>>(
     ];
     let Some(place) = READ.iter().position(|k| *k == key) else {
         checked_key(&key)?;
-        once(&mut data.others, &key)?;
+        once(&mut data.others, key)?;
         return map.next_value_seed(IntegersOnly(inner)).map(drop);
     };
     if data.seen & (1 << place) != 0 {
