@@ -239,7 +239,7 @@ impl<'de> Visitor<'de> for Split {
                     }
                 }
             } else if key == "events" {
-                // The batch's own container is one level below what encloses it.
+                // An event is the body's third level (the fourth in a bulk body).
                 let seed = EventsSeed {
                     level: self.enclosing + 3,
                 };
