@@ -3,11 +3,11 @@
 //! freeing it was about a third of the CPU of accepting an Events API batch: an allocation per
 //! key and per string, for events of which acceptance reads a handful of members.
 //!
-//! [`keep`] reads one event as sent for what normalising it checks and may add, skipping (but
-//! checking, see [`super::kept_members`]) everything else. It keeps the event when normalising
-//! would only add the event's `message_id` and, when the client gave none, its
-//! `timestamp_unixtime_ms`: those go first in its `data`, and the rest stays byte for byte as
-//! sent (members in the client's order, whitespace included). Any other event (one to correct,
+//! [`scan`] reads one event as sent, once: it checks every value as a `Value` parse would
+//! ([`super::value_check`]) and reads what normalising reads. When normalising would only add
+//! the event's `message_id` and, when the client gave none, its `timestamp_unixtime_ms`,
+//! [`keep`] stores it with those two first in its `data` and the rest byte for byte as sent
+//! (members in the client's order, whitespace included). Any other event (one to correct,
 //! to refuse, a commerce event, one holding a float: see [`super::kept_members`] on why what is
 //! stored must never be shorter than serde_json writes it back) is normalised as a `Value` and
 //! written by serde_json, as every event was before. Stored either way, an event reads back as
