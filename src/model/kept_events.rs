@@ -20,10 +20,10 @@
 //! parse of the request did.
 
 use std::borrow::Cow;
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use serde::Deserialize;
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
 use super::data_points::ValueType;
@@ -165,9 +165,8 @@ pub(crate) fn keep(
         out.push_str("\",");
     }
     if !scanned.has_timestamp {
-        out.push_str("\"timestamp_unixtime_ms\":");
-        out.push_str(&now_ms.to_string());
-        out.push(',');
+        // Writing to a `String` cannot fail.
+        let _ = write!(out, "\"timestamp_unixtime_ms\":{now_ms},");
     }
     out.push_str(&text[at..]);
     StoredEvent {
@@ -437,43 +436,9 @@ impl<'de> DeserializeSeed<'de> for IntegersOnly {
     type Value = ValueType;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<ValueType, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for IntegersOnly {
-    type Value = ValueType;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<ValueType, E> {
-        Ok(ValueType::Boolean)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<ValueType, E> {
-        Ok(ValueType::Number)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<ValueType, E> {
-        Ok(ValueType::Number)
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<ValueType, E> {
-        Err(not_kept())
-    }
-    fn visit_str<E>(self, _: &str) -> Result<ValueType, E> {
-        Ok(ValueType::String)
-    }
-    fn visit_unit<E>(self) -> Result<ValueType, E> {
-        Ok(ValueType::Null)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ValueType, A::Error> {
-        match self.0.visit_seq(seq)? {
-            Numbers::WrittenBackAsSent => Ok(ValueType::Array),
-            Numbers::Rewritten => Err(not_kept()),
-        }
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ValueType, A::Error> {
-        match self.0.visit_map(map)? {
-            Numbers::WrittenBackAsSent => Ok(ValueType::Object),
+        let read = self.0.deserialize(deserializer)?;
+        match read.numbers {
+            Numbers::WrittenBackAsSent => Ok(read.kind),
             Numbers::Rewritten => Err(not_kept()),
         }
     }

@@ -142,6 +142,8 @@ pub(crate) struct StoredForm<'a> {
 enum Stored<'a> {
     Parsed(&'a Value),
     Text(&'a str),
+    /// The `events` array, written from its events' texts.
+    Events(Vec<&'a str>),
 }
 
 impl StoredForm<'_> {
@@ -152,8 +154,8 @@ impl StoredForm<'_> {
             return serde_json::to_vec(self.document);
         };
         let events = match (self.events, &self.kept.1) {
-            (Some(events), _) => Some(array_of(events.iter().map(|e| e.text.as_str()))),
-            (None, Some(sent)) => Some(array_of(sent.iter().map(|e| e.text.get()))),
+            (Some(events), _) => Some(events.iter().map(|e| e.text.as_str()).collect()),
+            (None, Some(sent)) => Some(sent.iter().map(|e| e.text.get()).collect()),
             (None, None) => None,
         };
         let mut entries: Vec<(&str, Stored<'_>)> = members
@@ -165,7 +167,7 @@ impl StoredForm<'_> {
                     .iter()
                     .map(|(k, t)| (k.as_str(), Stored::Text(t.get()))),
             )
-            .chain(events.as_deref().map(|e| ("events", Stored::Text(e))))
+            .chain(events.map(|e| ("events", Stored::Events(e))))
             .collect();
         entries.sort_unstable_by_key(|(key, _)| *key);
         let mut out = Vec::with_capacity(4096);
@@ -179,24 +181,21 @@ impl StoredForm<'_> {
             match value {
                 Stored::Parsed(value) => serde_json::to_writer(&mut out, value)?,
                 Stored::Text(text) => out.extend_from_slice(text.as_bytes()),
+                Stored::Events(events) => {
+                    out.push(b'[');
+                    for (n, event) in events.iter().enumerate() {
+                        if n > 0 {
+                            out.push(b',');
+                        }
+                        out.extend_from_slice(event.as_bytes());
+                    }
+                    out.push(b']');
+                }
             }
         }
         out.push(b'}');
         Ok(out)
     }
-}
-
-/// A JSON array of the given JSON texts.
-fn array_of<'a>(texts: impl Iterator<Item = &'a str>) -> String {
-    let mut out = String::from("[");
-    for (i, text) in texts.enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(text);
-    }
-    out.push(']');
-    out
 }
 
 /// One batch object `enclosing` containers deep.

@@ -9,6 +9,7 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
+use super::data_points::ValueType;
 use super::nesting::{MAX_LEVEL, RESERVED_KEY};
 
 /// Whether serde_json writes a value's numbers back as they came (ordered: a value holding both
@@ -22,15 +23,28 @@ pub(super) enum Numbers {
     Rewritten,
 }
 
+/// What [`Checked`] read of a value: its type, and how its numbers are written back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Read {
+    pub(super) kind: ValueType,
+    pub(super) numbers: Numbers,
+}
+
+impl Read {
+    const fn of(kind: ValueType, numbers: Numbers) -> Self {
+        Self { kind, numbers }
+    }
+}
+
 /// Checks that `text` (one JSON value, whose container would sit at nesting level `level` of the
 /// whole body) passes what a `Value` parse checks that skipping it does not: escapes that make
 /// characters, numbers in range, the depth limit; and tells how its numbers are written back.
 /// Allocates nothing.
 pub(super) fn check_as_value(text: &str, level: usize) -> serde_json::Result<Numbers> {
     let mut deserializer = serde_json::Deserializer::from_str(text);
-    let numbers = Checked { level }.deserialize(&mut deserializer)?;
+    let read = Checked { level }.deserialize(&mut deserializer)?;
     deserializer.end()?;
-    Ok(numbers)
+    Ok(read.numbers)
 }
 
 /// A value read the way `Value` reads it (every string unescaped, every number converted) and
@@ -41,63 +55,63 @@ pub(super) struct Checked {
 }
 
 impl<'de> DeserializeSeed<'de> for Checked {
-    type Value = Numbers;
+    type Value = Read;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Numbers, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Read, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for Checked {
-    type Value = Numbers;
+    type Value = Read;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Numbers, E> {
-        Ok(Numbers::WrittenBackAsSent)
+    fn visit_bool<E>(self, _: bool) -> Result<Read, E> {
+        Ok(Read::of(ValueType::Boolean, Numbers::WrittenBackAsSent))
     }
 
-    fn visit_i64<E>(self, _: i64) -> Result<Numbers, E> {
-        Ok(Numbers::WrittenBackAsSent)
+    fn visit_i64<E>(self, _: i64) -> Result<Read, E> {
+        Ok(Read::of(ValueType::Number, Numbers::WrittenBackAsSent))
     }
 
-    fn visit_u64<E>(self, _: u64) -> Result<Numbers, E> {
-        Ok(Numbers::WrittenBackAsSent)
+    fn visit_u64<E>(self, _: u64) -> Result<Read, E> {
+        Ok(Read::of(ValueType::Number, Numbers::WrittenBackAsSent))
     }
 
-    fn visit_f64<E>(self, _: f64) -> Result<Numbers, E> {
-        Ok(Numbers::Rewritten)
+    fn visit_f64<E>(self, _: f64) -> Result<Read, E> {
+        Ok(Read::of(ValueType::Number, Numbers::Rewritten))
     }
 
-    fn visit_str<E>(self, _: &str) -> Result<Numbers, E> {
-        Ok(Numbers::WrittenBackAsSent)
+    fn visit_str<E>(self, _: &str) -> Result<Read, E> {
+        Ok(Read::of(ValueType::String, Numbers::WrittenBackAsSent))
     }
 
-    fn visit_unit<E>(self) -> Result<Numbers, E> {
-        Ok(Numbers::WrittenBackAsSent)
+    fn visit_unit<E>(self) -> Result<Read, E> {
+        Ok(Read::of(ValueType::Null, Numbers::WrittenBackAsSent))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Numbers, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Read, A::Error> {
         let inner = self.enter::<A::Error>()?;
         let mut numbers = Numbers::WrittenBackAsSent;
         while let Some(item) = seq.next_element_seed(inner)? {
-            numbers = numbers.max(item);
+            numbers = numbers.max(item.numbers);
         }
-        Ok(numbers)
+        Ok(Read::of(ValueType::Array, numbers))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Numbers, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read, A::Error> {
         let inner = self.enter::<A::Error>()?;
         let mut numbers = Numbers::WrittenBackAsSent;
         // Keys are checked too: an ignored key would not have its escapes checked, and the
         // stored batch is written back with sorted keys, where serde_json's reserved key would
         // change what the object reads as (see `nesting::RESERVED_KEY`).
         while map.next_key_seed(CheckedKey)?.is_some() {
-            numbers = numbers.max(map.next_value_seed(inner)?);
+            numbers = numbers.max(map.next_value_seed(inner)?.numbers);
         }
-        Ok(numbers)
+        Ok(Read::of(ValueType::Object, numbers))
     }
 }
 
