@@ -7,10 +7,13 @@
 //! ([`super::value_check`]) and reads what normalising reads. When normalising would only add
 //! the event's `message_id` and, when the client gave none, its `timestamp_unixtime_ms`,
 //! [`keep`] stores it with those two first in its `data` and the rest byte for byte as sent
-//! (members in the client's order, whitespace included). Any other event (one to correct,
-//! to refuse, a commerce event, one holding a float: see [`super::kept_members`] on why what is
-//! stored must never be shorter than serde_json writes it back) is normalised as a `Value` and
-//! written by serde_json, as every event was before. Stored either way, an event reads back as
+//! (members in the client's order, whitespace included). A commerce event is kept too when
+//! its actions read as they are (the Web SDK's numbered promotion action is renamed), and so
+//! is one holding floats when serde_json writes each back no longer than it came (see
+//! [`super::kept_members`] on why what is stored must never be shorter than serde_json writes
+//! it back). Any other event (one to correct or to refuse, one with a float sent in a longer
+//! form's place such as `1E2`) is normalised as a `Value` and written by serde_json, as every
+//! event was before. Stored either way, an event reads back as
 //! the `Value` normalising it gives, which the tests hold the two ways to.
 //!
 //! An event that repeats a key of its own, of its `data` or of its custom attributes is not
@@ -20,6 +23,7 @@
 //! parse of the request did.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt::{self, Write as _};
 
 use serde::Deserialize;
@@ -29,7 +33,7 @@ use serde_json::Value;
 use super::data_points::ValueType;
 use super::event_type::EventType;
 use super::nesting::RESERVED_KEY;
-use super::value_check::{Checked, Numbers};
+use super::value_check::{Checked, Numbers, numbers_fit};
 
 /// mParticle truncates server-to-server event names at this length (spec §6).
 pub(crate) const MAX_EVENT_NAME_CHARS: usize = 256;
@@ -122,16 +126,25 @@ pub(crate) struct Scanned {
 
 /// Reads the event `text` once, as it stands at nesting `level` of the body: what it holds if
 /// normalising would only add its `message_id` and missing timestamp to it, and it passes what
-/// a `Value` parse checks (see `value_check::check_as_value`) with integers only. `None` for
-/// any other event: one normalising corrects or refuses, a commerce event (its actions are
-/// read), one with a location (its coordinates are checked), a float (see
-/// `kept_members`), an empty `data` or one whose first key is escaped (no place to splice
-/// at), a member normalising reads given twice; and one a `Value` parse would refuse, which
-/// the caller checks again to tell.
+/// a `Value` parse checks (see `value_check::check_as_value`). `None` for any other event:
+/// one normalising corrects or refuses, one whose product or promotion action is neither
+/// `null` nor an object whose `action` is a string or `null` (the Web SDK's numbered promotion
+/// action is renamed), one with a location (its coordinates are checked), a number serde_json
+/// writes back longer than it came ([`numbers_fit`]), an empty `data` or one whose first key
+/// is escaped (no place to splice at), a member normalising reads given twice; and one a
+/// `Value` parse would refuse, which the caller checks again to tell.
 pub(crate) fn scan(text: &str, level: usize) -> Option<Scanned> {
+    let numbers = Cell::new(Numbers::WrittenBackAsSent);
+    let scope = Scope {
+        checked: Checked { level },
+        numbers: &numbers,
+    };
     let mut deserializer = serde_json::Deserializer::from_str(text);
-    let event = EventSeed { level }.deserialize(&mut deserializer).ok()?;
+    let event = EventSeed(scope).deserialize(&mut deserializer).ok()?;
     deserializer.end().ok()?;
+    if numbers.get() == Numbers::Rewritten && !numbers_fit(text) {
+        return None;
+    }
     let data = event.data?;
     let event_type = EventType::parse(&event.event_type?)?;
     let name = data.checked_name(event_type)?;
@@ -196,10 +209,28 @@ struct DataRead<'de> {
     custom_event_type: bool,
     screen_name: Option<Cow<'de, str>>,
     custom_attributes: Option<Vec<(String, ValueType)>>,
+    /// What a commerce event's name is read from.
+    product_action: Action<'de>,
+    promotion_action: Action<'de>,
+    /// Whether a commerce event's `shopping_cart` or `product_impressions` has a type
+    /// normalising refuses.
+    commerce_refused: bool,
     /// The members read (bits by their place in `READ`), to refuse one given twice.
-    seen: u16,
+    seen: u32,
     /// The other members' keys, to refuse one given twice.
     others: Vec<Cow<'de, str>>,
+}
+
+/// A commerce event's `product_action` or `promotion_action` (an object or `null`), as far
+/// as its name is read from it.
+#[derive(Default)]
+enum Action<'de> {
+    /// Absent, `null`, or an object without an `action`: the name is looked for elsewhere.
+    #[default]
+    Unnamed,
+    /// An object whose `action` is `null`: no name, and none looked for elsewhere.
+    Null,
+    Named(Cow<'de, str>),
 }
 
 impl<'de> DataRead<'de> {
@@ -216,7 +247,17 @@ impl<'de> DataRead<'de> {
                 Some(Some(name))
             }
             EventType::ScreenView => Some(self.screen_name.clone()),
-            EventType::CommerceEvent => None,
+            EventType::CommerceEvent if self.commerce_refused => None,
+            // The product action names the event, else the promotion action (see
+            // `event_name`).
+            EventType::CommerceEvent => {
+                Some(match (&self.product_action, &self.promotion_action) {
+                    (Action::Named(name), _) | (Action::Unnamed, Action::Named(name)) => {
+                        Some(name.clone())
+                    }
+                    _ => None,
+                })
+            }
             _ => Some(None),
         }
     }
@@ -227,13 +268,40 @@ fn not_kept<E: de::Error>() -> E {
     E::custom("normalised as a Value")
 }
 
-/// Reads one event object.
+/// Where a value stands and where the numbers read are noted: as a seed, any value, checked
+/// as `value_check::Checked` checks it (this `Checked`'s level is the one a container here
+/// has), giving its type.
 #[derive(Clone, Copy)]
-struct EventSeed {
-    level: usize,
+struct Scope<'a> {
+    checked: Checked,
+    /// How the event's numbers read so far are written back.
+    numbers: &'a Cell<Numbers>,
 }
 
-impl<'de> DeserializeSeed<'de> for EventSeed {
+impl<'a> Scope<'a> {
+    /// The scope of what a container here holds.
+    fn enter<E: de::Error>(self) -> Result<Scope<'a>, E> {
+        Ok(Scope {
+            checked: self.checked.enter()?,
+            numbers: self.numbers,
+        })
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Scope<'_> {
+    type Value = ValueType;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<ValueType, D::Error> {
+        let read = self.checked.deserialize(deserializer)?;
+        self.numbers.set(self.numbers.get().max(read.numbers));
+        Ok(read.kind)
+    }
+}
+
+/// Reads one event object.
+struct EventSeed<'a>(Scope<'a>);
+
+impl<'de> DeserializeSeed<'de> for EventSeed<'_> {
     type Value = EventRead<'de>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
@@ -241,7 +309,7 @@ impl<'de> DeserializeSeed<'de> for EventSeed {
     }
 }
 
-impl<'de> Visitor<'de> for EventSeed {
+impl<'de> Visitor<'de> for EventSeed<'_> {
     type Value = EventRead<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -249,7 +317,7 @@ impl<'de> Visitor<'de> for EventSeed {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let inner = Checked { level: self.level }.enter::<A::Error>()?;
+        let inner = self.0.enter::<A::Error>()?;
         let mut event = EventRead::default();
         while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
             match key.as_ref() {
@@ -257,13 +325,13 @@ impl<'de> Visitor<'de> for EventSeed {
                     event.event_type = Some(map.next_value::<Text<'de>>()?.0);
                 }
                 "data" if event.data.is_none() => {
-                    event.data = Some(map.next_value_seed(DataSeed { level: inner.level })?);
+                    event.data = Some(map.next_value_seed(DataSeed(inner))?);
                 }
                 "event_type" | "data" => return Err(not_kept()),
                 other => {
                     checked_key(other)?;
                     once(&mut event.others, key.clone())?;
-                    map.next_value_seed(IntegersOnly(inner))?;
+                    map.next_value_seed(inner)?;
                 }
             }
         }
@@ -291,11 +359,9 @@ fn checked_key<E: de::Error>(key: &str) -> Result<(), E> {
 }
 
 /// Reads an event's `data` object.
-struct DataSeed {
-    level: usize,
-}
+struct DataSeed<'a>(Scope<'a>);
 
-impl<'de> DeserializeSeed<'de> for DataSeed {
+impl<'de> DeserializeSeed<'de> for DataSeed<'_> {
     type Value = DataRead<'de>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
@@ -303,7 +369,7 @@ impl<'de> DeserializeSeed<'de> for DataSeed {
     }
 }
 
-impl<'de> Visitor<'de> for DataSeed {
+impl<'de> Visitor<'de> for DataSeed<'_> {
     type Value = DataRead<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -311,7 +377,7 @@ impl<'de> Visitor<'de> for DataSeed {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let inner = Checked { level: self.level }.enter::<A::Error>()?;
+        let inner = self.0.enter::<A::Error>()?;
         let mut data = DataRead::default();
         while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
             if data.first_member.is_none() {
@@ -332,9 +398,9 @@ fn read_member<'de, A: MapAccess<'de>>(
     data: &mut DataRead<'de>,
     key: Cow<'de, str>,
     map: &mut A,
-    inner: Checked,
+    inner: Scope<'_>,
 ) -> Result<(), A::Error> {
-    const READ: [&str; 15] = [
+    const READ: [&str; 19] = [
         "timestamp_unixtime_ms",
         "message_id",
         "event_num",
@@ -350,11 +416,15 @@ fn read_member<'de, A: MapAccess<'de>>(
         "custom_event_type",
         "screen_name",
         "session_duration_ms",
+        "product_action",
+        "promotion_action",
+        "shopping_cart",
+        "product_impressions",
     ];
     let Some(place) = READ.iter().position(|k| *k == key) else {
         checked_key(&key)?;
         once(&mut data.others, key)?;
-        return map.next_value_seed(IntegersOnly(inner)).map(drop);
+        return map.next_value_seed(inner).map(drop);
     };
     if data.seen & (1 << place) != 0 {
         return Err(not_kept());
@@ -369,7 +439,7 @@ fn read_member<'de, A: MapAccess<'de>>(
         }
         "message_id" => {
             data.message_id = true;
-            if map.next_value_seed(IntegersOnly(inner))? == ValueType::Null {
+            if map.next_value_seed(inner)? == ValueType::Null {
                 return Err(not_kept());
             }
         }
@@ -384,7 +454,7 @@ fn read_member<'de, A: MapAccess<'de>>(
             data.custom_attributes = map.next_value_seed(AttributesSeed(inner))?;
         }
         "custom_flags" | "device_current_state" => {
-            let kind = map.next_value_seed(IntegersOnly(inner))?;
+            let kind = map.next_value_seed(inner)?;
             if !matches!(kind, ValueType::Object | ValueType::Null) {
                 return Err(not_kept());
             }
@@ -396,6 +466,17 @@ fn read_member<'de, A: MapAccess<'de>>(
         }
         "event_name" => data.event_name = Some(map.next_value::<Text<'de>>()?.0),
         "screen_name" => data.screen_name = map.next_value::<Option<Text<'de>>>()?.map(|t| t.0),
+        "product_action" => data.product_action = map.next_value_seed(ActionSeed(inner))?,
+        "promotion_action" => data.promotion_action = map.next_value_seed(ActionSeed(inner))?,
+        "shopping_cart" | "product_impressions" => {
+            let kind = map.next_value_seed(inner)?;
+            let allowed = if read == "shopping_cart" {
+                ValueType::Object
+            } else {
+                ValueType::Array
+            };
+            data.commerce_refused |= kind != allowed && kind != ValueType::Null;
+        }
         // "location": its coordinates are checked by the `Value` path.
         _ => return Err(not_kept()),
     }
@@ -427,27 +508,10 @@ impl<'de> Visitor<'de> for TextVisitor {
     }
 }
 
-/// Any value, checked as `value_check::Checked` checks it (this `Checked`'s level is the one
-/// a container here has), refused if it holds a float; its type.
-#[derive(Clone, Copy)]
-struct IntegersOnly(Checked);
-
-impl<'de> DeserializeSeed<'de> for IntegersOnly {
-    type Value = ValueType;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<ValueType, D::Error> {
-        let read = self.0.deserialize(deserializer)?;
-        match read.numbers {
-            Numbers::WrittenBackAsSent => Ok(read.kind),
-            Numbers::Rewritten => Err(not_kept()),
-        }
-    }
-}
-
 /// `custom_attributes`: `null`, or an object whose keys (each once) and value types are read.
-struct AttributesSeed(Checked);
+struct AttributesSeed<'a>(Scope<'a>);
 
-impl<'de> DeserializeSeed<'de> for AttributesSeed {
+impl<'de> DeserializeSeed<'de> for AttributesSeed<'_> {
     type Value = Option<Vec<(String, ValueType)>>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
@@ -455,7 +519,7 @@ impl<'de> DeserializeSeed<'de> for AttributesSeed {
     }
 }
 
-impl<'de> Visitor<'de> for AttributesSeed {
+impl<'de> Visitor<'de> for AttributesSeed<'_> {
     type Value = Option<Vec<(String, ValueType)>>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -472,12 +536,54 @@ impl<'de> Visitor<'de> for AttributesSeed {
             if attributes.iter().any(|(k, _)| *k == key) {
                 return Err(not_kept());
             }
-            let value_type = map.next_value_seed(IntegersOnly(inner))?;
+            let value_type = map.next_value_seed(inner)?;
             attributes.push((key.into_owned(), value_type));
         }
         // A `Value` map's order, as the data catalog reads it.
         attributes.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
         Ok(Some(attributes))
+    }
+}
+
+/// A commerce event's `product_action` or `promotion_action`: `null`, or an object whose
+/// `action` is a string or `null` (a number, which normalising may rename, or any other type
+/// leaves the event to the `Value` path) and whose keys are each given once.
+struct ActionSeed<'a>(Scope<'a>);
+
+impl<'de, 'a> DeserializeSeed<'de> for ActionSeed<'a> {
+    type Value = Action<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ActionSeed<'_> {
+    type Value = Action<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object or null")
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Action::Unnamed)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let inner = self.0.enter::<A::Error>()?;
+        let mut keys = Vec::new();
+        let mut action = Action::Unnamed;
+        while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+            checked_key(&key)?;
+            once(&mut keys, key.clone())?;
+            if key == "action" {
+                action = match map.next_value::<Option<Text<'de>>>()? {
+                    Some(Text(name)) => Action::Named(name),
+                    None => Action::Null,
+                };
+            } else {
+                map.next_value_seed(inner)?;
+            }
+        }
+        Ok(action)
     }
 }
 

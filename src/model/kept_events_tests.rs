@@ -57,8 +57,15 @@ fn an_event_normalising_changes_or_refuses_is_not_kept() {
         r#"{"event_type":"screen_view","data":{"message_id":null}}"#,
         r#"{"event_type":"screen_view","data":{"timestamp_unixtime_ms":null}}"#,
         r#"{"event_type":"screen_view"}"#,
-        // read and possibly rewritten: commerce actions, a location
-        r#"{"event_type":"commerce_event","data":{}}"#,
+        // read and possibly rewritten: a numbered promotion action, a location
+        r#"{"event_type":"commerce_event","data":{"promotion_action":{"action":1}}}"#,
+        r#"{"event_type":"commerce_event","data":{"product_action":{"action":2}}}"#,
+        // commerce members of a type normalising refuses, an action given twice
+        r#"{"event_type":"commerce_event","data":{"product_action":[]}}"#,
+        r#"{"event_type":"commerce_event","data":{"promotion_action":"view"}}"#,
+        r#"{"event_type":"commerce_event","data":{"shopping_cart":[]}}"#,
+        r#"{"event_type":"commerce_event","data":{"product_impressions":{}}}"#,
+        r#"{"event_type":"commerce_event","data":{"product_action":{"action":"a","action":"b"}}}"#,
         r#"{"event_type":"screen_view","data":{"location":{"latitude":1,"longitude":2}}}"#,
         // refused: an unknown type, a custom event without its name, attributes not an object
         r#"{"event_type":"nope","data":{}}"#,
@@ -76,8 +83,11 @@ fn an_event_normalising_changes_or_refuses_is_not_kept() {
         // nowhere to splice the ids: an empty `data`, an escaped first key
         r#"{"event_type":"session_start","data":{ }}"#,
         r#"{"event_type":"session_start","data":{"\u0061":1}}"#,
-        // a float, serde_json's reserved key, an unreadable string
-        r#"{"event_type":"screen_view","data":{"a":{"b":[1.5]}}}"#,
+        // numbers serde_json writes back longer than they came, serde_json's reserved key,
+        // an unreadable string
+        r#"{"event_type":"screen_view","data":{"a":{"b":[1E2]}}}"#,
+        r#"{"event_type":"screen_view","data":{"price":1.5,"a":-0}}"#,
+        r#"{"event_type":"screen_view","data":{"a":18446744073709551616}}"#,
         r#"{"event_type":"screen_view","data":{"a":{"$serde_json::private::RawValue":1}}}"#,
         r#"{"event_type":"screen_view","data":{"a":"\ud800"}}"#,
         // not an object
@@ -148,4 +158,67 @@ fn a_kept_event_is_stored_as_sent_and_its_batch_counts_its_points() {
     let summary = &batch.events[0].summary;
     let parsed: Value = serde_json::from_str(event).expect("JSON");
     assert_eq!(summary, &EventSummary::of(&parsed));
+}
+
+#[test]
+fn floats_are_kept_when_serde_json_writes_each_back_no_longer() {
+    for (number, fits) in [
+        ("89.5", true),
+        ("1.50", true),
+        ("-0.25", true),
+        ("1e+300", true),
+        ("1.0E+300", true),
+        ("1e300", false),
+        ("12345678901234567890", true),
+        ("1E2", false),
+        ("1e5", false),
+        ("0.1e1", true),
+        ("-0", false),
+        ("18446744073709551616", false),
+    ] {
+        let text = format!(
+            r#"{{"event_type":"screen_view","data":{{"s":"1E2 \" 1e5","n":[{number}],"k":7}}}}"#
+        );
+        assert_eq!(kept(&text).is_some(), fits, "{text}");
+        // Kept or not, the event reads back as the `Value` normalising gives.
+        let body = format!(r#"{{"events":[{text}]}}"#);
+        let (split, whole) = stored_both_ways(&body);
+        assert_eq!(split, whole, "{body}");
+    }
+}
+
+#[test]
+fn a_commerce_event_is_kept_and_named_by_its_product_action_else_its_promotion_action() {
+    for (data, name) in [
+        (
+            r#"{"product_action":{"action":"purchase","products":[{"price":89.5}]}}"#,
+            Some("purchase"),
+        ),
+        (
+            r#"{"product_action":{"products":[]},"promotion_action":{"action":"view"}}"#,
+            Some("view"),
+        ),
+        (
+            r#"{"product_action":null,"promotion_action":{"action":"click"}}"#,
+            Some("click"),
+        ),
+        (
+            r#"{"product_action":{"action":null},"promotion_action":{"action":"view"}}"#,
+            None,
+        ),
+        (
+            r#"{"shopping_cart":{},"product_impressions":[],"currency_code":"USD"}"#,
+            None,
+        ),
+        (
+            r#"{"product_action":{"action":"add_to_cart"},"shopping_cart":null,"product_impressions":null}"#,
+            Some("add_to_cart"),
+        ),
+    ] {
+        let text = format!(r#"{{"event_type":"commerce_event","data":{data}}}"#);
+        let event = kept(&text).unwrap_or_else(|| panic!("not kept: {text}"));
+        assert_eq!(event.summary.name.as_deref(), name, "{text}");
+        let parsed: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(event.summary, EventSummary::of(&parsed), "{text}");
+    }
 }

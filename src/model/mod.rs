@@ -26,7 +26,7 @@ pub(crate) mod operator_event;
 pub(crate) mod settings;
 pub(crate) mod signed_date;
 pub(crate) mod signing;
-mod value_check;
+pub(crate) mod value_check;
 
 use serde::{Deserialize, Serialize};
 

@@ -6,6 +6,7 @@
 //! batch, never meets text it would refuse or read differently.
 
 use std::fmt;
+use std::ops::Range;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
@@ -140,6 +141,58 @@ impl<'de> Visitor<'de> for CheckedKey {
         }
         Ok(())
     }
+}
+
+/// Whether serde_json writes every number in `text` (one JSON value a [`Checked`] read passed)
+/// back in no more bytes than it takes there. A float comes back in its shortest form (`89.5`
+/// as sent, but `1E2` as `100.0`, `-0` as `-0.0`, an integer past 64 bits in an exponent), and
+/// text kept as sent must never be shorter than what serde_json writes of it (see
+/// [`super::kept_members`]). Only worth calling when the read found [`Numbers::Rewritten`].
+pub(super) fn numbers_fit(text: &str) -> bool {
+    let mut written = Vec::new();
+    number_tokens(text).all(|at| {
+        let token = &text[at];
+        written.clear();
+        serde_json::from_str::<serde_json::Number>(token)
+            .and_then(|number| serde_json::to_writer(&mut written, &number))
+            .is_ok_and(|()| written.len() <= token.len())
+    })
+}
+
+/// The byte ranges of the numbers in `text`, one JSON value (what is outside its strings,
+/// from a `-` or a digit to the next byte no number holds).
+pub(crate) fn number_tokens(text: &str) -> impl Iterator<Item = Range<usize>> + '_ {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while let Some(&byte) = bytes.get(at) {
+            match byte {
+                b'"' => at = past_string(bytes, at + 1),
+                b'-' | b'0'..=b'9' => {
+                    let start = at;
+                    at += bytes[at..]
+                        .iter()
+                        .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                        .unwrap_or(bytes.len() - at);
+                    return Some(start..at);
+                }
+                _ => at += 1,
+            }
+        }
+        None
+    })
+}
+
+/// Where the string whose contents start at `at` ends (just past its closing quote).
+fn past_string(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(&byte) = bytes.get(at) {
+        match byte {
+            b'\\' => at += 2,
+            b'"' => return at + 1,
+            _ => at += 1,
+        }
+    }
+    at
 }
 
 impl Checked {
