@@ -9,10 +9,10 @@
 //! stored. Such a body makes [`split_batch`] answer `None`, and the caller parses it the old way,
 //! which gives the request the same answer as before.
 //!
-//! A member holding a fractional or out-of-range number is parsed after all: serde_json writes
-//! such a number back longer than it may have come (`1e15` as `1000000000000000.0`), and
-//! delivery cuts send-as-batch requests by stored sizes on the rule that what goes out is never
-//! longer than what was stored. Whitespace, escapes and repeated keys only make the text as
+//! A member holding a number serde_json writes back longer than it came is parsed after all
+//! (a float: `1e15` comes back as `1000000000000000.0`; [`super::value_check::numbers_fit`]
+//! tells), because delivery cuts send-as-batch requests by stored sizes on the rule that what
+//! goes out is never longer than what was stored. Whitespace, escapes and repeated keys only make the text as
 //! sent longer than serde_json's, and integers come back as they were written. Nothing inside
 //! `events` is kept as sent: delivery copies stored event bytes into requests as they are.
 
@@ -24,7 +24,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::kept_events::{self, Scanned, StoredEvent};
-use super::value_check::{Numbers, check_as_value};
+use super::value_check::{Numbers, check_as_value, numbers_fit};
 
 /// The members kept as text: objects that `normalize` only checks to be objects, and that no
 /// step of the acceptance reads (identity, the profile update, the data catalog and the Live
@@ -226,15 +226,16 @@ impl<'de> Visitor<'de> for Split {
                 let text: Box<RawValue> = map.next_value()?;
                 // The member's own container is two levels below what encloses the batch.
                 let read = check_as_value(text.get(), self.enclosing + 2);
-                match read.map_err(de::Error::custom)? {
-                    Numbers::WrittenBackAsSent => {
-                        members.remove(&key);
-                        kept.set(key, text);
-                    }
-                    Numbers::Rewritten => {
+                let numbers = read.map_err(de::Error::custom)?;
+                match numbers {
+                    Numbers::Rewritten if !numbers_fit(text.get()) => {
                         let value = serde_json::from_str(text.get()).map_err(de::Error::custom)?;
                         kept.remove(&key);
                         members.insert(key, value);
+                    }
+                    Numbers::WrittenBackAsSent | Numbers::Rewritten => {
+                        members.remove(&key);
+                        kept.set(key, text);
                     }
                 }
             } else if key == "events" {

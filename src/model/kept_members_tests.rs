@@ -226,20 +226,20 @@ fn nothing_is_stored_shorter_than_it_is_written_back() {
 }
 
 #[test]
-fn a_member_holding_a_float_is_parsed_and_one_of_integers_kept() {
-    let body = br#"{"device_info":{"a":1.5},"context":{"a":[1,-2]},"device_info":{"a":2.5}}"#;
+fn a_member_holding_a_number_written_back_longer_is_parsed_and_others_kept() {
+    let body = br#"{"device_info":{"a":1E2},"context":{"a":[1,-2.5]},"device_info":{"a":1e5}}"#;
     let (members, kept) = split_batch(body).expect("splits");
-    assert_eq!(members.get("device_info"), Some(&json!({"a": 2.5})));
+    assert_eq!(members.get("device_info"), Some(&json!({"a": 100000.0})));
     assert_eq!(kept.get("device_info"), None);
-    assert_eq!(kept.get("context"), Some(r#"{"a":[1,-2]}"#));
+    assert_eq!(kept.get("context"), Some(r#"{"a":[1,-2.5]}"#));
     // A later member of the same name replaces an earlier one, parsed or kept.
-    let body = br#"{"device_info":{"a":1.5},"device_info":{"a":2}}"#;
+    let body = br#"{"device_info":{"a":1E2},"device_info":{"a":1.5}}"#;
     let (members, kept) = split_batch(body).expect("splits");
     assert_eq!(members.get("device_info"), None);
-    assert_eq!(kept.get("device_info"), Some(r#"{"a":2}"#));
-    let body = br#"{"device_info":{"a":2},"device_info":{"a":1.5}}"#;
+    assert_eq!(kept.get("device_info"), Some(r#"{"a":1.5}"#));
+    let body = br#"{"device_info":{"a":2},"device_info":{"a":-0}}"#;
     let (members, kept) = split_batch(body).expect("splits");
-    assert_eq!(members.get("device_info"), Some(&json!({"a": 1.5})));
+    assert_eq!(members.get("device_info"), Some(&json!({"a": -0.0})));
     assert_eq!(kept.get("device_info"), None);
 }
 
