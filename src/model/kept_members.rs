@@ -12,9 +12,10 @@
 //! A member holding a number serde_json writes back longer than it came is parsed after all
 //! (a float: `1e15` comes back as `1000000000000000.0`; [`super::value_check::numbers_fit`]
 //! tells), because delivery cuts send-as-batch requests by stored sizes on the rule that what
-//! goes out is never longer than what was stored. Whitespace, escapes and repeated keys only make the text as
-//! sent longer than serde_json's, and integers come back as they were written. Nothing inside
-//! `events` is kept as sent: delivery copies stored event bytes into requests as they are.
+//! goes out is never longer than what was stored. Whitespace, escapes and repeated keys only
+//! make the text as sent longer than serde_json's, and integers come back as they were
+//! written. The `events` array's events are captured here and kept or parsed by
+//! [`super::kept_events`], under the same rule.
 
 use std::fmt;
 
