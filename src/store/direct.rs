@@ -101,15 +101,6 @@ impl DirectConnection {
             let mut rows = statement.raw_query();
             while rows.next().map_err(error)?.is_some() {}
         }
-        // A statement that may fail halfway (a multi-row insert under a unique key, an upsert,
-        // a delete under foreign keys) keeps a journal of the pages it changes, and SQLite
-        // moves that journal to a temporary file past 64 KiB: a group's upsert of its users'
-        // scattered rows made, wrote and unlinked a file in a third of the groups (issue 16,
-        // docs/PERFORMANCE.md). In memory it is bounded by what one statement of a group
-        // changes (a group's batches, a prune chunk of 100), and it never needed a disk.
-        connection
-            .execute_batch("PRAGMA temp_store = MEMORY")
-            .map_err(error)?;
         connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(Self { connection })
     }
@@ -532,22 +523,6 @@ mod tests {
             .query_row("SELECT count(*) FROM t", [], |row| row.get(0))
             .unwrap();
         assert_eq!(count, 0);
-    }
-
-    /// The writer's statement journals (and any temporary table) stay in memory: on disk, a
-    /// group's statement touching more than 64 KiB of existing pages (its users' rows, a prune
-    /// chunk) made, wrote and unlinked a temporary file in a third of the groups.
-    #[test]
-    fn the_writer_keeps_temporary_files_in_memory() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("temp.db");
-        rusqlite::Connection::open(&path).unwrap();
-        let writer = DirectConnection::open(&path).unwrap();
-        let temp_store: i64 = writer
-            .connection
-            .query_row("PRAGMA temp_store", [], |row| row.get(0))
-            .unwrap();
-        assert_eq!(temp_store, 2, "MEMORY");
     }
 
     fn connection(schema: &str) -> DirectConnection {
