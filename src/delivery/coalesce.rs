@@ -150,7 +150,8 @@ pub(crate) fn retries_start(head_created_at: i64, newest_created_at: i64, window
 /// not their filtered bodies: the cut must stay put when a retry filters differently (a consent
 /// statement since, edited output settings), or a retry's `progress` would skip undelivered
 /// events or repeat delivered ones. Filtering only removes, and no stored batch is shorter than
-/// serde_json writes it back (members kept as sent hold no floats: `model::kept_members`); but
+/// serde_json writes it back (text kept as sent holds only numbers serde_json spells the same:
+/// `model::value_check::numbers_written_back_as_sent`); but
 /// the request adds `batch_id` (and `unique_id` when set), which its stored batches do not hold.
 /// A run of two or more batches drops more than that with its older batches' fields; a run of
 /// one whose stored size is within a few dozen bytes of the cap can go out that much over it.

@@ -7,14 +7,15 @@
 //! ([`super::value_check`]) and reads what normalising reads. When normalising would only add
 //! the event's `message_id` and, when the client gave none, its `timestamp_unixtime_ms`,
 //! [`keep`] stores it with those two first in its `data` and the rest byte for byte as sent
-//! (members in the client's order, whitespace included). A commerce event is kept too when
-//! its actions read as they are (the Web SDK's numbered promotion action is renamed), and so
-//! is one holding floats when serde_json writes each back no longer than it came (see
-//! [`super::kept_members`] on why what is stored must never be shorter than serde_json writes
-//! it back). Any other event (one to correct or to refuse, one with a float sent in a longer
-//! form's place such as `1E2`) is normalised as a `Value` and written by serde_json, as every
-//! event was before. Stored either way, an event reads back as
-//! the `Value` normalising it gives, which the tests hold the two ways to.
+//! (members in the client's order, whitespace included). That takes in commerce events whose
+//! actions are names (not the Web SDK's numbered promotion action, which normalising renames),
+//! and events holding floats that serde_json writes back spelt as they came (`89.5`, not
+//! `1E2`, which comes back as `100.0`): receivers get the numbers the `Value` path would
+//! send, and what is stored is never shorter than serde_json writes it back (see
+//! [`super::kept_members`] on why that matters). Any other event (one to correct or to refuse,
+//! one holding a float spelt otherwise) is normalised as a `Value` and written by serde_json,
+//! as every event was before. Stored either way, an event reads back as the `Value`
+//! normalising it gives, which the tests hold the two ways to.
 //!
 //! An event that repeats a key of its own, of its `data` or of its custom attributes is not
 //! kept: the repeat would go out in its text, and receivers differ on which one counts. Deeper
@@ -33,7 +34,7 @@ use serde_json::Value;
 use super::data_points::ValueType;
 use super::event_type::EventType;
 use super::nesting::RESERVED_KEY;
-use super::value_check::{Checked, Numbers, numbers_fit};
+use super::value_check::{Checked, Numbers, numbers_written_back_as_sent};
 
 /// mParticle truncates server-to-server event names at this length (spec §6).
 pub(crate) const MAX_EVENT_NAME_CHARS: usize = 256;
@@ -129,10 +130,11 @@ pub(crate) struct Scanned {
 /// a `Value` parse checks (see `value_check::check_as_value`). `None` for any other event:
 /// one normalising corrects or refuses, one whose product or promotion action is neither
 /// `null` nor an object whose `action` is a string or `null` (the Web SDK's numbered promotion
-/// action is renamed), one with a location (its coordinates are checked), a number serde_json
-/// writes back longer than it came ([`numbers_fit`]), an empty `data` or one whose first key
-/// is escaped (no place to splice at), a member normalising reads given twice; and one a
-/// `Value` parse would refuse, which the caller checks again to tell.
+/// action is renamed; checked whatever the event's type), one with a location (its
+/// coordinates are checked), a number serde_json writes back spelt otherwise
+/// ([`numbers_written_back_as_sent`]), an empty `data` or one whose first key is escaped (no
+/// place to splice at), a member normalising reads given twice; and one a `Value` parse would
+/// refuse, which the caller checks again to tell.
 pub(crate) fn scan(text: &str, level: usize) -> Option<Scanned> {
     let numbers = Cell::new(Numbers::WrittenBackAsSent);
     let scope = Scope {
@@ -142,7 +144,7 @@ pub(crate) fn scan(text: &str, level: usize) -> Option<Scanned> {
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let event = EventSeed(scope).deserialize(&mut deserializer).ok()?;
     deserializer.end().ok()?;
-    if numbers.get() == Numbers::Rewritten && !numbers_fit(text) {
+    if numbers.get() == Numbers::Rewritten && !numbers_written_back_as_sent(text) {
         return None;
     }
     let data = event.data?;
@@ -209,7 +211,8 @@ struct DataRead<'de> {
     custom_event_type: bool,
     screen_name: Option<Cow<'de, str>>,
     custom_attributes: Option<Vec<(String, ValueType)>>,
-    /// What a commerce event's name is read from.
+    /// What a commerce event's name is read from: its product action, else its promotion
+    /// action.
     product_action: Action<'de>,
     promotion_action: Action<'de>,
     /// Whether a commerce event's `shopping_cart` or `product_impressions` has a type
@@ -550,7 +553,7 @@ impl<'de> Visitor<'de> for AttributesSeed<'_> {
 /// leaves the event to the `Value` path) and whose keys are each given once.
 struct ActionSeed<'a>(Scope<'a>);
 
-impl<'de, 'a> DeserializeSeed<'de> for ActionSeed<'a> {
+impl<'de> DeserializeSeed<'de> for ActionSeed<'_> {
     type Value = Action<'de>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {

@@ -9,13 +9,14 @@
 //! stored. Such a body makes [`split_batch`] answer `None`, and the caller parses it the old way,
 //! which gives the request the same answer as before.
 //!
-//! A member holding a number serde_json writes back longer than it came is parsed after all
-//! (a float: `1e15` comes back as `1000000000000000.0`; [`super::value_check::numbers_fit`]
-//! tells), because delivery cuts send-as-batch requests by stored sizes on the rule that what
-//! goes out is never longer than what was stored. Whitespace, escapes and repeated keys only
-//! make the text as sent longer than serde_json's, and integers come back as they were
-//! written. The `events` array's events are captured here and kept or parsed by
-//! [`super::kept_events`], under the same rule.
+//! A member holding a number serde_json writes back spelt otherwise is parsed after all (a
+//! float: `1e15` comes back as `1000000000000000.0`, `1.50` as `1.5`;
+//! [`super::value_check::numbers_written_back_as_sent`] tells): receivers then get the numbers
+//! they got before members were kept, and delivery, which cuts send-as-batch requests by
+//! stored sizes on the rule that what goes out is never longer than what was stored, can rely
+//! on it. Whitespace, escapes and repeated keys only make the text as sent longer than
+//! serde_json's, and integers come back as they were written. The `events` array's events are
+//! captured here and kept or parsed by [`super::kept_events`], under the same rule.
 
 use std::fmt;
 
@@ -25,7 +26,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::kept_events::{self, Scanned, StoredEvent};
-use super::value_check::{Numbers, check_as_value, numbers_fit};
+use super::value_check::{Numbers, check_as_value, numbers_written_back_as_sent};
 
 /// The members kept as text: objects that `normalize` only checks to be objects, and that no
 /// step of the acceptance reads (identity, the profile update, the data catalog and the Live
@@ -229,7 +230,7 @@ impl<'de> Visitor<'de> for Split {
                 let read = check_as_value(text.get(), self.enclosing + 2);
                 let numbers = read.map_err(de::Error::custom)?;
                 match numbers {
-                    Numbers::Rewritten if !numbers_fit(text.get()) => {
+                    Numbers::Rewritten if !numbers_written_back_as_sent(text.get()) => {
                         let value = serde_json::from_str(text.get()).map_err(de::Error::custom)?;
                         kept.remove(&key);
                         members.insert(key, value);

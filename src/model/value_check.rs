@@ -19,8 +19,9 @@ use super::nesting::{MAX_LEVEL, RESERVED_KEY};
 pub(super) enum Numbers {
     /// Integers only (or no numbers): each is written back as it was sent.
     WrittenBackAsSent,
-    /// A fraction, an exponent or an integer past 64 bits: written back as a float, which may
-    /// be longer than it came.
+    /// A fraction, an exponent, `-0` or an integer past 64 bits: written back as a float, in
+    /// serde_json's spelling, which may not be the one it came in
+    /// ([`numbers_written_back_as_sent`] tells).
     Rewritten,
 }
 
@@ -144,18 +145,20 @@ impl<'de> Visitor<'de> for CheckedKey {
 }
 
 /// Whether serde_json writes every number in `text` (one JSON value a [`Checked`] read passed)
-/// back in no more bytes than it takes there. A float comes back in its shortest form (`89.5`
-/// as sent, but `1E2` as `100.0`, `-0` as `-0.0`, an integer past 64 bits in an exponent), and
-/// text kept as sent must never be shorter than what serde_json writes of it (see
-/// [`super::kept_members`]). Only worth calling when the read found [`Numbers::Rewritten`].
-pub(super) fn numbers_fit(text: &str) -> bool {
+/// back exactly as it is spelt there. A float comes back in serde_json's own spelling: `89.5`
+/// as sent, but `1E2` as `100.0`, `1.50` as `1.5`, `-0` as `-0.0`, an integer past 64 bits or
+/// a fraction past a float's precision rounded. Text kept as sent goes out as it is, so a
+/// receiver gets the very numbers the `Value` path would send, and it is never shorter than
+/// what serde_json writes of it (see [`super::kept_members`]). Only worth calling when the read
+/// found [`Numbers::Rewritten`].
+pub(super) fn numbers_written_back_as_sent(text: &str) -> bool {
     let mut written = Vec::new();
     number_tokens(text).all(|at| {
         let token = &text[at];
         written.clear();
         serde_json::from_str::<serde_json::Number>(token)
             .and_then(|number| serde_json::to_writer(&mut written, &number))
-            .is_ok_and(|()| written.len() <= token.len())
+            .is_ok_and(|()| written == token.as_bytes())
     })
 }
 
