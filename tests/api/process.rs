@@ -604,8 +604,13 @@ fn counter_sum(metrics: &str, name: &str, label: &str) -> f64 {
 async fn pending_deliveries_survive_a_crash() {
     const BATCHES: usize = 10;
     // Nothing listens on the webhook's port yet, so every attempt fails to connect and the
-    // deliveries stay pending; the receiver comes up on that port after the crash.
-    let hook_port = free_port();
+    // deliveries stay pending; the receiver comes up on that port after the crash. The port is
+    // held (bound, not listening) meanwhile, so that no other test's outgoing connection can
+    // take it as its local port.
+    let hook = tokio::net::TcpSocket::new_v4().expect("a socket");
+    hook.bind("127.0.0.1:0".parse().expect("an address"))
+        .expect("bind the webhook port");
+    let hook_port = hook.local_addr().expect("address").port();
     let mut deployment = Deployment::new().await;
     let boson = deployment.start().await;
     let input = boson
@@ -621,10 +626,7 @@ async fn pending_deliveries_survive_a_crash() {
     wait_for_failed_attempts(&boson, BATCHES as f64).await;
     boson.sigkill();
 
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", hook_port))
-        .await
-        .expect("bind the webhook port");
-    let mut receiver = Receiver::on(listener);
+    let mut receiver = Receiver::on(hook.listen(1024).expect("listen on the webhook port"));
     let _restarted = deployment.start().await;
     let deliveries = collect(&mut receiver, &expected, DELIVERY).await;
     println!(

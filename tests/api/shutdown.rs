@@ -106,7 +106,8 @@ async fn a_half_sent_request_does_not_hold_up_shutdown() {
 struct HangingEndpoint {
     port: u16,
     arrived: tokio::sync::mpsc::UnboundedReceiver<()>,
-    task: tokio::task::JoinHandle<()>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<tokio::net::TcpListener>,
 }
 
 impl HangingEndpoint {
@@ -118,28 +119,38 @@ impl HangingEndpoint {
             .expect("bind the hanging endpoint");
         let port = listener.local_addr().expect("address").port();
         let (sent, arrived) = tokio::sync::mpsc::unbounded_channel();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(async move {
             let mut held = Vec::new();
-            while let Ok((mut socket, _)) = listener.accept().await {
+            loop {
+                let accepted = tokio::select! {
+                    _ = &mut stopped => break,
+                    accepted = listener.accept() => accepted,
+                };
+                let Ok((mut socket, _)) = accepted else { break };
                 let mut buffer = [0u8; 1024];
-                if matches!(socket.read(&mut buffer).await, Ok(n) if n > 0) {
+                let read = tokio::time::timeout(Duration::from_secs(5), socket.read(&mut buffer));
+                if matches!(read.await, Ok(Ok(n)) if n > 0) {
                     let _ = sent.send(());
                 }
                 held.push(socket);
             }
+            listener
         });
         Self {
             port,
             arrived,
+            stop,
             task,
         }
     }
 
-    /// Stops hanging: the port is closed (and can be bound again).
-    async fn stop(self) -> u16 {
-        self.task.abort();
-        let _ = self.task.await;
-        self.port
+    /// Stops hanging: the held requests' connections are closed, and the listener is handed
+    /// back still bound. Closed and bound again, its port could be taken in between as the
+    /// local port of some other test's outgoing connection.
+    async fn stop(self) -> tokio::net::TcpListener {
+        let _ = self.stop.send(());
+        self.task.await.expect("the hanging endpoint's task")
     }
 }
 
@@ -163,11 +174,7 @@ async fn a_hanging_webhook_does_not_hold_up_shutdown_and_its_event_is_delivered_
     assert!(status.success(), "boson exited with {status} after SIGTERM");
 
     // The endpoint recovers on the same port; the restarted process delivers the event.
-    let port = endpoint.stop().await;
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .expect("bind the webhook port again");
-    let mut receiver = Receiver::on(listener);
+    let mut receiver = Receiver::on(endpoint.stop().await);
     let _restarted = deployment.start_with(SHORT_DEADLINE).await;
     let expected: HashSet<String> = ids.into_iter().collect();
     assert_none_missing(
