@@ -151,7 +151,7 @@ pub(crate) fn retries_start(head_created_at: i64, newest_created_at: i64, window
 /// statement since, edited output settings), or a retry's `progress` would skip undelivered
 /// events or repeat delivered ones. Filtering only removes, and no stored batch is shorter than
 /// serde_json writes it back (text kept as sent holds only numbers serde_json spells the same:
-/// `model::value_check::numbers_written_back_as_sent`); but
+/// `model::value_check::Numbers::as_sent_in`); but
 /// the request adds `batch_id` (and `unique_id` when set), which its stored batches do not hold.
 /// A run of two or more batches drops more than that with its older batches' fields; a run of
 /// one whose stored size is within a few dozen bytes of the cap can go out that much over it.

@@ -94,8 +94,10 @@ pub fn gzip(data: &[u8]) {
 
 /// A body split with its members kept as sent (`model::kept_members`) splits exactly when it
 /// parses as an object (but for one holding serde_json's reserved key in a member or event it
-/// keeps as text, left to a whole parse), and normalises to the same error or to a stored batch that parses to
-/// the same document (but for the `message_id`s normalisation draws at random). A bulk body
+/// keeps as text, left to a whole parse), and normalises to the same error or to a stored batch
+/// that parses to the same document (but for the `message_id`s normalisation draws at random),
+/// whose events the data catalog reads alike, and which is never shorter than serde_json
+/// writes it back. A bulk body
 /// splits exactly when it parses as an array of objects, into the same batches.
 fn check_split(data: &[u8]) {
     let whole = parse_json(data).ok();

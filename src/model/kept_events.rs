@@ -34,7 +34,7 @@ use serde_json::Value;
 use super::data_points::ValueType;
 use super::event_type::EventType;
 use super::nesting::RESERVED_KEY;
-use super::value_check::{Checked, Numbers, numbers_written_back_as_sent};
+use super::value_check::{Checked, Numbers};
 
 /// mParticle truncates server-to-server event names at this length (spec §6).
 pub(crate) const MAX_EVENT_NAME_CHARS: usize = 256;
@@ -132,7 +132,7 @@ pub(crate) struct Scanned {
 /// `null` nor an object whose `action` is a string or `null` (the Web SDK's numbered promotion
 /// action is renamed; checked whatever the event's type), one with a location (its
 /// coordinates are checked), a number serde_json writes back spelt otherwise
-/// ([`numbers_written_back_as_sent`]), an empty `data` or one whose first key is escaped (no
+/// ([`Numbers::as_sent_in`]), an empty `data` or one whose first key is escaped (no
 /// place to splice at), a member normalising reads given twice; and one a `Value` parse would
 /// refuse, which the caller checks again to tell.
 pub(crate) fn scan(text: &str, level: usize) -> Option<Scanned> {
@@ -144,7 +144,7 @@ pub(crate) fn scan(text: &str, level: usize) -> Option<Scanned> {
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let event = EventSeed(scope).deserialize(&mut deserializer).ok()?;
     deserializer.end().ok()?;
-    if numbers.get() == Numbers::Rewritten && !numbers_written_back_as_sent(text) {
+    if !numbers.get().as_sent_in(text) {
         return None;
     }
     let data = event.data?;

@@ -11,7 +11,7 @@
 //!
 //! A member holding a number serde_json writes back spelt otherwise is parsed after all (a
 //! float: `1e15` comes back as `1000000000000000.0`, `1.50` as `1.5`;
-//! [`super::value_check::numbers_written_back_as_sent`] tells): receivers then get the numbers
+//! [`super::value_check::Numbers::as_sent_in`] tells): receivers then get the numbers
 //! they got before members were kept, and delivery, which cuts send-as-batch requests by
 //! stored sizes on the rule that what goes out is never longer than what was stored, can rely
 //! on it. Whitespace, escapes and repeated keys only make the text as sent longer than
@@ -26,7 +26,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::kept_events::{self, Scanned, StoredEvent};
-use super::value_check::{Numbers, check_as_value, numbers_written_back_as_sent};
+use super::value_check::check_as_value;
 
 /// The members kept as text: objects that `normalize` only checks to be objects, and that no
 /// step of the acceptance reads (identity, the profile update, the data catalog and the Live
@@ -228,17 +228,13 @@ impl<'de> Visitor<'de> for Split {
                 let text: Box<RawValue> = map.next_value()?;
                 // The member's own container is two levels below what encloses the batch.
                 let read = check_as_value(text.get(), self.enclosing + 2);
-                let numbers = read.map_err(de::Error::custom)?;
-                match numbers {
-                    Numbers::Rewritten if !numbers_written_back_as_sent(text.get()) => {
-                        let value = serde_json::from_str(text.get()).map_err(de::Error::custom)?;
-                        kept.remove(&key);
-                        members.insert(key, value);
-                    }
-                    Numbers::WrittenBackAsSent | Numbers::Rewritten => {
-                        members.remove(&key);
-                        kept.set(key, text);
-                    }
+                if read.map_err(de::Error::custom)?.as_sent_in(text.get()) {
+                    members.remove(&key);
+                    kept.set(key, text);
+                } else {
+                    let value = serde_json::from_str(text.get()).map_err(de::Error::custom)?;
+                    kept.remove(&key);
+                    members.insert(key, value);
                 }
             } else if key == "events" {
                 // An event is the body's third level (the fourth in a bulk body).

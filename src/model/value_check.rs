@@ -20,9 +20,18 @@ pub(super) enum Numbers {
     /// Integers only (or no numbers): each is written back as it was sent.
     WrittenBackAsSent,
     /// A fraction, an exponent, `-0` or an integer past 64 bits: written back as a float, in
-    /// serde_json's spelling, which may not be the one it came in
-    /// ([`numbers_written_back_as_sent`] tells).
+    /// serde_json's spelling, which may not be the one it came in.
     Rewritten,
+}
+
+impl Numbers {
+    /// Whether serde_json writes every number of `text`, the value these were read from, back
+    /// exactly as it is spelt there: integers always; floats only when each is already in
+    /// serde_json's spelling ([`numbers_written_back_as_sent`], a second look at the text,
+    /// taken only then).
+    pub(super) fn as_sent_in(self, text: &str) -> bool {
+        self == Self::WrittenBackAsSent || numbers_written_back_as_sent(text)
+    }
 }
 
 /// What [`Checked`] read of a value: its type, and how its numbers are written back.
@@ -149,9 +158,9 @@ impl<'de> Visitor<'de> for CheckedKey {
 /// as sent, but `1E2` as `100.0`, `1.50` as `1.5`, `-0` as `-0.0`, an integer past 64 bits or
 /// a fraction past a float's precision rounded. Text kept as sent goes out as it is, so a
 /// receiver gets the very numbers the `Value` path would send, and it is never shorter than
-/// what serde_json writes of it (see [`super::kept_members`]). Only worth calling when the read
-/// found [`Numbers::Rewritten`].
-pub(super) fn numbers_written_back_as_sent(text: &str) -> bool {
+/// what serde_json writes of it (see [`super::kept_members`]). Called through
+/// [`Numbers::as_sent_in`], only when the read found [`Numbers::Rewritten`].
+fn numbers_written_back_as_sent(text: &str) -> bool {
     let mut written = Vec::new();
     number_tokens(text).all(|at| {
         let token = &text[at];
