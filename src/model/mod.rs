@@ -15,6 +15,7 @@ pub(crate) mod forwarding;
 pub(crate) mod forwarding_rules;
 pub(crate) mod identity;
 pub(crate) mod ids;
+pub(crate) mod json_walk;
 pub(crate) mod kept_events;
 pub(crate) mod kept_members;
 pub(crate) mod legacy_web;

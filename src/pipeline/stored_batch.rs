@@ -2,22 +2,20 @@
 //! stored as, so the filter can send an event it leaves unchanged without writing it again (see
 //! [`super::request_body`]).
 //!
-//! serde_json does not say where in its input a value was, except between the values of a
-//! stream; so the batch's object and its `events` array are walked here (a few bytes of
-//! punctuation) and every key and value in them is parsed by serde_json as one value of a stream.
-//! Scanning the body a second time for the events' bytes (as `RawValue`s) cost as many
-//! instructions as writing the events again. Parsed on its own, a value may nest as deep as a
-//! whole body may, levels deeper than it stands in this one: the walk refuses what serde_json
-//! would refuse in the body (ingest stores nothing that deep, see [`crate::model::nesting`],
-//! but a batch stored before it checked may be).
+//! The batch's object and its `events` array are walked by hand ([`crate::model::json_walk`]),
+//! each key and value in them read by serde_json as one value of a stream, which tells where
+//! each event's bytes end. Scanning the body a second time for the events' bytes (as
+//! `RawValue`s) cost as many instructions as writing the events again. The walk refuses what
+//! serde_json would refuse in the body, depth included (ingest stores nothing that deep, see
+//! [`crate::model::nesting`], but a batch stored before it checked may be).
 //!
 //! [`StoredBatch::read_outlines`] reads each event as its outline ([`super::event_outline`]),
 //! for settings that change no event.
 
-use serde::de::DeserializeOwned;
-use serde_json::{Deserializer, Map, Value};
+use serde_json::{Map, Value};
 
 use super::event_outline::OutlinedEvent;
+use crate::model::json_walk::{Cursor, may_be_too_deep};
 use crate::model::nesting;
 
 /// A stored batch body, read.
@@ -76,66 +74,36 @@ enum Events {
 /// The batch if `body` is one JSON object; `None` for anything else or any error (left to
 /// serde_json to report). A key given twice keeps its last value, as in serde_json's `Map`.
 fn walk(body: &[u8], how: Events) -> Option<StoredBatch<'_>> {
-    let mut cursor = Cursor { body, at: 0 };
-    if !cursor.eat(b'{') {
-        return None;
-    }
+    let mut cursor = Cursor::new(std::str::from_utf8(body).ok()?);
     let mut document = Map::new();
     let mut events = None;
-    if !cursor.eat(b'}') {
-        loop {
-            let (key, _) = cursor.value::<String>()?;
-            if !cursor.eat(b':') {
-                return None;
+    cursor.object(|key, cursor| {
+        if key == "events" && cursor.peek() == Some(b'[') {
+            let (parsed, stored) = array(cursor, how)?;
+            document.insert(key, Value::Array(parsed));
+            events = Some(stored);
+        } else {
+            // A field's value is the body's second level.
+            let (value, _) = cursor.nested_value(2)?;
+            if key == "events" {
+                events = None;
             }
-            if key == "events" && cursor.peek() == Some(b'[') {
-                let (parsed, stored) = cursor.array(how)?;
-                document.insert(key, Value::Array(parsed));
-                events = Some(stored);
-            } else {
-                // A field's value is the body's second level.
-                let (value, _) = cursor.nested_value(2)?;
-                if key == "events" {
-                    events = None;
-                }
-                document.insert(key, value);
-            }
-            if cursor.eat(b',') {
-                continue;
-            }
-            if cursor.eat(b'}') {
-                break;
-            }
-            return None;
+            document.insert(key, value);
         }
-    }
-    cursor.skip_whitespace();
-    (cursor.at == body.len()).then_some(StoredBatch {
+        Some(())
+    })?;
+    cursor.at_end().then_some(StoredBatch {
         document: Value::Object(document),
         events,
     })
 }
 
-/// Whether `value`, read from `bytes` at `level` of the body, reaches past serde_json's depth
-/// limit. Each level it nests takes two brackets: a value too short or with too few opening
-/// ones cannot, which spares walking the value for (nearly) every value.
-fn too_deep(value: &Value, bytes: &[u8], level: usize) -> bool {
-    may_be_too_deep(bytes, level) && nesting::too_deep_at(value, level)
-}
-
-/// Whether the value written as `bytes` at `level` may reach past serde_json's depth limit.
-fn may_be_too_deep(bytes: &[u8], level: usize) -> bool {
-    let levels = (nesting::MAX_LEVEL + 1).saturating_sub(level);
-    bytes.len() > 2 * levels && opening_brackets(bytes) > levels
-}
-
-/// An event's outline, if serde_json reads the event (`bytes`) whole: an outline skips
-/// members without checking their depth or (strings') UTF-8, so a value that may be too deep is
-/// read whole to check it, and the bytes are checked for UTF-8.
-fn outlined(bytes: &[u8], outline: Value, level: usize) -> Option<Value> {
-    std::str::from_utf8(bytes).ok()?;
-    if may_be_too_deep(bytes, level) {
-        let whole: Value = serde_json::from_slice(bytes).ok()?;
+/// An event's outline, if serde_json reads the event (`text`) whole: an outline skips
+/// members without checking their depth, so a value that may be too deep is read whole to
+/// check it.
+fn outlined(text: &str, outline: Value, level: usize) -> Option<Value> {
+    if may_be_too_deep(text, level) {
+        let whole: Value = serde_json::from_str(text).ok()?;
         if nesting::too_deep_at(&whole, level) {
             return None;
         }
@@ -143,94 +111,24 @@ fn outlined(bytes: &[u8], outline: Value, level: usize) -> Option<Value> {
     Some(outline)
 }
 
-/// How many `[` and `{` are in `bytes` (strings' too). Counted in byte-wide sums, which the
-/// compiler turns into vector instructions: counted a byte at a time, it was 8 instructions
-/// per byte of every stored batch.
-fn opening_brackets(bytes: &[u8]) -> usize {
-    // `[` is `{` but for the 0x20 bit, which no other byte adds to make `{`.
-    let chunk_count = |chunk: &[u8]| {
-        chunk
-            .iter()
-            .fold(0u8, |n, &b| n + u8::from(b | 0x20 == b'{'))
-    };
-    bytes
-        .chunks(255)
-        .map(|chunk| usize::from(chunk_count(chunk)))
-        .sum()
-}
-
-/// A place in a body being walked.
-struct Cursor<'a> {
-    body: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn skip_whitespace(&mut self) {
-        while matches!(self.body.get(self.at), Some(b' ' | b'\n' | b'\t' | b'\r')) {
-            self.at += 1;
-        }
-    }
-
-    fn peek(&mut self) -> Option<u8> {
-        self.skip_whitespace();
-        self.body.get(self.at).copied()
-    }
-
-    /// Steps over `byte` if it comes next.
-    fn eat(&mut self, byte: u8) -> bool {
-        let next = self.peek() == Some(byte);
-        if next {
-            self.at += 1;
-        }
-        next
-    }
-
-    /// The next value, parsed, and its bytes.
-    fn value<T: DeserializeOwned>(&mut self) -> Option<(T, &'a [u8])> {
-        self.skip_whitespace();
-        let rest = self.body.get(self.at..)?;
-        let mut stream = Deserializer::from_slice(rest).into_iter::<T>();
-        let value = stream.next()?.ok()?;
-        let len = stream.byte_offset();
-        self.at += len;
-        Some((value, rest.get(..len)?))
-    }
-
-    /// The next value, parsed, and its bytes, unless it reaches past serde_json's depth limit
-    /// from `level` of the body.
-    fn nested_value(&mut self, level: usize) -> Option<(Value, &'a [u8])> {
-        let (value, bytes) = self.value::<Value>()?;
-        (!too_deep(&value, bytes, level)).then_some((value, bytes))
-    }
-
-    /// The array that comes next: its values, parsed (whole or as outlines), and the bytes of
-    /// each.
-    fn array(&mut self, how: Events) -> Option<(Vec<Value>, Vec<&'a [u8]>)> {
-        if !self.eat(b'[') {
-            return None;
-        }
-        let (mut parsed, mut stored) = (Vec::new(), Vec::new());
-        if self.eat(b']') {
-            return Some((parsed, stored));
-        }
-        loop {
-            // An event is the body's third level.
-            let (value, bytes) = match how {
-                Events::Whole => self.nested_value(3)?,
-                Events::Outlined => {
-                    let (OutlinedEvent(outline), bytes) = self.value::<OutlinedEvent>()?;
-                    (outlined(bytes, outline, 3)?, bytes)
-                }
-            };
-            parsed.push(value);
-            stored.push(bytes);
-            if self.eat(b',') {
-                continue;
+/// The `events` array that comes next: its values, parsed (whole or as outlines), and the
+/// bytes of each.
+fn array<'a>(cursor: &mut Cursor<'a>, how: Events) -> Option<(Vec<Value>, Vec<&'a [u8]>)> {
+    let (mut parsed, mut stored) = (Vec::new(), Vec::new());
+    cursor.array(|cursor| {
+        // An event is the body's third level.
+        let (value, text) = match how {
+            Events::Whole => cursor.nested_value(3)?,
+            Events::Outlined => {
+                let (OutlinedEvent(outline), text) = cursor.value::<OutlinedEvent>()?;
+                (outlined(text, outline, 3)?, text)
             }
-            return self.eat(b']').then_some((parsed, stored));
-        }
-    }
+        };
+        parsed.push(value);
+        stored.push(text.as_bytes());
+        Some(())
+    })?;
+    Some((parsed, stored))
 }
 
 #[cfg(test)]
@@ -342,8 +240,6 @@ mod tests {
             check(body.as_bytes());
             check_outlines(body.as_bytes());
         }
-        let text = r#"{"a":["[{",{"b":[]},"]"],"c":"{x[y"}"#.repeat(40);
-        assert_eq!(opening_brackets(text.as_bytes()), 40 * 8);
         // Nested to serde_json's limit (127 levels) and one past it, in an event (level 3
         // down) and in another field (level 2 down): each is parsed as a value of its own.
         let nested = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
