@@ -381,7 +381,7 @@ fn normalize_sent(
     field: FieldPath<'_>,
     now_ms: i64,
 ) -> Result<Normalized, BatchError> {
-    let text = event.text.get();
+    let text = &*event.text;
     if let Some(scanned) = event.scanned {
         let kept = kept_events::keep(text, scanned, now_ms, new_message_id_text);
         return Ok(Normalized::Kept(kept));

@@ -3,7 +3,8 @@
 //! freeing it was about a third of the CPU of accepting an Events API batch: an allocation per
 //! key and per string, for events of which acceptance reads a handful of members.
 //!
-//! [`scan`] reads one event as sent, once: it checks every value as a `Value` parse would
+//! [`ScannedAt`] reads one event as sent, once, in the walk of the body that finds its text
+//! ([`super::kept_members`]): it checks every value as a `Value` parse would
 //! ([`super::value_check`]) and reads what normalising reads. When normalising would only add
 //! the event's `message_id` and, when the client gave none, its `timestamp_unixtime_ms`,
 //! [`keep`] stores it with those two first in its `data` and the rest byte for byte as sent
@@ -115,7 +116,7 @@ pub(crate) fn event_name(event_type: EventType, event: &Value) -> Option<&str> {
     name.and_then(Value::as_str)
 }
 
-/// What [`scan`] found in an event that normalising would only add ids to.
+/// What [`ScannedAt`] found in an event that normalising would only add ids to.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Scanned {
     summary: EventSummary,
@@ -125,45 +126,74 @@ pub(crate) struct Scanned {
     has_timestamp: bool,
 }
 
-/// Reads the event `text` once, as it stands at nesting `level` of the body: what it holds if
-/// normalising would only add its `message_id` and missing timestamp to it, and it passes what
-/// a `Value` parse checks (see `value_check::check_as_value`). `None` for any other event:
+/// One read of an event, as it stands at nesting `LEVEL` of the body, from a stream
+/// ([`super::json_walk::Cursor::value`], which takes types, not seeds, hence the level as a
+/// constant): what it holds if normalising would only add its `message_id` and missing
+/// timestamp to it, and it passes what a `Value` parse checks (see
+/// `value_check::check_as_value`). [`ScannedAt::scanned`] gives `None` for any other event:
 /// one normalising corrects or refuses, one whose product or promotion action is neither
 /// `null` nor an object whose `action` is a string or `null` (the Web SDK's numbered promotion
 /// action is renamed; checked whatever the event's type), one with a location (its
 /// coordinates are checked), a number serde_json writes back spelt otherwise
 /// ([`Numbers::as_sent_in`]), an empty `data` or one whose first key is escaped (no
-/// place to splice at), a member normalising reads given twice; and one a `Value` parse would
-/// refuse, which the caller checks again to tell.
-pub(crate) fn scan(text: &str, level: usize) -> Option<Scanned> {
-    let numbers = Cell::new(Numbers::WrittenBackAsSent);
-    let scope = Scope {
-        checked: Checked { level },
-        numbers: &numbers,
-    };
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    let event = EventSeed(scope).deserialize(&mut deserializer).ok()?;
-    deserializer.end().ok()?;
-    if !numbers.get().as_sent_in(text) {
-        return None;
+/// place to splice at), a member normalising reads given twice. The read itself fails for
+/// some of those, and for one a `Value` parse would refuse, which the caller checks again to
+/// tell.
+pub(crate) struct ScannedAt<'de, const LEVEL: usize>(Read<'de>);
+
+impl<'de, const LEVEL: usize> Deserialize<'de> for ScannedAt<'de, LEVEL> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let numbers = Cell::new(Numbers::WrittenBackAsSent);
+        let scope = Scope {
+            checked: Checked { level: LEVEL },
+            numbers: &numbers,
+        };
+        let event = EventSeed(scope).deserialize(deserializer)?;
+        Ok(Self(Read {
+            event,
+            numbers: numbers.get(),
+        }))
     }
-    let data = event.data?;
-    let event_type = EventType::parse(&event.event_type?)?;
-    let name = data.checked_name(event_type)?;
-    let first_member = data.first_member? - text.as_ptr() as usize;
-    Some(Scanned {
-        summary: EventSummary {
-            event_type: Some(event_type),
-            name: name.map(Cow::into_owned),
-            attributes: data.custom_attributes.unwrap_or_default(),
-        },
-        first_member,
-        has_message_id: data.message_id,
-        has_timestamp: data.timestamp,
-    })
 }
 
-/// The event `text`, [`scan`]ned, stored as sent with its `message_id` (made by `message_id`)
+impl<const LEVEL: usize> ScannedAt<'_, LEVEL> {
+    /// What the read found, `text` being the event's text, which the read borrowed from (the
+    /// value [`super::json_walk::Cursor::value`] gives with it).
+    pub(crate) fn scanned(self, text: &str) -> Option<Scanned> {
+        self.0.scanned(text)
+    }
+}
+
+/// One read of an event: its members normalising reads, and how its numbers are written back.
+struct Read<'de> {
+    event: EventRead<'de>,
+    numbers: Numbers,
+}
+
+impl Read<'_> {
+    /// What the read found, `text` being the event's text, which the read borrowed from.
+    fn scanned(self, text: &str) -> Option<Scanned> {
+        if !self.numbers.as_sent_in(text) {
+            return None;
+        }
+        let data = self.event.data?;
+        let event_type = EventType::parse(&self.event.event_type?)?;
+        let name = data.checked_name(event_type)?;
+        let first_member = data.first_member? - text.as_ptr() as usize;
+        Some(Scanned {
+            summary: EventSummary {
+                event_type: Some(event_type),
+                name: name.map(Cow::into_owned),
+                attributes: data.custom_attributes.unwrap_or_default(),
+            },
+            first_member,
+            has_message_id: data.message_id,
+            has_timestamp: data.timestamp,
+        })
+    }
+}
+
+/// The event `text`, read by [`ScannedAt`], stored as sent with its `message_id` (made by `message_id`)
 /// and, when it has none, its timestamp added first in its `data`.
 pub(crate) fn keep(
     text: &str,

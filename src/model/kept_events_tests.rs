@@ -5,13 +5,18 @@ use serde_json::json;
 
 use super::*;
 use crate::model::batch::{Channel, normalize, normalize_split};
+use crate::model::json_walk::Cursor;
 use crate::model::kept_members::split_batch;
 
 const NOW_MS: i64 = 1_700_000_000_000;
 
+/// The event `text` (alone) read as the walk of a batch reads it, and kept if it is to be.
 fn kept(text: &str) -> Option<StoredEvent> {
-    let scanned = scan(text, 3)?;
-    Some(keep(text, scanned, NOW_MS, || {
+    let mut cursor = Cursor::new(text);
+    let (read, sent) = cursor.value::<ScannedAt<'_, 3>>()?;
+    assert!(cursor.at_end(), "one event: {text}");
+    let scanned = read.scanned(sent)?;
+    Some(keep(sent, scanned, NOW_MS, || {
         "00000000-0000-4000-8000-000000000001".to_owned()
     }))
 }

@@ -16,17 +16,18 @@
 //! stored sizes on the rule that what goes out is never longer than what was stored, can rely
 //! on it. Whitespace, escapes and repeated keys only make the text as sent longer than
 //! serde_json's, and integers come back as they were written. The `events` array's events are
-//! captured here and kept or parsed by [`super::kept_events`], under the same rule.
+//! kept or parsed by [`super::kept_events`], under the same rule.
+//!
+//! The body is walked by hand ([`super::json_walk`]) so that each kept member and each event is
+//! read once, where it stands, and its text known from where the read ended: capturing each
+//! first (as a `RawValue`, a pass of serde_json's over it and a copy) and reading the capture
+//! after was a tenth of Boson's instructions at saturation (issue 16).
 
-use std::fmt;
-
-use serde::Deserialize;
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::kept_events::{self, Scanned, StoredEvent};
-use super::value_check::check_as_value;
+use super::json_walk::Cursor;
+use super::kept_events::{Scanned, ScannedAt, StoredEvent};
+use super::value_check::{CheckedAt, Numbers, check_as_value};
 
 /// The members kept as text: objects that `normalize` only checks to be objects, and that no
 /// step of the acceptance reads (identity, the profile update, the data catalog and the Live
@@ -41,13 +42,13 @@ const KEPT_AS_SENT: [&str; 4] = [
 /// Members of one batch kept as the text they came in, each key once, sorted by key, and its
 /// `events` array's events as sent, for [`super::kept_events`] to keep or to parse.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct KeptMembers(Vec<(String, Box<RawValue>)>, Option<Vec<SentEvent>>);
+pub(crate) struct KeptMembers(Vec<(String, Box<str>)>, Option<Vec<SentEvent>>);
 
 /// One event of a batch as it came, checked as a `Value` parse checks it.
 #[derive(Debug, Clone)]
 pub(crate) struct SentEvent {
-    pub(crate) text: Box<RawValue>,
-    /// What it holds, if normalising would only add ids to it ([`kept_events::scan`]).
+    pub(crate) text: Box<str>,
+    /// What it holds, if normalising would only add ids to it ([`ScannedAt`]).
     pub(crate) scanned: Option<Scanned>,
 }
 
@@ -55,11 +56,11 @@ impl KeptMembers {
     /// The member `key`'s text, if it was kept.
     pub(crate) fn get(&self, key: &str) -> Option<&str> {
         let at = self.0.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok()?;
-        Some(self.0[at].1.get())
+        Some(&self.0[at].1)
     }
 
     /// Sets `key`; a later member of the same name replaces an earlier one, as in a `Value`.
-    fn set(&mut self, key: String, value: Box<RawValue>) {
+    fn set(&mut self, key: String, value: Box<str>) {
         match self.0.binary_search_by(|(k, _)| k.cmp(&key)) {
             Ok(at) => self.0[at].1 = value,
             Err(at) => self.0.insert(at, (key, value)),
@@ -87,19 +88,17 @@ impl KeptMembers {
 
 impl PartialEq for KeptMembers {
     fn eq(&self, other: &Self) -> bool {
-        let texts = |events: &Option<Vec<SentEvent>>| {
-            events.as_ref().map(|e| {
-                e.iter()
-                    .map(|e| e.text.get().to_owned())
-                    .collect::<Vec<_>>()
-            })
-        };
+        fn texts(events: &Option<Vec<SentEvent>>) -> Option<Vec<&str>> {
+            events
+                .as_ref()
+                .map(|e| e.iter().map(|e| &*e.text).collect())
+        }
         self.0.len() == other.0.len()
             && self
                 .0
                 .iter()
                 .zip(&other.0)
-                .all(|((a, x), (b, y))| a == b && x.get() == y.get())
+                .all(|((a, x), (b, y))| a == b && x == y)
             && texts(&self.1) == texts(&other.1)
     }
 }
@@ -115,19 +114,21 @@ pub(crate) fn is_object_or_null(text: &str) -> bool {
 /// or a member kept as text or an event holds serde_json's reserved key (the caller then parses
 /// the body whole, and normalising refuses that key by name).
 pub(crate) fn split_batch(body: &[u8]) -> Option<(Map<String, Value>, KeptMembers)> {
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let split = Split { enclosing: 0 }.deserialize(&mut deserializer).ok()?;
-    deserializer.end().ok()?;
-    Some(split)
+    let mut cursor = Cursor::new(std::str::from_utf8(body).ok()?);
+    let split = batch(&mut cursor, 0)?;
+    cursor.at_end().then_some(split)
 }
 
 /// A bulk request's body (an array of batches) split as [`split_batch`] splits one; `None` when
 /// it is not an array of objects or would fail a `Value` parse.
 pub(crate) fn split_bulk(body: &[u8]) -> Option<Vec<(Map<String, Value>, KeptMembers)>> {
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let batches = (&mut deserializer).deserialize_seq(Batches).ok()?;
-    deserializer.end().ok()?;
-    Some(batches)
+    let mut cursor = Cursor::new(std::str::from_utf8(body).ok()?);
+    let mut batches = Vec::new();
+    cursor.array(|cursor| {
+        batches.push(batch(cursor, 1)?);
+        Some(())
+    })?;
+    cursor.at_end().then_some(batches)
 }
 
 /// A batch as it is stored: the document's members, the kept ones and the events (the
@@ -157,7 +158,7 @@ impl StoredForm<'_> {
         };
         let events = match (self.events, &self.kept.1) {
             (Some(events), _) => Some(events.iter().map(|e| e.text.as_str()).collect()),
-            (None, Some(sent)) => Some(sent.iter().map(|e| e.text.get()).collect()),
+            (None, Some(sent)) => Some(sent.iter().map(|e| &*e.text).collect()),
             (None, None) => None,
         };
         let mut entries: Vec<(&str, Stored<'_>)> = members
@@ -167,7 +168,7 @@ impl StoredForm<'_> {
                 self.kept
                     .0
                     .iter()
-                    .map(|(k, t)| (k.as_str(), Stored::Text(t.get()))),
+                    .map(|(k, t)| (k.as_str(), Stored::Text(t))),
             )
             .chain(events.map(|e| ("events", Stored::Events(e))))
             .collect();
@@ -200,152 +201,87 @@ impl StoredForm<'_> {
     }
 }
 
-/// One batch object `enclosing` containers deep.
-struct Split {
-    enclosing: usize,
-}
-
-impl<'de> DeserializeSeed<'de> for Split {
-    type Value = (Map<String, Value>, KeptMembers);
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Split {
-    type Value = (Map<String, Value>, KeptMembers);
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a batch object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut members = Map::new();
-        let mut kept = KeptMembers::default();
-        while let Some(key) = map.next_key::<String>()? {
-            if KEPT_AS_SENT.contains(&key.as_str()) {
-                let text: Box<RawValue> = map.next_value()?;
-                // The member's own container is two levels below what encloses the batch.
-                let read = check_as_value(text.get(), self.enclosing + 2);
-                if read.map_err(de::Error::custom)?.as_sent_in(text.get()) {
-                    members.remove(&key);
-                    kept.set(key, text);
-                } else {
-                    let value = serde_json::from_str(text.get()).map_err(de::Error::custom)?;
-                    kept.remove(&key);
-                    members.insert(key, value);
-                }
-            } else if key == "events" {
-                // An event is the body's third level (the fourth in a bulk body).
-                let seed = EventsSeed {
-                    level: self.enclosing + 3,
-                };
-                match map.next_value_seed(seed)? {
-                    EventsMember::Sent(events) => {
-                        members.remove(&key);
-                        kept.1 = Some(events);
-                    }
-                    EventsMember::Other(value) => {
-                        kept.1 = None;
-                        members.insert(key, value);
-                    }
-                }
+/// The batch object that comes next, `enclosing` containers deep (0, or 1 in a bulk body).
+/// A key given twice keeps its last value, as in a `Value`.
+fn batch(cursor: &mut Cursor<'_>, enclosing: usize) -> Option<(Map<String, Value>, KeptMembers)> {
+    let mut members = Map::new();
+    let mut kept = KeptMembers::default();
+    cursor.object(|key, cursor| {
+        if KEPT_AS_SENT.contains(&key.as_str()) {
+            // The member's own container is two levels below what encloses the batch.
+            let (numbers, text) = checked(cursor, enclosing + 2)?;
+            if numbers.as_sent_in(text) {
+                members.remove(&key);
+                kept.set(key, text.into());
             } else {
-                members.insert(key, map.next_value()?);
+                let value = serde_json::from_str(text).ok()?;
+                kept.remove(&key);
+                members.insert(key, value);
             }
-        }
-        Ok((members, kept))
-    }
-}
-
-/// A batch's `events`: an array's events as sent (each checked as a `Value` parse checks it,
-/// its container at `level` of the body), anything else parsed.
-enum EventsMember {
-    Sent(Vec<SentEvent>),
-    Other(Value),
-}
-
-#[derive(Clone, Copy)]
-struct EventsSeed {
-    level: usize,
-}
-
-impl<'de> DeserializeSeed<'de> for EventsSeed {
-    type Value = EventsMember;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<EventsMember, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for EventsSeed {
-    type Value = EventsMember;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<EventsMember, A::Error> {
-        let mut events = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(text) = seq.next_element::<Box<RawValue>>()? {
-            // One read of the event in the usual case; a second to check one not to keep.
-            let scanned = kept_events::scan(text.get(), self.level);
-            if scanned.is_none() {
-                check_as_value(text.get(), self.level).map_err(de::Error::custom)?;
+        } else if key == "events" && cursor.peek() == Some(b'[') {
+            // An event is the body's third level (the fourth in a bulk body).
+            let events = events(cursor, enclosing + 3)?;
+            members.remove(&key);
+            kept.1 = Some(events);
+        } else {
+            let (value, _) = cursor.nested_value(enclosing + 2)?;
+            if key == "events" {
+                kept.1 = None;
             }
-            events.push(SentEvent { text, scanned });
+            members.insert(key, value);
         }
-        Ok(EventsMember::Sent(events))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<EventsMember, A::Error> {
-        let value = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
-        Ok(EventsMember::Other(value))
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<EventsMember, E> {
-        Ok(EventsMember::Other(Value::from(v)))
-    }
-
-    fn visit_i64<E>(self, v: i64) -> Result<EventsMember, E> {
-        Ok(EventsMember::Other(Value::from(v)))
-    }
-
-    fn visit_u64<E>(self, v: u64) -> Result<EventsMember, E> {
-        Ok(EventsMember::Other(Value::from(v)))
-    }
-
-    fn visit_f64<E>(self, v: f64) -> Result<EventsMember, E> {
-        Ok(EventsMember::Other(Value::from(v)))
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<EventsMember, E> {
-        Ok(EventsMember::Other(Value::from(v)))
-    }
-
-    fn visit_unit<E>(self) -> Result<EventsMember, E> {
-        Ok(EventsMember::Other(Value::Null))
-    }
+        Some(())
+    })?;
+    Some((members, kept))
 }
 
-/// The batches of a bulk request (the array is the one enclosing container).
-struct Batches;
+/// The value that comes next checked as a `Value` parse checks it, its container at `level`
+/// of the body, with its text.
+fn checked<'a>(cursor: &mut Cursor<'a>, level: usize) -> Option<(Numbers, &'a str)> {
+    let read = match level {
+        2 => cursor
+            .value::<CheckedAt<2>>()
+            .map(|(read, text)| (read.0, text)),
+        3 => cursor
+            .value::<CheckedAt<3>>()
+            .map(|(read, text)| (read.0, text)),
+        _ => None,
+    };
+    debug_assert!(matches!(level, 2 | 3), "a batch member at level {level}");
+    read
+}
 
-impl<'de> Visitor<'de> for Batches {
-    type Value = Vec<(Map<String, Value>, KeptMembers)>;
+/// The `events` array that comes next, each event as sent, its container at `level` of the
+/// body.
+fn events(cursor: &mut Cursor<'_>, level: usize) -> Option<Vec<SentEvent>> {
+    let mut events = Vec::new();
+    cursor.array(|cursor| {
+        debug_assert!(matches!(level, 3 | 4), "an event at level {level}");
+        events.push(match level {
+            3 => sent_event::<3>(cursor)?,
+            4 => sent_event::<4>(cursor)?,
+            _ => return None,
+        });
+        Some(())
+    })?;
+    Some(events)
+}
 
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an array of batch objects")
+/// The event that comes next, at `LEVEL` of the body, checked as a `Value` parse checks it:
+/// one read in the usual case, where [`kept_events`] keeps it; a second to check one it does
+/// not keep.
+fn sent_event<const LEVEL: usize>(cursor: &mut Cursor<'_>) -> Option<SentEvent> {
+    let (scanned, text) = match cursor.value::<ScannedAt<'_, LEVEL>>() {
+        Some((read, text)) => (read.scanned(text), text),
+        None => (None, cursor.value::<CheckedAt<LEVEL>>()?.1),
+    };
+    if scanned.is_none() {
+        check_as_value(text, LEVEL).ok()?;
     }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut batches = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(batch) = seq.next_element_seed(Split { enclosing: 1 })? {
-            batches.push(batch);
-        }
-        Ok(batches)
-    }
+    Some(SentEvent {
+        text: text.into(),
+        scanned,
+    })
 }
 
 #[cfg(test)]

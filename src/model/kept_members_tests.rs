@@ -113,6 +113,30 @@ fn a_kept_member_nests_as_deep_as_a_value_parse_allows() {
     assert_eq!(split, [7, 6]);
 }
 
+#[test]
+fn an_event_nests_as_deep_as_a_value_parse_allows() {
+    // Deep in an attribute's value: the event is read from the walk on its own, where its depth
+    // counts from the level it stands at (the third, the fourth in a bulk body).
+    let event = |levels: usize| {
+        format!(
+            r#"{{"event_type":"screen_view","data":{{"screen_name":"s","custom_attributes":{{"a":{}{}}}}}}}"#,
+            "[".repeat(levels),
+            "]".repeat(levels)
+        )
+    };
+    let mut split = [0; 2];
+    for levels in 118..128 {
+        let single = format!(r#"{{"events":[{}]}}"#, event(levels));
+        assert_splits_like_a_value(single.as_bytes());
+        split[0] += usize::from(split_batch(single.as_bytes()).is_some());
+        let bulk = format!(r#"[{{"events":[{}]}}]"#, event(levels));
+        assert_splits_like_a_value(bulk.as_bytes());
+        split[1] += usize::from(split_bulk(bulk.as_bytes()).is_some());
+    }
+    // The attribute's array is the sixth level of a single batch (the seventh of a bulk body).
+    assert_eq!(split, [5, 4]);
+}
+
 /// What the two paths make of `body`: parsed whole and normalised, or split and normalised.
 fn both_ways(
     body: &[u8],

@@ -8,6 +8,7 @@
 use std::fmt;
 use std::ops::Range;
 
+use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::data_points::ValueType;
@@ -56,6 +57,18 @@ pub(super) fn check_as_value(text: &str, level: usize) -> serde_json::Result<Num
     let read = Checked { level }.deserialize(&mut deserializer)?;
     deserializer.end()?;
     Ok(read.numbers)
+}
+
+/// [`check_as_value`] for a value read from a stream ([`super::json_walk::Cursor::value`]),
+/// which takes types, not seeds: the nesting level of its container is `LEVEL`. Gives how its
+/// numbers are written back.
+pub(super) struct CheckedAt<const LEVEL: usize>(pub(super) Numbers);
+
+impl<'de, const LEVEL: usize> Deserialize<'de> for CheckedAt<LEVEL> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let read = Checked { level: LEVEL }.deserialize(deserializer)?;
+        Ok(Self(read.numbers))
+    }
 }
 
 /// A value read the way `Value` reads it (every string unescaped, every number converted) and
