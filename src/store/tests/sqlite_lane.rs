@@ -243,3 +243,25 @@ async fn the_writers_connection_has_the_pools_settings() {
     );
     assert_eq!(writer_busy, 0, "the writer waits with its own handler");
 }
+
+/// The SQLite Boson links keeps a statement's journal in memory up to 1 MiB
+/// (`SQLITE_STMTJRNL_SPILL`, set by `.cargo/config.toml` for the bundled build): the writer's
+/// group upsert of its users journals more than SQLite's default 64 KiB in about a third of
+/// groups at saturation, and each time made, wrote and unlinked a temporary file.
+#[tokio::test]
+async fn statement_journals_stay_in_memory_up_to_a_mebibyte() {
+    let db = TestStore::open().await;
+    if on_postgres() {
+        return;
+    }
+    let mut tx = db.store.begin().await.expect("a pooled transaction");
+    let options: Vec<(String,)> = tx
+        .fetch_all(Sql::sqlite_only("PRAGMA compile_options"), &[])
+        .await
+        .expect("compile options");
+    tx.commit().await.expect("commit");
+    assert!(
+        options.iter().any(|(o,)| o == "STMTJRNL_SPILL=1048576"),
+        "built with the bundled SQLite's options: {options:?}"
+    );
+}
