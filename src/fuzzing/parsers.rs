@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::ingest::body::{decode_body, parse_json};
 use crate::model::batch::{BatchError, Channel, NormalizedBatch, normalize, normalize_split};
-use crate::model::kept_members::{StoredForm, split_batch, split_bulk};
+use crate::model::kept_members::{KeptMembers, StoredForm, split_batch, split_bulk};
 use crate::model::legacy_web;
 use crate::model::mobile::{MobileOs, translate};
 
@@ -94,24 +94,28 @@ pub fn gzip(data: &[u8]) {
 
 /// A body split with its members kept as sent (`model::kept_members`) splits exactly when it
 /// parses as an object (but for one holding serde_json's reserved key in a member or event it
-/// keeps as text, left to a whole parse), and normalises to the same error or to a stored batch
-/// that parses to the same document (but for the `message_id`s normalisation draws at random),
-/// whose events the data catalog reads alike, and which is never shorter than serde_json
-/// writes it back. A bulk body
-/// splits exactly when it parses as an array of objects, into the same batches.
+/// keeps as text, left to a whole parse), and normalises as the whole parse does
+/// ([`check_normalised_alike`]). A bulk body splits exactly when it parses as an array of
+/// objects, into batches that do the same ([`check_split_bulk`]).
 fn check_split(data: &[u8]) {
     let whole = parse_json(data).ok();
     let Some((members, kept)) = split_batch(data) else {
-        // serde_json's reserved key, which normalising refuses by name, is left to a whole parse.
-        let reserved = String::from_utf8_lossy(data).contains("RawValue");
         assert!(
-            reserved || !matches!(whole, Some(Value::Object(_))),
+            holds_reserved_key(data) || !matches!(whole, Some(Value::Object(_))),
             "not split: {whole:?}"
         );
         check_split_bulk(data, whole.as_ref());
         return;
     };
     let whole = whole.expect("split a body that does not parse");
+    check_normalised_alike(&whole, members, kept);
+}
+
+/// A batch normalised from its whole parse (`whole`) and from its split (`members`, `kept`):
+/// the same error, or stored batches that parse to the same document (but for the
+/// `message_id`s normalisation draws at random), whose events the data catalog reads alike,
+/// and which are never shorter than serde_json writes them back.
+fn check_normalised_alike(whole: &Value, members: Map<String, Value>, kept: KeptMembers) {
     let channel = Channel::ServerToServer;
     let old = normalize(whole.clone(), channel, NOW_MS, "");
     let new = normalize_split(Value::Object(members), kept, channel, NOW_MS, "");
@@ -138,26 +142,40 @@ fn check_split(data: &[u8]) {
     }
 }
 
+/// A bulk body splits exactly when it parses as an array of objects, into batches that store
+/// as each object would, and normalise as each would ([`check_normalised_alike`]).
 fn check_split_bulk(data: &[u8], whole: Option<&Value>) {
-    let batches = split_bulk(data).map(|batches| {
-        let stored = batches.into_iter().map(|(members, kept)| {
-            let document = Value::Object(members);
-            let text = StoredForm {
-                document: &document,
-                kept: &kept,
-                events: None,
-            }
-            .to_vec();
-            serde_json::from_slice(&text.expect("serialise")).expect("parse again")
-        });
-        Value::Array(stored.collect())
-    });
-    match whole {
-        Some(Value::Array(items)) if items.iter().all(Value::is_object) => {
-            assert_eq!(batches.as_ref(), whole);
+    let Some(batches) = split_bulk(data) else {
+        assert!(
+            holds_reserved_key(data)
+                || !matches!(whole, Some(Value::Array(items)) if items.iter().all(Value::is_object)),
+            "not split: {whole:?}"
+        );
+        return;
+    };
+    let Some(Value::Array(items)) = whole else {
+        panic!("split a body that is not an array: {whole:?}");
+    };
+    assert_eq!(batches.len(), items.len());
+    for ((members, kept), item) in batches.into_iter().zip(items) {
+        let document = Value::Object(members.clone());
+        let text = StoredForm {
+            document: &document,
+            kept: &kept,
+            events: None,
         }
-        _ => assert_eq!(batches, None, "split: {whole:?}"),
+        .to_vec()
+        .expect("serialise");
+        let stored: Value = serde_json::from_slice(&text).expect("parse again");
+        assert_eq!(&stored, item);
+        check_normalised_alike(item, members, kept);
     }
+}
+
+/// Whether `data` may hold serde_json's reserved key, which normalising refuses by name: a
+/// body holding it in a member or event kept as text is left to a whole parse.
+fn holds_reserved_key(data: &[u8]) -> bool {
+    String::from_utf8_lossy(data).contains("RawValue")
 }
 
 /// The stored body parsed back, its `message_id`s blanked.

@@ -343,6 +343,15 @@ proptest! {
         batch(&data);
     }
 
+    /// A `/v2/bulkevents` body (an array of batches) splits into batches that store and
+    /// normalise as each batch parsed whole does; their events stand a level deeper.
+    #[test]
+    fn bulk_bodies_split_into_batches_as_parsed_whole(
+        batches in prop::collection::vec(events_batch(), 0..4),
+    ) {
+        batch(Value::Array(batches).to_string().as_bytes());
+    }
+
     /// The same with every float spelt in scientific notation (`100.0` as `1E2`, `1.5` as
     /// `1.5E0`): shorter or longer than serde_json writes it back, which decides whether an
     /// event holding it is stored as sent (`model::kept_events`).
