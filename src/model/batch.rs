@@ -405,8 +405,8 @@ fn check_events(events: &[Normalized], field: FieldPath<'_>) -> Result<(), Batch
 }
 
 /// Checks and normalises one event. Whatever this corrects or refuses, beyond adding the
-/// `message_id` and a missing timestamp, [`kept_events::scan`] must decline to keep as sent: the
-/// split property test (`fuzzing::parsers::check_split`) holds the two to each other.
+/// `message_id` and a missing timestamp, [`kept_events::ScannedAt`] must decline to keep as
+/// sent: the split property test (`fuzzing::parsers::check_split`) holds the two to each other.
 fn normalize_event(event: &mut Value, field: FieldPath<'_>, now_ms: i64) -> Result<(), BatchError> {
     let Value::Object(event) = event else {
         return Err(BatchError::new(

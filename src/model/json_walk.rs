@@ -74,7 +74,7 @@ impl<'a> Cursor<'a> {
     /// from `level` of the whole text.
     pub(crate) fn nested_value(&mut self, level: usize) -> Option<(Value, &'a str)> {
         let (value, text) = self.value::<Value>()?;
-        (!too_deep(&value, text, level)).then_some((value, text))
+        (!too_deep(text, level)).then_some((value, text))
     }
 
     /// Walks the array that comes next, calling `each` with the cursor at each of its values
@@ -121,18 +121,46 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// Whether `value`, read from `text` at `level` of the whole, reaches past serde_json's depth
-/// limit. Each level it nests takes two brackets: a value too short or with too few opening
-/// ones cannot, which spares walking the value for (nearly) every value.
-fn too_deep(value: &Value, text: &str, level: usize) -> bool {
-    may_be_too_deep(text, level) && nesting::too_deep_at(value, level)
+/// Whether the value written as `text`, standing at `level` of the whole, nests past serde_json's
+/// depth limit. Counted on the text, not on a `Value` read from it: a key given twice keeps only
+/// its last value in a `Value`, and an object holding serde_json's reserved key reads as
+/// something else, so the tree can be shallower than the text the whole parse refuses. Each
+/// level takes two brackets: a text too short or with too few opening ones (strings' counted
+/// too) cannot nest that deep, which spares the count for (nearly) every value.
+pub(crate) fn too_deep(text: &str, level: usize) -> bool {
+    let levels = (nesting::MAX_LEVEL + 1).saturating_sub(level);
+    text.len() > 2 * levels
+        && opening_brackets(text.as_bytes()) > levels
+        && nests_deeper_than(text.as_bytes(), levels)
 }
 
-/// Whether the value written as `text` at `level` of the whole may reach past serde_json's
-/// depth limit.
-pub(crate) fn may_be_too_deep(text: &str, level: usize) -> bool {
-    let levels = (nesting::MAX_LEVEL + 1).saturating_sub(level);
-    text.len() > 2 * levels && opening_brackets(text.as_bytes()) > levels
+/// Whether containers nest more than `levels` deep in `json` (`1` nests none, `[1]` one),
+/// brackets in strings left out. `json` is one value serde_json has read.
+fn nests_deeper_than(json: &[u8], levels: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &byte in json {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > levels {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// How many `[` and `{` are in `bytes` (strings' too). Counted in byte-wide sums, which the
@@ -231,5 +259,28 @@ mod tests {
         let levels = nesting::MAX_LEVEL + 1 - 3;
         assert!(Cursor::new(&deep(levels)).nested_value(3).is_some());
         assert!(Cursor::new(&deep(levels + 1)).nested_value(3).is_none());
+        // Brackets in strings do not nest.
+        let in_strings = format!(r#"["{}", {{"k{}": 1}}]"#, "[".repeat(200), "{".repeat(200));
+        assert!(Cursor::new(&in_strings).nested_value(3).is_some());
+        assert!(!too_deep(r#"["\"[[[[", 1]"#, nesting::MAX_LEVEL));
+    }
+
+    /// The depth is the text's: a `Value` read from it keeps only the last of a key given twice,
+    /// and reads an object holding serde_json's reserved key as what that key holds.
+    #[test]
+    fn a_branch_a_value_drops_still_counts_toward_the_depth() {
+        let levels = nesting::MAX_LEVEL + 1 - 2;
+        let deep = format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+        let repeated = format!(r#"{{"a":{deep},"a":1}}"#);
+        assert!(serde_json::from_str::<Value>(&format!(r#"{{"m":{repeated}}}"#)).is_err());
+        assert!(Cursor::new(&repeated).nested_value(2).is_none());
+        let reserved = format!(
+            r#"{}{{"{}":"1"}}{}"#,
+            "[".repeat(levels),
+            nesting::RESERVED_KEY,
+            "]".repeat(levels)
+        );
+        assert!(serde_json::from_str::<Value>(&format!(r#"{{"m":{reserved}}}"#)).is_err());
+        assert!(Cursor::new(&reserved).nested_value(2).is_none());
     }
 }

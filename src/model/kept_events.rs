@@ -156,10 +156,10 @@ impl<'de, const LEVEL: usize> Deserialize<'de> for ScannedAt<'de, LEVEL> {
     }
 }
 
-impl<const LEVEL: usize> ScannedAt<'_, LEVEL> {
+impl<'de, const LEVEL: usize> ScannedAt<'de, LEVEL> {
     /// What the read found, `text` being the event's text, which the read borrowed from (the
-    /// value [`super::json_walk::Cursor::value`] gives with it).
-    pub(crate) fn scanned(self, text: &str) -> Option<Scanned> {
+    /// text [`super::json_walk::Cursor::value`] gives with it).
+    pub(crate) fn scanned(self, text: &'de str) -> Option<Scanned> {
         self.0.scanned(text)
     }
 }
@@ -170,16 +170,18 @@ struct Read<'de> {
     numbers: Numbers,
 }
 
-impl Read<'_> {
+impl<'de> Read<'de> {
     /// What the read found, `text` being the event's text, which the read borrowed from.
-    fn scanned(self, text: &str) -> Option<Scanned> {
+    fn scanned(self, text: &'de str) -> Option<Scanned> {
         if !self.numbers.as_sent_in(text) {
             return None;
         }
         let data = self.event.data?;
         let event_type = EventType::parse(&self.event.event_type?)?;
         let name = data.checked_name(event_type)?;
-        let first_member = data.first_member? - text.as_ptr() as usize;
+        let start = text.as_ptr() as usize;
+        let first_member = data.first_member?.checked_sub(start)?;
+        debug_assert!(first_member < text.len(), "`data` is read from `text`");
         Some(Scanned {
             summary: EventSummary {
                 event_type: Some(event_type),
@@ -193,8 +195,8 @@ impl Read<'_> {
     }
 }
 
-/// The event `text`, read by [`ScannedAt`], stored as sent with its `message_id` (made by `message_id`)
-/// and, when it has none, its timestamp added first in its `data`.
+/// The event `text`, read by [`ScannedAt`], stored as sent with its `message_id` (made by
+/// `message_id`) and, when it has none, its timestamp added first in its `data`.
 pub(crate) fn keep(
     text: &str,
     scanned: Scanned,

@@ -254,9 +254,9 @@ fn checked<'a>(cursor: &mut Cursor<'a>, level: usize) -> Option<(Numbers, &'a st
 /// The `events` array that comes next, each event as sent, its container at `level` of the
 /// body.
 fn events(cursor: &mut Cursor<'_>, level: usize) -> Option<Vec<SentEvent>> {
+    debug_assert!(matches!(level, 3 | 4), "an event at level {level}");
     let mut events = Vec::new();
     cursor.array(|cursor| {
-        debug_assert!(matches!(level, 3 | 4), "an event at level {level}");
         events.push(match level {
             3 => sent_event::<3>(cursor)?,
             4 => sent_event::<4>(cursor)?,
@@ -268,14 +268,21 @@ fn events(cursor: &mut Cursor<'_>, level: usize) -> Option<Vec<SentEvent>> {
 }
 
 /// The event that comes next, at `LEVEL` of the body, checked as a `Value` parse checks it:
-/// one read in the usual case, where [`kept_events`] keeps it; a second to check one it does
-/// not keep.
+/// one read in the usual case, where [`super::kept_events`] keeps it; a second to check one it
+/// does not keep.
 fn sent_event<const LEVEL: usize>(cursor: &mut Cursor<'_>) -> Option<SentEvent> {
-    let (scanned, text) = match cursor.value::<ScannedAt<'_, LEVEL>>() {
-        Some((read, text)) => (read.scanned(text), text),
-        None => (None, cursor.value::<CheckedAt<LEVEL>>()?.1),
+    let Some((read, text)) = cursor.value::<ScannedAt<'_, LEVEL>>() else {
+        // Not read as one to keep: read again, only to check it (and to find its end).
+        let (_, text) = cursor.value::<CheckedAt<LEVEL>>()?;
+        return Some(SentEvent {
+            text: text.into(),
+            scanned: None,
+        });
     };
+    let scanned = read.scanned(text);
     if scanned.is_none() {
+        // Read whole but not kept (a float spelt otherwise, a name to correct, ...): checked
+        // as a `Value` parse checks it, as every event not kept is.
         check_as_value(text, LEVEL).ok()?;
     }
     Some(SentEvent {

@@ -113,6 +113,21 @@ fn a_kept_member_nests_as_deep_as_a_value_parse_allows() {
     assert_eq!(split, [7, 6]);
 }
 
+/// A member read on its own from the walk is as deep as its text, also where a `Value` read
+/// from it is shallower (a key given twice keeps only its last value there).
+#[test]
+fn a_repeated_key_does_not_hide_a_branch_nested_too_deep() {
+    let deep = |levels: usize| format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+    for levels in [125, 126] {
+        let single = format!(r#"{{"user_attributes":{{"a":{},"a":1}}}}"#, deep(levels));
+        assert_splits_like_a_value(single.as_bytes());
+        let bulk = format!(r#"[{{"user_attributes":{{"a":{},"a":1}}}}]"#, deep(levels));
+        assert_splits_like_a_value(bulk.as_bytes());
+        let events = format!(r#"{{"events":{{"a":{},"a":1}}}}"#, deep(levels));
+        assert_splits_like_a_value(events.as_bytes());
+    }
+}
+
 #[test]
 fn an_event_nests_as_deep_as_a_value_parse_allows() {
     // Deep in an attribute's value: the event is read from the walk on its own, where its depth

@@ -26,27 +26,21 @@ pub(crate) enum Unreadable {
     ReservedKey,
 }
 
-/// Whether `value`, standing at `level` of a body, reaches deeper than [`MAX_LEVEL`].
-pub(crate) fn too_deep_at(value: &Value, level: usize) -> bool {
-    unreadable(value, (MAX_LEVEL + 1).saturating_sub(level), false).is_some()
-}
-
 /// Why `value`, standing at `level` of a body, would not read back as written, if it would not
 /// (the first reason found). One walk for both checks: it runs over every batch accepted.
 pub(crate) fn unreadable_at(value: &Value, level: usize) -> Option<Unreadable> {
-    unreadable(value, (MAX_LEVEL + 1).saturating_sub(level), true)
+    unreadable(value, (MAX_LEVEL + 1).saturating_sub(level))
 }
 
 /// Whether containers nest more than `levels` deep in `value` (`1` nests none, `[1]` one),
-/// and, if `keys`, whether an object in it holds the reserved key.
-fn unreadable(value: &Value, levels: usize, keys: bool) -> Option<Unreadable> {
+/// or an object in it holds the reserved key. (A value read from a text on its own is checked
+/// on its text instead, `json_walk::too_deep`: what a `Value` drops can nest too.)
+fn unreadable(value: &Value, levels: usize) -> Option<Unreadable> {
     match value {
         Value::Array(_) | Value::Object(_) if levels == 0 => Some(Unreadable::TooDeep),
-        Value::Array(items) => items.iter().find_map(|v| unreadable(v, levels - 1, keys)),
-        Value::Object(map) if keys && map.contains_key(RESERVED_KEY) => {
-            Some(Unreadable::ReservedKey)
-        }
-        Value::Object(map) => map.values().find_map(|v| unreadable(v, levels - 1, keys)),
+        Value::Array(items) => items.iter().find_map(|v| unreadable(v, levels - 1)),
+        Value::Object(map) if map.contains_key(RESERVED_KEY) => Some(Unreadable::ReservedKey),
+        Value::Object(map) => map.values().find_map(|v| unreadable(v, levels - 1)),
         Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => None,
     }
 }
@@ -56,6 +50,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    fn too_deep_at(value: &Value, level: usize) -> bool {
+        unreadable_at(value, level) == Some(Unreadable::TooDeep)
+    }
 
     #[test]
     fn a_value_is_too_deep_where_serde_json_would_refuse_its_body() {
