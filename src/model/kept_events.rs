@@ -130,7 +130,7 @@ pub(crate) struct Scanned {
 /// ([`super::json_walk::Cursor::value`], which takes types, not seeds, hence the level as a
 /// constant): what it holds if normalising would only add its `message_id` and missing
 /// timestamp to it, and it passes what a `Value` parse checks (see
-/// `value_check::check_as_value`). [`ScannedAt::scanned`] gives `None` for any other event:
+/// `value_check::CheckedAt`). [`ScannedAt::scanned`] gives `None` for any other event:
 /// one normalising corrects or refuses, one whose product or promotion action is neither
 /// `null` nor an object whose `action` is a string or `null` (the Web SDK's numbered promotion
 /// action is renamed; checked whatever the event's type), one with a location (its
@@ -138,7 +138,7 @@ pub(crate) struct Scanned {
 /// ([`Numbers::as_sent_in`]), an empty `data` or one whose first key is escaped (no
 /// place to splice at), a member normalising reads given twice. The read itself fails for
 /// some of those, and for one a `Value` parse would refuse, which the caller checks again to
-/// tell.
+/// tell; a read that goes through has checked every value in the event, kept or not.
 pub(crate) struct ScannedAt<'de, const LEVEL: usize>(Read<'de>);
 
 impl<'de, const LEVEL: usize> Deserialize<'de> for ScannedAt<'de, LEVEL> {

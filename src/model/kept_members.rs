@@ -27,7 +27,7 @@ use serde_json::{Map, Value};
 
 use super::json_walk::Cursor;
 use super::kept_events::{Scanned, ScannedAt, StoredEvent};
-use super::value_check::{CheckedAt, Numbers, check_as_value};
+use super::value_check::{CheckedAt, Numbers};
 
 /// The members kept as text: objects that `normalize` only checks to be objects, and that no
 /// step of the acceptance reads (identity, the profile update, the data catalog and the Live
@@ -268,23 +268,14 @@ fn events(cursor: &mut Cursor<'_>, level: usize) -> Option<Vec<SentEvent>> {
 }
 
 /// The event that comes next, at `LEVEL` of the body, checked as a `Value` parse checks it:
-/// one read in the usual case, where [`super::kept_events`] keeps it; a second to check one it
-/// does not keep.
+/// one read in the usual case. A read that goes through has checked every value in the event
+/// (whether [`super::kept_events`] keeps it or not); one it breaks off is read again, only to
+/// check the event and find its end.
 fn sent_event<const LEVEL: usize>(cursor: &mut Cursor<'_>) -> Option<SentEvent> {
-    let Some((read, text)) = cursor.value::<ScannedAt<'_, LEVEL>>() else {
-        // Not read as one to keep: read again, only to check it (and to find its end).
-        let (_, text) = cursor.value::<CheckedAt<LEVEL>>()?;
-        return Some(SentEvent {
-            text: text.into(),
-            scanned: None,
-        });
+    let (scanned, text) = match cursor.value::<ScannedAt<'_, LEVEL>>() {
+        Some((read, text)) => (read.scanned(text), text),
+        None => (None, cursor.value::<CheckedAt<LEVEL>>()?.1),
     };
-    let scanned = read.scanned(text);
-    if scanned.is_none() {
-        // Read whole but not kept (a float spelt otherwise, a name to correct, ...): checked
-        // as a `Value` parse checks it, as every event not kept is.
-        check_as_value(text, LEVEL).ok()?;
-    }
     Some(SentEvent {
         text: text.into(),
         scanned,

@@ -48,20 +48,10 @@ impl Read {
     }
 }
 
-/// Checks that `text` (one JSON value, whose container would sit at nesting level `level` of the
-/// whole body) passes what a `Value` parse checks that skipping it does not: escapes that make
-/// characters, numbers in range, the depth limit; and tells how its numbers are written back.
-/// Allocates nothing.
-pub(super) fn check_as_value(text: &str, level: usize) -> serde_json::Result<Numbers> {
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    let read = Checked { level }.deserialize(&mut deserializer)?;
-    deserializer.end()?;
-    Ok(read.numbers)
-}
-
-/// [`check_as_value`] for a value read from a stream ([`super::json_walk::Cursor::value`]),
-/// which takes types, not seeds: the nesting level of its container is `LEVEL`. Gives how its
-/// numbers are written back.
+/// One JSON value, read from a stream ([`super::json_walk::Cursor::value`], which takes types,
+/// not seeds), checked for what a `Value` parse checks that skipping it does not: escapes that
+/// make characters, numbers in range, the depth limit (its container sits at nesting level
+/// `LEVEL` of the whole body). Gives how its numbers are written back. Allocates nothing.
 pub(super) struct CheckedAt<const LEVEL: usize>(pub(super) Numbers);
 
 impl<'de, const LEVEL: usize> Deserialize<'de> for CheckedAt<LEVEL> {
