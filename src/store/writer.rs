@@ -3,7 +3,7 @@
 //! answers each only after the commit, so durability costs one sync per group instead of one per
 //! request. Measurements on this machine showed that waiting to fill a group makes things worse,
 //! so a writer commits what is there, with one exception on SQLite: at a moderate, steady rate a
-//! group of one or two commands is held open briefly for the next ones ([`super::gather`]).
+//! group of at most a few commands is held open briefly for the next ones ([`super::gather`]).
 //!
 //! Lanes: on SQLite one task takes every command (one write lock anyway), on a thread of its own
 //! with a runtime of its own ([`on_own_thread`]), and on a connection it keeps, whose statements
