@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 /// arrive in bursts (a sender's timer tick, a fleet of clients flushing), so a group of two
 /// or three ingest requests with their connections' job updates is still a small one: with 2,
 /// real time at 30,000 events/s committed 3.05 batches a group, 23% of groups job updates
-/// alone; with 8, about 9 batches a group and almost no group of updates alone, 13–17% less
-/// CPU per event (docs/PERFORMANCE.md, "Small groups held open at a moderate rate", and its
-/// sequel of 2026-12-06).
+/// alone; with 8, about 9 batches a group and almost no group of updates alone, and 14% less
+/// CPU per event over five alternated runs (docs/PERFORMANCE.md, "Small groups held open at a
+/// moderate rate" and "Item 3: small groups of up to eight commands held open").
 pub(crate) const SMALL_GROUP: usize = 8;
 
 /// When more than this many ingest requests are expected within the window, the lane is near
