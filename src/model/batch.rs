@@ -108,9 +108,9 @@ pub(crate) fn normalize(
     normalize_split(value, KeptMembers::default(), channel, now_ms, prefix)
 }
 
-/// [`normalize`] for a batch whose members in `kept` were kept as the text they came in
+/// `normalize` for a batch whose members in `kept` were kept as the text they came in
 /// ([`super::kept_members::split_batch`]): `value` holds the others. Checks and answers the
-/// same as [`normalize`] of the whole batch parsed as one `Value`.
+/// same as `normalize` of the whole batch parsed as one `Value`.
 pub(crate) fn normalize_split(
     value: Value,
     mut kept: KeptMembers,

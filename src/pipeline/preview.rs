@@ -1,6 +1,8 @@
 //! What a settings change would have done: the same events judged by [`filter::plan`] under the
 //! current settings and under proposed ones, side by side, with totals. Pure; the admin API
 //! feeds it the last events of the connection's input (`POST /api/v1/connections/{id}/dry-run`).
+//!
+//! [`filter::plan`]: crate::pipeline::filter::plan
 
 use serde::Serialize;
 use serde_json::Value;

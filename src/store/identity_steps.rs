@@ -1,7 +1,7 @@
 //! The group commit's identity step: the batches of a group that arrived without an MPID get
 //! the one their identities resolve to, inside the group's transaction, before the batches,
 //! profiles and jobs that carry it are written. The rules are the pure
-//! [`decide`](crate::model::identity::resolve::decide), as for IDSync's identify; what changes
+//! [`decide`], as for IDSync's identify; what changes
 //! is the cost: what the store knows of the whole group's identities and devices is read at
 //! once ([`super::identity_read`]: one round trip on PostgreSQL, locks included), the group's
 //! batches are decided in order against what was read plus what the earlier batches decided,
@@ -9,7 +9,7 @@
 //! statement on PostgreSQL (one per kind of row on SQLite). One transaction per batch was a
 //! fifth of the rate of batches with an MPID (issue 16).
 //!
-//! The writes wait until the group's batches are stored ([`write`]): a new user's row is then
+//! The writes wait until the group's batches are stored ([`write()`]): a new user's row is then
 //! inserted once, with the profile the group's stored batches give it, instead of inserted
 //! bare here and updated by the profile upsert (each new user cost about five more B-tree
 //! writes than a batch with an MPID; this is one of them). Its identities and device pointer
@@ -147,7 +147,7 @@ struct Writes<'a> {
     made: usize,
 }
 
-/// What the group's decisions write once its batches are stored (see [`write`]), owned, so the
+/// What the group's decisions write once its batches are stored (see [`write()`]), owned, so the
 /// batches are free for the steps between.
 #[derive(Debug, Default)]
 pub(super) struct Decided {
@@ -234,7 +234,7 @@ pub(super) enum Resends {
 }
 
 /// Gives every batch of `batches` that arrived without an MPID its user, in order, and answers the
-/// writes the decisions call for, for [`write`] once the batches are stored. A batch that would
+/// writes the decisions call for, for [`write()`] once the batches are stored. A batch that would
 /// need a new user where it may not make one keeps none. A duplicate taken by an earlier batch
 /// of the group, or, with [`Resends::Read`], whose `source_request_id` is already stored, is
 /// stored as nothing, so it resolves nothing and writes nothing. A resend racing its
@@ -429,7 +429,7 @@ fn consents(rows: Vec<(Mpid, String)>) -> HashMap<Mpid, Arc<serde_json::Value>> 
         .collect()
 }
 
-/// [`write`] on PostgreSQL: one statement, `WRITE_POSTGRES`.
+/// [`write()`] on PostgreSQL: one statement, `WRITE_POSTGRES`.
 async fn write_postgres(
     tx: &mut Tx<'_>,
     decided: &Decided,
@@ -470,7 +470,7 @@ fn bind_writes<'q, O>(
         .bind(returning)
 }
 
-/// [`write`] on SQLite: a statement per kind of row.
+/// [`write()`] on SQLite: a statement per kind of row.
 async fn write_sqlite(
     tx: &mut Tx<'_>,
     decided: &Decided,

@@ -140,8 +140,8 @@ impl Store {
         self.prune_logs(cutoff, None).await
     }
 
-    /// [`Store::prune`], with each chunk deleted in one of `writer`'s group commits on SQLite
-    /// (on PostgreSQL each in a transaction of its own all the same).
+    /// What the tests' `Store::prune` does, with each chunk deleted in one of `writer`'s group
+    /// commits on SQLite (on PostgreSQL each in a transaction of its own all the same).
     pub(crate) async fn prune_through(&self, writer: &Writer, cutoff: i64) -> StoreResult<u64> {
         self.prune_logs(cutoff, self.deletes_in_groups(writer))
             .await
