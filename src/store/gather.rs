@@ -9,24 +9,26 @@
 //!
 //! So a lane that has taken a group of at most [`SMALL_GROUP`] commands, at least one of them an
 //! ingest request, while ingest requests arrive often enough that at least one more is expected
-//! within the window, sleeps for the window and then takes whatever else is queued. At a low
-//! rate (fewer arrivals than one a window) it never waits: a lone request gains nothing by
-//! waiting, and its 202 would only come later. Nor near
-//! saturation (more than [`BUSY_ARRIVALS`] expected): groups fill by themselves there. A group
-//! already larger than [`SMALL_GROUP`] never waits either: it shares its commit well enough.
-//! The rate is counted over the last complete period of [`PERIOD`]. Only SQLite's lane holds
-//! groups open (measured there; [`super::writer`] says why PostgreSQL's lanes do not).
+//! within the window, and while its recent holds did gain requests ([`Gather::hold`] says why),
+//! sleeps for the window and then takes whatever else is queued. At a low rate (fewer arrivals
+//! than one a window) it never waits: a lone request gains nothing by waiting, and its 202 would
+//! only come later. Nor near saturation (more than [`BUSY_ARRIVALS`] expected): groups fill by
+//! themselves there. A group already larger than [`SMALL_GROUP`] never waits either: it shares
+//! its commit well enough. The rate is counted over the last complete period of [`PERIOD`].
+//! Only SQLite's lane holds groups open (measured there; [`super::writer`] says why
+//! PostgreSQL's lanes do not).
 
 use std::time::{Duration, Instant};
 
-/// A group of at most this many commands may wait for more: as many as the busiest window that
-/// still holds ([`BUSY_ARRIVALS`]) brings. Commands count job updates too, and requests often
-/// arrive in bursts (a sender's timer tick, a fleet of clients flushing), so a group of two
-/// or three ingest requests with their connections' job updates is still a small one: with 2,
-/// real time at 30,000 events/s committed 3.05 batches a group, 23% of groups job updates
-/// alone; with 8, about 9 batches a group and almost no group of updates alone, and 14% less
-/// CPU per event over five alternated runs (docs/PERFORMANCE.md, "Small groups held open at a
-/// moderate rate" and "Item 3: small groups of up to eight commands held open").
+/// A group of at most this many commands may wait for more. Commands count job updates too,
+/// and requests often arrive in bursts (a sender's timer tick, a fleet of clients flushing), so
+/// a group of two or three ingest requests with their connections' job updates is still a
+/// small one (and the busiest window that still holds, [`BUSY_ARRIVALS`], brings up to eight
+/// ingest requests). With 2, real time at 30,000 events/s committed 3.05 batches a group, 23%
+/// of groups job updates alone; with 8, about 9 batches a group and almost no group of updates
+/// alone, and 14% less CPU per event over five alternated runs (docs/PERFORMANCE.md, "Small
+/// groups held open at a moderate rate" and "Item 3: small groups of up to eight commands held
+/// open").
 pub(crate) const SMALL_GROUP: usize = 8;
 
 /// When more than this many ingest requests are expected within the window, the lane is near
@@ -34,8 +36,17 @@ pub(crate) const SMALL_GROUP: usize = 8;
 /// number of requests in flight) would only be answered later, and send its next ones later.
 const BUSY_ARRIVALS: f64 = 8.0;
 
-/// The period arrivals are counted over.
+/// The period arrivals are counted over; also how long holds that gain nothing pause.
 const PERIOD: Duration = Duration::from_millis(100);
+
+/// Holds go on while the recent ones gained at least this many ingest requests each: more than
+/// the one a closed loop of two requests gains (its other request's next, which would have come
+/// anyway), at most what a burst of a steady moderate rate brings (three at 30,000 events/s).
+const MIN_GAIN: f64 = 2.0;
+
+/// What a lane's holds are taken to have gained before its first: one hold that gains nothing
+/// is not yet a pattern, two are.
+const FIRST_GAIN: f64 = 2.0 * MIN_GAIN;
 
 /// One lane's arrival count and the rule for holding a group open.
 #[derive(Debug)]
@@ -48,6 +59,11 @@ pub(crate) struct Gather {
     counted: usize,
     /// Ingest requests a second over the last complete period.
     rate: f64,
+    /// What the recent holds gained: ingest requests that arrived while a group was held, a
+    /// mean that weighs each hold as much as all before it together.
+    gained: f64,
+    /// When the last hold ended (`None`: none yet).
+    last_hold: Option<Instant>,
 }
 
 impl Gather {
@@ -57,6 +73,8 @@ impl Gather {
             since: now,
             counted: 0,
             rate: 0.0,
+            gained: FIRST_GAIN,
+            last_hold: None,
         }
     }
 
@@ -79,13 +97,33 @@ impl Gather {
     /// waits for each job update's commit before it goes on with the job (a closed loop, which a
     /// hold only slows: when updates were held too, real time closed loop delivered 33,300 and
     /// 37,100 events/s in two runs against 41,500 and 41,800 without holding).
-    pub(crate) fn hold(&self, commands: usize, ingests: usize) -> Option<Duration> {
+    ///
+    /// Nor is a group held while the recent holds gained less than [`MIN_GAIN`] ingest requests
+    /// each: a sender whose requests are all in the held group sends nothing more until they are
+    /// answered (a closed loop: a server-side feed posting one request at a time, or a few),
+    /// and holding it only slows it down. Held regardless, such a feed with one request in
+    /// flight was accepted at 16,700–17,800 events/s against 30,100–44,600 not held, and with
+    /// four at 17,300 against 63,000–64,700 (docs/PERFORMANCE.md). A period without a hold tries
+    /// one again, so holds resume when they gain.
+    pub(crate) fn hold(&self, commands: usize, ingests: usize, now: Instant) -> Option<Duration> {
         let expected = self.rate * self.window.as_secs_f64();
+        let tried_lately = self
+            .last_hold
+            .is_some_and(|at| now.saturating_duration_since(at) < PERIOD);
         (!self.window.is_zero()
             && ingests > 0
             && commands <= SMALL_GROUP
-            && (1.0..=BUSY_ARRIVALS).contains(&expected))
-        .then_some(self.window)
+            && (1.0..=BUSY_ARRIVALS).contains(&expected)
+            && (self.gained >= MIN_GAIN || !tried_lately))
+            .then_some(self.window)
+    }
+
+    /// Counts a hold that ended at `now` having gained `arrived` ingest requests (which
+    /// [`taken`](Self::taken) counts as arrivals too).
+    pub(crate) fn held(&mut self, arrived: usize, now: Instant) {
+        self.taken(arrived, now);
+        self.gained = (self.gained + arrived as f64) / 2.0;
+        self.last_hold = Some(now);
     }
 }
 
@@ -110,66 +148,118 @@ mod tests {
     #[test]
     fn a_lane_that_just_started_commits_at_once() {
         let gather = Gather::new(WINDOW, Instant::now());
-        assert_eq!(gather.hold(1, 1), None);
+        assert_eq!(gather.hold(1, 1, Instant::now()), None);
     }
 
     #[test]
     fn at_a_low_rate_a_group_is_committed_at_once() {
         // 50 requests a second (500 events/s): 0.05 expected within a millisecond.
         let gather = steady(Duration::from_millis(20), WINDOW);
-        assert_eq!(gather.hold(1, 1), None);
+        assert_eq!(gather.hold(1, 1, Instant::now()), None);
     }
 
     #[test]
     fn at_a_moderate_rate_a_small_group_waits_for_more() {
         // 3,000 requests a second: 3 expected within a millisecond.
         let gather = steady(Duration::from_micros(333), WINDOW);
-        assert_eq!(gather.hold(1, 1), Some(WINDOW));
-        assert_eq!(gather.hold(SMALL_GROUP, 1), Some(WINDOW));
+        assert_eq!(gather.hold(1, 1, Instant::now()), Some(WINDOW));
+        assert_eq!(gather.hold(SMALL_GROUP, 1, Instant::now()), Some(WINDOW));
     }
 
     #[test]
     fn at_a_moderate_rate_a_burst_with_job_updates_waits_for_more() {
-        // 3,000 requests a second arriving three at a time (a sender that ticks every
-        // millisecond), each group also carrying the updates of three delivered jobs: committed
-        // at once, every burst paid a commit of its own.
+        // 3,000 requests a second, taken three at a time (as a sender that ticks every
+        // millisecond sends them) with the updates of three delivered jobs: committed at once,
+        // every burst paid a commit of its own.
         let gather = steady(Duration::from_micros(333), WINDOW);
-        assert_eq!(gather.hold(6, 3), Some(WINDOW));
+        assert_eq!(gather.hold(6, 3, Instant::now()), Some(WINDOW));
+    }
+
+    #[test]
+    fn holds_that_gain_nothing_stop() {
+        // A sender with its requests all in the held group sends nothing more until they are
+        // answered (a closed loop): holding only makes it slower.
+        let mut gather = steady(Duration::from_micros(333), WINDOW);
+        let mut now = Instant::now();
+        assert!(gather.hold(1, 1, now).is_some());
+        gather.held(0, now);
+        assert!(
+            gather.hold(1, 1, now).is_some(),
+            "one empty hold is not yet a pattern"
+        );
+        gather.held(0, now);
+        now += Duration::from_millis(1);
+        assert_eq!(gather.hold(1, 1, now), None);
+    }
+
+    #[test]
+    fn holds_that_gain_one_request_each_stop() {
+        // Two requests in a closed loop: while one commits the other's next arrives, and a hold
+        // gains just that one, which would have come anyway, a little later than it.
+        let mut gather = steady(Duration::from_micros(333), WINDOW);
+        let now = Instant::now();
+        gather.held(1, now);
+        gather.held(1, now);
+        assert_eq!(gather.hold(1, 1, now), None);
+    }
+
+    #[test]
+    fn holds_that_gain_requests_go_on() {
+        let mut gather = steady(Duration::from_micros(333), WINDOW);
+        let now = Instant::now();
+        for _ in 0..10 {
+            assert!(gather.hold(3, 3, now).is_some());
+            gather.held(3, now);
+        }
+    }
+
+    #[test]
+    fn after_empty_holds_a_hold_is_tried_again_a_period_later() {
+        let mut gather = steady(Duration::from_micros(333), WINDOW);
+        let now = Instant::now();
+        gather.held(0, now);
+        gather.held(0, now);
+        assert_eq!(gather.hold(1, 1, now + PERIOD / 2), None);
+        // Past a period without a hold, one is tried: its gain decides whether holds resume.
+        let later = now + PERIOD;
+        assert!(gather.hold(1, 1, later).is_some());
+        gather.held(3, later);
+        assert!(gather.hold(1, 1, later).is_some());
     }
 
     #[test]
     fn a_group_larger_than_small_never_waits() {
         let gather = steady(Duration::from_micros(333), WINDOW);
-        assert_eq!(gather.hold(SMALL_GROUP + 1, 1), None);
+        assert_eq!(gather.hold(SMALL_GROUP + 1, 1, Instant::now()), None);
     }
 
     #[test]
     fn near_saturation_a_group_is_committed_at_once() {
         // 20,000 commands a second: 20 expected within a millisecond.
         let gather = steady(Duration::from_micros(50), WINDOW);
-        assert_eq!(gather.hold(1, 1), None);
+        assert_eq!(gather.hold(1, 1, Instant::now()), None);
     }
 
     #[test]
     fn a_group_of_delivery_commands_alone_never_waits() {
         let gather = steady(Duration::from_micros(333), WINDOW);
-        assert_eq!(gather.hold(1, 0), None);
-        assert_eq!(gather.hold(2, 1), Some(WINDOW));
+        assert_eq!(gather.hold(1, 0, Instant::now()), None);
+        assert_eq!(gather.hold(2, 1, Instant::now()), Some(WINDOW));
     }
 
     #[test]
     fn a_zero_window_never_waits() {
         let gather = steady(Duration::from_micros(50), Duration::ZERO);
-        assert_eq!(gather.hold(1, 1), None);
+        assert_eq!(gather.hold(1, 1, Instant::now()), None);
     }
 
     #[test]
     fn when_arrivals_stop_the_rate_falls_and_groups_commit_at_once() {
         let mut gather = steady(Duration::from_micros(333), WINDOW);
-        assert!(gather.hold(1, 1).is_some());
+        assert!(gather.hold(1, 1, Instant::now()).is_some());
         // One lone command after a silence: the period that ends with it is long, so its rate
         // (what arrived in it, over its length) is far below one a window.
         gather.taken(1, Instant::now() + Duration::from_secs(2));
-        assert_eq!(gather.hold(1, 1), None);
+        assert_eq!(gather.hold(1, 1, Instant::now()), None);
     }
 }

@@ -140,8 +140,9 @@ impl Store {
         self.prune_logs(cutoff, None).await
     }
 
-    /// What the tests' `Store::prune` does, with each chunk deleted in one of `writer`'s group
-    /// commits on SQLite (on PostgreSQL each in a transaction of its own all the same).
+    /// Deletes batches, attempts and dead letters older than `cutoff` (Unix ms), as `prune`
+    /// does, but with each chunk deleted in one of `writer`'s group commits on SQLite (on
+    /// PostgreSQL each in a transaction of its own all the same); returns how many rows went.
     pub(crate) async fn prune_through(&self, writer: &Writer, cutoff: i64) -> StoreResult<u64> {
         self.prune_logs(cutoff, self.deletes_in_groups(writer))
             .await

@@ -416,12 +416,13 @@ async fn run(
         }
         let waited = idle.elapsed();
         let taken = ingests(&group);
-        gather.taken(taken, std::time::Instant::now());
-        let held = if let Some(window) = gather.hold(group.len(), taken) {
+        let now = std::time::Instant::now();
+        gather.taken(taken, now);
+        let held = if let Some(window) = gather.hold(group.len(), taken, now) {
             let held = std::time::Instant::now();
             let added = hold_open(&mut rx, &mut group, window, &stop).await;
             let arrived = ingests(&group[group.len() - added..]);
-            gather.taken(arrived, std::time::Instant::now());
+            gather.held(arrived, std::time::Instant::now());
             held.elapsed()
         } else {
             Duration::ZERO
