@@ -102,9 +102,9 @@ impl Gather {
     /// each: a sender whose requests are all in the held group sends nothing more until they are
     /// answered (a closed loop: a server-side feed posting one request at a time, or a few),
     /// and holding it only slows it down. Held regardless, such a feed with one request in
-    /// flight was accepted at 16,700–17,800 events/s against 30,100–44,600 not held, and with
-    /// four at 17,300 against 63,000–64,700 (docs/PERFORMANCE.md). A period without a hold tries
-    /// one again, so holds resume when they gain.
+    /// flight was accepted at 16,700–19,900 events/s against 30,100–44,600 not held, and with
+    /// four at 17,300–17,700 against 56,100–64,700 (docs/PERFORMANCE.md). A period without a
+    /// hold tries one again, so holds resume when they gain.
     pub(crate) fn hold(&self, commands: usize, ingests: usize, now: Instant) -> Option<Duration> {
         let expected = self.rate * self.window.as_secs_f64();
         let tried_lately = self
