@@ -137,19 +137,11 @@ pub(crate) fn too_deep(text: &str, level: usize) -> bool {
 /// Whether containers nest more than `levels` deep in `json` (`1` nests none, `[1]` one),
 /// brackets in strings left out. `json` is one value serde_json has read.
 fn nests_deeper_than(json: &[u8], levels: usize) -> bool {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for &byte in json {
-        if in_string {
-            match byte {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
+    let (mut depth, mut at) = (0usize, 0);
+    while let Some(&byte) = json.get(at) {
+        at += 1;
         match byte {
-            b'"' => in_string = true,
+            b'"' => at = past_string(json, at),
             b'[' | b'{' => {
                 depth += 1;
                 if depth > levels {
@@ -161,6 +153,19 @@ fn nests_deeper_than(json: &[u8], levels: usize) -> bool {
         }
     }
     false
+}
+
+/// Where the string whose contents start at `at` of `bytes` (JSON text) ends: just past its
+/// closing quote, or past the end of `bytes` if it has none.
+pub(crate) fn past_string(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(&byte) = bytes.get(at) {
+        match byte {
+            b'\\' => at += 2,
+            b'"' => return at + 1,
+            _ => at += 1,
+        }
+    }
+    at
 }
 
 /// How many `[` and `{` are in `bytes` (strings' too). Counted in byte-wide sums, which the

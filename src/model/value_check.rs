@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::data_points::ValueType;
+use super::json_walk::past_string;
 use super::nesting::{MAX_LEVEL, RESERVED_KEY};
 
 /// Whether serde_json writes a value's numbers back as they came (ordered: a value holding both
@@ -196,18 +197,6 @@ pub(crate) fn number_tokens(text: &str) -> impl Iterator<Item = Range<usize>> + 
         }
         None
     })
-}
-
-/// Where the string whose contents start at `at` ends (just past its closing quote).
-fn past_string(bytes: &[u8], mut at: usize) -> usize {
-    while let Some(&byte) = bytes.get(at) {
-        match byte {
-            b'\\' => at += 2,
-            b'"' => return at + 1,
-            _ => at += 1,
-        }
-    }
-    at
 }
 
 impl Checked {
