@@ -273,6 +273,9 @@ struct Report {
     drained_ms: Option<f64>,
     /// From the recovery until the first event arrived: when Boson noticed.
     first_delivery_ms: Option<f64>,
+    /// Events that first arrived in each second from the recovery on (the drain's shape: how
+    /// soon it reached its pace, and what that pace was).
+    arrived_per_s_after_recovery: Vec<u64>,
     /// Events accepted during the outage: from the recovery to their arrival.
     outage_events_after_recovery_ms: Spread,
     /// End-to-end latency of the events accepted before the outage and after the recovery.
@@ -373,6 +376,7 @@ impl Report {
             first_delivery_ms: arrivals
                 .first_delivery_ms
                 .map(|d| (d * 10.0).round() / 10.0),
+            arrived_per_s_after_recovery: per_second_from(&record.arrived_us, outage.up_us),
             outage_events_after_recovery_ms: Spread::of(arrivals.outage_delays),
             before_outage_e2e_ms: Spread::of(arrivals.before),
             after_recovery_e2e_ms: Spread::of(arrivals.after),
@@ -406,6 +410,20 @@ impl Report {
     }
 }
 
+/// How many of `arrived_us` (Unix µs, 0 for not arrived) fall in each whole second from
+/// `from_us`, up to the last one's second.
+fn per_second_from(arrived_us: &[u64], from_us: u64) -> Vec<u64> {
+    let mut counts = Vec::new();
+    for &at in arrived_us.iter().filter(|&&at| at != 0 && at >= from_us) {
+        let second = usize::try_from((at - from_us) / 1_000_000).unwrap_or(usize::MAX);
+        if second >= counts.len() {
+            counts.resize(second + 1, 0);
+        }
+        counts[second] += 1;
+    }
+    counts
+}
+
 /// Milliseconds from `from_us` to `to_us` (0 if `to_us` is earlier).
 fn since_ms(from_us: u64, to_us: u64) -> f64 {
     to_us.saturating_sub(from_us) as f64 / 1000.0
@@ -425,6 +443,15 @@ mod tests {
             answered: zero + Duration::from_millis(answered_ms),
             accepted: true,
         }
+    }
+
+    #[test]
+    fn arrivals_are_counted_by_whole_seconds_from_the_recovery() {
+        // Not arrived (0), before the recovery, in its first second twice, none in the
+        // second and third, one in the fourth.
+        let arrived = [0, 500, 1_000, 1_000_999, 3_001_000];
+        assert_eq!(per_second_from(&arrived, 1_000), vec![2, 0, 0, 1]);
+        assert!(per_second_from(&[0, 10], 1_000).is_empty());
     }
 
     #[test]
