@@ -17,9 +17,10 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 use super::Lanes;
-use super::drain::{Drain, TICK};
+use super::drain::{COUNTED_BACKLOG, Drain, TICK};
 use crate::model::ids::ConnectionId;
 use crate::model::now_ms;
+use crate::store::queue::Backlog;
 
 impl Lanes {
     /// The endpoint of `connection_id` is back: starts its drain. It is marked draining before
@@ -30,22 +31,14 @@ impl Lanes {
         self.crowded.set_failing(connection_id, false);
         let (lanes, id) = (Arc::clone(self), connection_id.clone());
         self.tracker.spawn(async move {
-            let backlog = match lanes.ctx.store.bring_forward(&id, now_ms()).await {
-                Ok(count) => count,
+            let backlog = match lanes.ctx.store.bring_forward(&id, now_ms(), COUNTED_BACKLOG).await {
+                Ok(backlog) => backlog,
                 Err(error) => {
-                    tracing::warn!(connection = %id, %error, "Could not bring waiting deliveries forward; they keep their backoff.");
-                    0
+                    tracing::warn!(connection = %id, %error, "Could not bring waiting deliveries forward or count them; those not brought forward keep their backoff, and the drain ends at its first short claim.");
+                    Backlog { jobs: 0, end: 0 }
                 }
             };
-            // Jobs accepted from now on wait behind the backlog but are not part of it.
-            let backlog_end = match lanes.ctx.store.last_job_of(&id).await {
-                Ok(end) => end,
-                Err(error) => {
-                    tracing::warn!(connection = %id, %error, "Could not tell where the backlog ends; the drain ends at its first short claim.");
-                    0
-                }
-            };
-            lanes.drain(&id, backlog, backlog_end, generation).await;
+            lanes.drain(&id, backlog, generation).await;
             if lanes.current_drain(&id) == Some(generation) {
                 lanes.crowded.set_draining(&id, false);
             }
@@ -59,11 +52,10 @@ impl Lanes {
     async fn drain(
         self: &Arc<Self>,
         connection_id: &ConnectionId,
-        backlog: u64,
-        backlog_end: i64,
+        backlog: Backlog,
         generation: u64,
     ) {
-        let mut drain = Drain::new(backlog, Instant::now());
+        let mut drain = Drain::new(backlog.jobs, Instant::now());
         loop {
             tokio::select! {
                 () = self.cancel.cancelled() => return,
@@ -105,7 +97,7 @@ impl Lanes {
             for job in jobs {
                 self.offer(job).await;
             }
-            if drain.claimed(asked, got) && !self.drain_left(connection_id, backlog_end).await {
+            if drain.claimed(asked, got) && !self.drain_left(connection_id, backlog.end).await {
                 tracing::info!(connection = %connection_id, "Recovered connection's backlog claimed; new deliveries go at once again.");
                 return;
             }

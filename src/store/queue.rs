@@ -177,6 +177,15 @@ pub(crate) enum JobUpdate {
     Release { job_id: i64 },
 }
 
+/// What a recovering connection's drain has to claim (see [`Store::bring_forward`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Backlog {
+    /// The connection's jobs up to `end`, counted up to the limit asked for.
+    pub(crate) jobs: u64,
+    /// Its newest job's id when the recovery began (0 if it had none): where the backlog ends.
+    pub(crate) end: i64,
+}
+
 /// The identifying part of a job that updates need.
 #[derive(Debug, Clone)]
 pub(crate) struct JobKey {
@@ -361,6 +370,11 @@ const DRAIN_LEFT: Sql = Sql::shared(
 );
 /// `$1` connection: its newest job, where a recovery's backlog ends.
 const LAST_JOB: Sql = Sql::shared("SELECT MAX(id) FROM jobs WHERE connection_id = $1");
+/// `$1` connection, `$2` its newest job, `$3` a limit: its jobs up to that one, counted up to
+/// the limit (an index walk of `jobs (connection_id, id)`, so bounded).
+const COUNT_BACKLOG: Sql = Sql::shared(
+    "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE connection_id = $1 AND id <= $2 LIMIT $3) AS b",
+);
 const BATCH_EXISTS: Sql = Sql::shared("SELECT id FROM batches WHERE id = $1");
 const SELECT_BODIES: Sql = Sql::each(
     "SELECT id, body FROM batches WHERE id IN (SELECT value FROM json_each($1))",
@@ -407,16 +421,30 @@ impl Store {
         Ok(self.execute(RELEASE_ALL_LEASES, &[]).await?)
     }
 
-    /// Makes a connection's jobs that wait out a backoff due now (its endpoint is back);
-    /// returns how many.
+    /// Makes a connection's jobs that wait out a backoff due now (its endpoint is back), and
+    /// returns the backlog its drain has to claim: the connection's jobs up to its newest one,
+    /// counted up to `count_up_to`. Most of an outage's jobs never waited out a backoff: the
+    /// breaker held them back untried, due all along.
     pub(crate) async fn bring_forward(
         &self,
         connection_id: &ConnectionId,
         now: i64,
-    ) -> StoreResult<u64> {
-        Ok(self
-            .execute(BRING_FORWARD, args![connection_id, now])
-            .await?)
+        count_up_to: u64,
+    ) -> StoreResult<Backlog> {
+        self.execute(BRING_FORWARD, args![connection_id, now])
+            .await?;
+        // Jobs accepted from here on wait behind the backlog but are not part of it.
+        let end: Option<(Option<i64>,)> =
+            self.fetch_optional(LAST_JOB, args![connection_id]).await?;
+        let end = end.and_then(|(id,)| id).unwrap_or(0);
+        let limit = i64::try_from(count_up_to).unwrap_or(i64::MAX);
+        let (jobs,): (i64,) = self
+            .fetch_one(COUNT_BACKLOG, args![connection_id, end, limit])
+            .await?;
+        Ok(Backlog {
+            jobs: u64::try_from(jobs).unwrap_or(0),
+            end,
+        })
     }
 
     /// Whether a recovering connection still has due jobs nobody holds for its drain to claim
@@ -435,14 +463,6 @@ impl Store {
             .fetch_optional(DRAIN_LEFT, args![connection_id, now, backlog_end])
             .await?;
         Ok(row.is_some())
-    }
-
-    /// The id of a connection's newest job (0 if it has none): where the backlog a recovery
-    /// drains ends.
-    pub(crate) async fn last_job_of(&self, connection_id: &ConnectionId) -> StoreResult<i64> {
-        let row: Option<(Option<i64>,)> =
-            self.fetch_optional(LAST_JOB, args![connection_id]).await?;
-        Ok(row.and_then(|(id,)| id).unwrap_or(0))
     }
 
     /// Whether a batch is stored.

@@ -30,11 +30,14 @@ async fn left_up_to(db: &TestStore, backlog_end: i64) -> bool {
         .expect("drain_left")
 }
 
+/// Where a recovery's backlog would end now (no job of these tests waits out a backoff, so
+/// bringing them forward changes nothing).
 async fn last_job(db: &TestStore) -> i64 {
     db.store
-        .last_job_of(&ConnectionId::trusted("c1"))
+        .bring_forward(&ConnectionId::trusted("c1"), now_ms(), u64::MAX)
         .await
-        .expect("last_job_of")
+        .expect("bring_forward")
+        .end
 }
 
 #[tokio::test]
@@ -92,4 +95,43 @@ async fn a_job_accepted_after_the_backlog_ended_is_not_left_for_the_drain() {
     assert!(last_job(&db).await > backlog_end);
     assert!(!left_up_to(&db, backlog_end - 1).await, "only newer jobs");
     assert!(left_up_to(&db, backlog_end).await);
+}
+
+#[tokio::test]
+async fn a_recoverys_backlog_counts_the_jobs_the_breaker_held_back_untried() {
+    // While the breaker is open a connection's new jobs wait in the table untried (due, never
+    // claimed); only the few that failed wait out a backoff. The drain's pace is set by the
+    // whole backlog: counted as the jobs brought forward alone, an outage's 100,000 jobs were
+    // claimed from the least rate up, and took 20 s to reach full speed.
+    let db = TestStore::open().await;
+    let a = db.node(LEASE);
+    let now = now_ms();
+    // The first is sent (leased at insert) and fails; the breaker opens and holds the rest.
+    a.ingest(vec![of_user(None, now - 3 * MINUTE)]).await;
+    a.crowd("c1", true);
+    for at in [now - 2 * MINUTE, now - MINUTE] {
+        a.ingest(vec![of_user(None, at)]).await;
+    }
+    let first = db.jobs().await[0].key();
+    let at = now_ms();
+    a.update(JobUpdate::Retry {
+        job: first,
+        progress: 0,
+        attempts: 1,
+        next_attempt_at: at + HOUR,
+        attempt: attempt(at, AttemptOutcome::Retry, Some("status 503")),
+        dead: Vec::new(),
+    })
+    .await;
+    let c1 = ConnectionId::trusted("c1");
+    let backlog = db
+        .store
+        .bring_forward(&c1, now_ms(), u64::MAX)
+        .await
+        .expect("bring_forward");
+    let newest = db.jobs().await.iter().map(|job| job.id).max();
+    assert_eq!(backlog.jobs, 3, "one backing off, two never tried");
+    assert_eq!(Some(backlog.end), newest);
+    let counted = db.store.bring_forward(&c1, now_ms(), 2).await;
+    assert_eq!(counted.expect("bring_forward").jobs, 2, "counted up to 2");
 }
