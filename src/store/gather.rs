@@ -9,8 +9,10 @@
 //!
 //! So a lane that has taken a group of at most [`SMALL_GROUP`] commands, at least one of them an
 //! ingest request, while ingest requests arrive often enough that at least one more is expected
-//! within the window, and while its recent holds did gain requests ([`Gather::hold`] says why),
-//! sleeps for the window and then takes whatever else is queued. At a low rate (fewer arrivals
+//! within the window, while its recent holds did gain requests ([`Gather::hold`] says why), and
+//! while holding does not slow the senders down (a trial period of the other way every
+//! [`TRIAL_EVERY`] periods tells, [`SLOWED`]), sleeps for the window and then takes whatever
+//! else is queued. At a low rate (fewer arrivals
 //! than one a window) it never waits: a lone request gains nothing by waiting, and its 202 would
 //! only come later. Nor near saturation (more than [`BUSY_ARRIVALS`] expected): groups fill by
 //! themselves there. A group already larger than [`SMALL_GROUP`] never waits either: it shares
@@ -48,6 +50,20 @@ const MIN_GAIN: f64 = 2.0;
 /// is not yet a pattern, two are.
 const FIRST_GAIN: f64 = 2.0 * MIN_GAIN;
 
+/// Every this many periods, one is a trial of the other way (groups held or not): its arrival
+/// rate against the period's before it shows whether holding slows the senders down.
+const TRIAL_EVERY: u32 = 10;
+
+/// Holding stops when a trial period without holds took requests this many times as fast as
+/// the held periods before it, and starts again when a held trial was at least 1 / this as fast
+/// as the unheld periods before it. An open stream's rate does not depend on the holds; a closed
+/// loop's does, and can settle where holds keep it: at sixteen requests in flight, a held group
+/// gains the other half's requests, so the gain rule lets it hold, and holding keeps the rate
+/// low enough (at most [`BUSY_ARRIVALS`] a window) for holds to go on, about half the rate with
+/// no hold; without holds, groups fill by themselves above that (docs/PERFORMANCE.md, "Holds
+/// that slow the senders").
+const SLOWED: f64 = 1.25;
+
 /// One lane's arrival count and the rule for holding a group open.
 #[derive(Debug)]
 pub(crate) struct Gather {
@@ -64,6 +80,19 @@ pub(crate) struct Gather {
     gained: f64,
     /// When the last hold ended (`None`: none yet).
     last_hold: Option<Instant>,
+    /// Whether groups may be held outside trials (see [`SLOWED`]).
+    holding: bool,
+    /// Whether the period being counted is a trial of the other way.
+    trial: bool,
+    /// Periods ended since the last trial.
+    since_trial: u32,
+    /// The sum of the rates of the periods since the last trial.
+    rates_since_trial: f64,
+    /// Their mean, when a trial starts: what it is compared with (one period alone varies
+    /// too much: an open stream's sender that fell behind catches up in a burst).
+    before_trial: f64,
+    /// Holds in the period being counted.
+    holds: u32,
 }
 
 impl Gather {
@@ -75,6 +104,12 @@ impl Gather {
             rate: 0.0,
             gained: FIRST_GAIN,
             last_hold: None,
+            holding: true,
+            trial: false,
+            since_trial: 0,
+            rates_since_trial: 0.0,
+            before_trial: 0.0,
+            holds: 0,
         }
     }
 
@@ -84,12 +119,40 @@ impl Gather {
         let elapsed = now.saturating_duration_since(self.since);
         if elapsed >= PERIOD {
             // Commands of this take arrived during the period that just ended.
-            self.rate = (self.counted + ingests) as f64 / elapsed.as_secs_f64();
+            let rate = (self.counted + ingests) as f64 / elapsed.as_secs_f64();
+            self.period_ended(rate);
             self.counted = 0;
             self.since = now;
         } else {
             self.counted += ingests;
         }
+    }
+
+    /// Ends a period that took requests at `rate`: judges a trial that ends, or starts one
+    /// every [`TRIAL_EVERY`] periods.
+    fn period_ended(&mut self, rate: f64) {
+        if self.trial {
+            self.trial = false;
+            self.since_trial = 0;
+            if self.holding {
+                // A period without holds: were the senders faster?
+                self.holding = rate <= self.before_trial * SLOWED;
+            } else {
+                // A held period, if it held at all (near saturation it does not): were the
+                // senders not much slower?
+                self.holding = self.holds > 0 && rate * SLOWED >= self.before_trial;
+            }
+        } else {
+            self.since_trial += 1;
+            self.rates_since_trial += rate;
+            if self.since_trial >= TRIAL_EVERY {
+                self.trial = true;
+                self.before_trial = self.rates_since_trial / f64::from(self.since_trial);
+                self.rates_since_trial = 0.0;
+            }
+        }
+        self.holds = 0;
+        self.rate = rate;
     }
 
     /// How long to hold a group of `commands`, `ingests` of them ingest requests, open before
@@ -111,6 +174,7 @@ impl Gather {
             .last_hold
             .is_some_and(|at| now.saturating_duration_since(at) < PERIOD);
         (!self.window.is_zero()
+            && self.holding != self.trial
             && ingests > 0
             && commands <= SMALL_GROUP
             && (1.0..=BUSY_ARRIVALS).contains(&expected)
@@ -124,6 +188,7 @@ impl Gather {
         self.taken(arrived, now);
         self.gained = (self.gained + arrived as f64) / 2.0;
         self.last_hold = Some(now);
+        self.holds += 1;
     }
 }
 
@@ -225,6 +290,55 @@ mod tests {
         assert!(gather.hold(1, 1, later).is_some());
         gather.held(3, later);
         assert!(gather.hold(1, 1, later).is_some());
+    }
+
+    /// Runs `periods` periods from `at` at `rate` ingest requests a second, two at a time,
+    /// each pair held when the rule allows (and then gaining two); the time after.
+    fn run(gather: &mut Gather, from: Instant, periods: u32, rate: u32) -> Instant {
+        let steps = rate / 10 / 2;
+        for step in 1..=periods * steps {
+            // The last step of each period at its exact end, which ends it.
+            let at = from + PERIOD * step / steps;
+            if gather.hold(2, 2, at).is_some() {
+                gather.held(2, at);
+            } else {
+                gather.taken(2, at);
+            }
+        }
+        from + PERIOD * periods
+    }
+
+    #[test]
+    fn holds_stop_when_senders_go_faster_without_them() {
+        // A closed loop held at 5,000 requests a second (5 a window: held), which a trial
+        // period without holds shows going twice as fast.
+        let start = Instant::now();
+        let mut gather = Gather::new(WINDOW, start);
+        let at = run(&mut gather, start, TRIAL_EVERY, 5_000);
+        assert_eq!(gather.hold(2, 2, at), None, "a trial: no hold");
+        let at = run(&mut gather, at, 1, 10_000);
+        let at = run(&mut gather, at, 1, 5_000);
+        assert_eq!(gather.hold(2, 2, at), None, "holding slowed the senders");
+        // Ten periods later a held trial, near saturation, holds nothing: no change.
+        let at = run(&mut gather, at, TRIAL_EVERY - 1, 10_000);
+        let at = run(&mut gather, at, 1, 10_000);
+        let at = run(&mut gather, at, 1, 5_000);
+        assert_eq!(gather.hold(2, 2, at), None, "a trial that held nothing");
+        // The next held trial holds, and the senders are as fast: holds resume.
+        let at = run(&mut gather, at, TRIAL_EVERY - 1, 5_000);
+        let at = run(&mut gather, at, 1, 5_000);
+        assert!(gather.hold(2, 2, at).is_some(), "holding did not slow them");
+    }
+
+    #[test]
+    fn holds_go_on_when_senders_are_no_faster_without_them() {
+        // An open stream: the trial without holds takes requests at the same rate.
+        let start = Instant::now();
+        let mut gather = Gather::new(WINDOW, start);
+        let at = run(&mut gather, start, TRIAL_EVERY, 5_000);
+        assert_eq!(gather.hold(2, 2, at), None, "a trial: no hold");
+        let at = run(&mut gather, at, 1, 5_500);
+        assert!(gather.hold(2, 2, at).is_some());
     }
 
     #[test]
