@@ -31,10 +31,14 @@ impl Lanes {
         self.crowded.set_failing(connection_id, false);
         let (lanes, id) = (Arc::clone(self), connection_id.clone());
         self.tracker.spawn(async move {
-            let backlog = match lanes.ctx.store.bring_forward(&id, now_ms(), COUNTED_BACKLOG).await {
+            if let Err(error) = lanes.ctx.store.bring_forward(&id, now_ms()).await {
+                tracing::warn!(connection = %id, %error, "Could not bring waiting deliveries forward; they keep their backoff.");
+            }
+            // Jobs accepted from now on wait behind the backlog but are not part of it.
+            let backlog = match lanes.ctx.store.backlog_of(&id, COUNTED_BACKLOG).await {
                 Ok(backlog) => backlog,
                 Err(error) => {
-                    tracing::warn!(connection = %id, %error, "Could not bring waiting deliveries forward or count them; those not brought forward keep their backoff, and the drain ends at its first short claim.");
+                    tracing::warn!(connection = %id, %error, "Could not tell the backlog; the drain starts at its least rate and ends at its first short claim.");
                     Backlog { jobs: 0, end: 0 }
                 }
             };

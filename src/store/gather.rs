@@ -50,8 +50,8 @@ const MIN_GAIN: f64 = 2.0;
 /// is not yet a pattern, two are.
 const FIRST_GAIN: f64 = 2.0 * MIN_GAIN;
 
-/// Every this many periods, one is a trial of the other way (groups held or not): its arrival
-/// rate against the period's before it shows whether holding slows the senders down.
+/// One period in this many is a trial of the other way (groups held or not): its arrival rate
+/// against the periods' before it shows whether holding slows the senders down.
 const TRIAL_EVERY: u32 = 10;
 
 /// Holding stops when a trial period without holds took requests this many times as fast as
@@ -84,7 +84,7 @@ pub(crate) struct Gather {
     holding: bool,
     /// Whether the period being counted is a trial of the other way.
     trial: bool,
-    /// Periods ended since the last trial.
+    /// Periods ended since the last trial ended.
     since_trial: u32,
     /// The sum of the rates of the periods since the last trial.
     rates_since_trial: f64,
@@ -145,7 +145,8 @@ impl Gather {
         } else {
             self.since_trial += 1;
             self.rates_since_trial += rate;
-            if self.since_trial >= TRIAL_EVERY {
+            // The trial is the next period, the tenth since the last trial began.
+            if self.since_trial + 1 >= TRIAL_EVERY {
                 self.trial = true;
                 self.before_trial = self.rates_since_trial / f64::from(self.since_trial);
                 self.rates_since_trial = 0.0;
@@ -185,10 +186,11 @@ impl Gather {
     /// Counts a hold that ended at `now` having gained `arrived` ingest requests (which
     /// [`taken`](Self::taken) counts as arrivals too).
     pub(crate) fn held(&mut self, arrived: usize, now: Instant) {
+        // Counted before `taken` may end the period: the hold was decided in that period.
+        self.holds += 1;
         self.taken(arrived, now);
         self.gained = (self.gained + arrived as f64) / 2.0;
         self.last_hold = Some(now);
-        self.holds += 1;
     }
 }
 
@@ -198,12 +200,13 @@ mod tests {
 
     const WINDOW: Duration = Duration::from_millis(1);
 
-    /// A lane that took one command every `gap` for a second.
+    /// A lane that took one command every `gap` for half a second (five periods: before the
+    /// first trial).
     fn steady(gap: Duration, window: Duration) -> Gather {
         let start = Instant::now();
         let mut gather = Gather::new(window, start);
         let mut at = start;
-        while at < start + Duration::from_secs(1) {
+        while at < start + PERIOD * 5 {
             at += gap;
             gather.taken(1, at);
         }
@@ -314,28 +317,34 @@ mod tests {
         // period without holds shows going twice as fast.
         let start = Instant::now();
         let mut gather = Gather::new(WINDOW, start);
-        let at = run(&mut gather, start, TRIAL_EVERY, 5_000);
+        let at = run(&mut gather, start, TRIAL_EVERY - 1, 5_000);
         assert_eq!(gather.hold(2, 2, at), None, "a trial: no hold");
         let at = run(&mut gather, at, 1, 10_000);
         let at = run(&mut gather, at, 1, 5_000);
         assert_eq!(gather.hold(2, 2, at), None, "holding slowed the senders");
-        // Ten periods later a held trial, near saturation, holds nothing: no change.
-        let at = run(&mut gather, at, TRIAL_EVERY - 1, 10_000);
+        // The next trial, held, near saturation, holds nothing: no change.
+        let at = run(&mut gather, at, TRIAL_EVERY - 2, 10_000);
         let at = run(&mut gather, at, 1, 10_000);
-        let at = run(&mut gather, at, 1, 5_000);
+        let at = run(&mut gather, at, 1, 8_000);
         assert_eq!(gather.hold(2, 2, at), None, "a trial that held nothing");
-        // The next held trial holds, and the senders are as fast: holds resume.
-        let at = run(&mut gather, at, TRIAL_EVERY - 1, 5_000);
+        // The next one holds, and the senders are much slower (5,000 against 8,000): no change.
+        let at = run(&mut gather, at, TRIAL_EVERY - 2, 8_000);
+        let at = run(&mut gather, at, 1, 5_000);
+        let at = run(&mut gather, at, 1, 5_000);
+        assert_eq!(gather.hold(2, 2, at), None, "a trial that slowed them");
+        // The next one holds, and the senders are as fast: holds resume.
+        let at = run(&mut gather, at, TRIAL_EVERY - 2, 5_000);
         let at = run(&mut gather, at, 1, 5_000);
         assert!(gather.hold(2, 2, at).is_some(), "holding did not slow them");
     }
 
     #[test]
     fn holds_go_on_when_senders_are_no_faster_without_them() {
-        // An open stream: the trial without holds takes requests at the same rate.
+        // An open stream: the trial without holds takes requests a little faster (5,500
+        // against 5,000), less than `SLOWED` times as fast.
         let start = Instant::now();
         let mut gather = Gather::new(WINDOW, start);
-        let at = run(&mut gather, start, TRIAL_EVERY, 5_000);
+        let at = run(&mut gather, start, TRIAL_EVERY - 1, 5_000);
         assert_eq!(gather.hold(2, 2, at), None, "a trial: no hold");
         let at = run(&mut gather, at, 1, 5_500);
         assert!(gather.hold(2, 2, at).is_some());

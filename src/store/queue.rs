@@ -177,7 +177,7 @@ pub(crate) enum JobUpdate {
     Release { job_id: i64 },
 }
 
-/// What a recovering connection's drain has to claim (see [`Store::bring_forward`]).
+/// What a recovering connection's drain has to claim (see [`Store::backlog_of`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Backlog {
     /// The connection's jobs up to `end`, counted up to the limit asked for.
@@ -421,19 +421,28 @@ impl Store {
         Ok(self.execute(RELEASE_ALL_LEASES, &[]).await?)
     }
 
-    /// Makes a connection's jobs that wait out a backoff due now (its endpoint is back), and
-    /// returns the backlog its drain has to claim: the connection's jobs up to its newest one,
-    /// counted up to `count_up_to`. Most of an outage's jobs never waited out a backoff: the
-    /// breaker held them back untried, due all along.
+    /// Makes a connection's jobs that wait out a backoff due now (its endpoint is back);
+    /// returns how many.
     pub(crate) async fn bring_forward(
         &self,
         connection_id: &ConnectionId,
         now: i64,
+    ) -> StoreResult<u64> {
+        Ok(self
+            .execute(BRING_FORWARD, args![connection_id, now])
+            .await?)
+    }
+
+    /// The backlog a recovering connection's drain has to claim: its jobs up to its newest one
+    /// (held or not, those in a coalescing window too), counted up to `count_up_to`, and that
+    /// newest one. Most of an outage's jobs never waited out a backoff: the breaker held them
+    /// back untried, due all along, so the jobs [`Self::bring_forward`] moved are not the
+    /// backlog.
+    pub(crate) async fn backlog_of(
+        &self,
+        connection_id: &ConnectionId,
         count_up_to: u64,
     ) -> StoreResult<Backlog> {
-        self.execute(BRING_FORWARD, args![connection_id, now])
-            .await?;
-        // Jobs accepted from here on wait behind the backlog but are not part of it.
         let end: Option<(Option<i64>,)> =
             self.fetch_optional(LAST_JOB, args![connection_id]).await?;
         let end = end.and_then(|(id,)| id).unwrap_or(0);

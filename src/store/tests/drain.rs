@@ -30,13 +30,12 @@ async fn left_up_to(db: &TestStore, backlog_end: i64) -> bool {
         .expect("drain_left")
 }
 
-/// Where a recovery's backlog would end now (no job of these tests waits out a backoff, so
-/// bringing them forward changes nothing).
+/// Where a recovery's backlog would end now.
 async fn last_job(db: &TestStore) -> i64 {
     db.store
-        .bring_forward(&ConnectionId::trusted("c1"), now_ms(), u64::MAX)
+        .backlog_of(&ConnectionId::trusted("c1"), u64::MAX)
         .await
-        .expect("bring_forward")
+        .expect("backlog_of")
         .end
 }
 
@@ -123,15 +122,23 @@ async fn a_recoverys_backlog_counts_the_jobs_the_breaker_held_back_untried() {
         dead: Vec::new(),
     })
     .await;
+    let jobs = db.jobs().await;
+    assert!(jobs[0].next_attempt_at > now_ms(), "backing off: {jobs:?}");
     let c1 = ConnectionId::trusted("c1");
+    let moved = db.store.bring_forward(&c1, now_ms()).await;
+    assert_eq!(
+        moved.expect("bring_forward"),
+        1,
+        "only the one backing off moves"
+    );
     let backlog = db
         .store
-        .bring_forward(&c1, now_ms(), u64::MAX)
+        .backlog_of(&c1, u64::MAX)
         .await
-        .expect("bring_forward");
-    let newest = db.jobs().await.iter().map(|job| job.id).max();
+        .expect("backlog_of");
+    let newest = jobs.iter().map(|job| job.id).max();
     assert_eq!(backlog.jobs, 3, "one backing off, two never tried");
     assert_eq!(Some(backlog.end), newest);
-    let counted = db.store.bring_forward(&c1, now_ms(), 2).await;
-    assert_eq!(counted.expect("bring_forward").jobs, 2, "counted up to 2");
+    let counted = db.store.backlog_of(&c1, 2).await;
+    assert_eq!(counted.expect("backlog_of").jobs, 2, "counted up to 2");
 }
