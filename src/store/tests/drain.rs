@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use super::harness::{HOUR, MINUTE, TestStore, attempt, batch};
+use super::harness::{HOUR, MINUTE, Node, TestStore, attempt, batch};
 use crate::model::attempt::AttemptOutcome;
 use crate::model::ids::{ConnectionId, Mpid};
 use crate::model::now_ms;
-use crate::store::queue::{JobUpdate, NewBatch};
+use crate::store::queue::{JobKey, JobUpdate, NewBatch};
 
 const LEASE: Duration = Duration::from_secs(3600);
 
@@ -28,6 +28,20 @@ async fn left_up_to(db: &TestStore, backlog_end: i64) -> bool {
         .drain_left(&ConnectionId::trusted("c1"), now_ms(), backlog_end)
         .await
         .expect("drain_left")
+}
+
+/// `job` failed just now (a 503) and waits out an hour's backoff.
+async fn fail_for_an_hour(node: &Node, job: JobKey) {
+    let at = now_ms();
+    node.update(JobUpdate::Retry {
+        job,
+        progress: 0,
+        attempts: 1,
+        next_attempt_at: at + HOUR,
+        attempt: attempt(at, AttemptOutcome::Retry, Some("status 503")),
+        dead: Vec::new(),
+    })
+    .await;
 }
 
 /// Where a recovery's backlog would end now.
@@ -58,16 +72,7 @@ async fn a_job_behind_its_users_job_in_flight_is_left_but_not_one_behind_a_backo
     );
 
     // The head fails and waits out a backoff: the job behind it goes after that, not now.
-    let at = now_ms();
-    a.update(JobUpdate::Retry {
-        job: head.key(),
-        progress: 0,
-        attempts: 1,
-        next_attempt_at: at + HOUR,
-        attempt: attempt(at, AttemptOutcome::Retry, Some("status 503")),
-        dead: Vec::new(),
-    })
-    .await;
+    fail_for_an_hour(&a, head.key()).await;
     assert!(!left(&db).await, "only jobs behind a backoff");
 
     // A job without a user waits behind nobody (left in the table, as on a draining
@@ -112,16 +117,7 @@ async fn a_recoverys_backlog_counts_the_jobs_the_breaker_held_back_untried() {
         a.ingest(vec![of_user(None, at)]).await;
     }
     let first = db.jobs().await[0].key();
-    let at = now_ms();
-    a.update(JobUpdate::Retry {
-        job: first,
-        progress: 0,
-        attempts: 1,
-        next_attempt_at: at + HOUR,
-        attempt: attempt(at, AttemptOutcome::Retry, Some("status 503")),
-        dead: Vec::new(),
-    })
-    .await;
+    fail_for_an_hour(&a, first).await;
     let jobs = db.jobs().await;
     assert!(jobs[0].next_attempt_at > now_ms(), "backing off: {jobs:?}");
     let c1 = ConnectionId::trusted("c1");
