@@ -12,13 +12,12 @@
 //! within the window, while its recent holds did gain requests ([`Gather::hold`] says why), and
 //! while holding does not slow the senders down (a trial period of the other way every
 //! [`TRIAL_EVERY`] periods tells, [`SLOWED`]), sleeps for the window and then takes whatever
-//! else is queued. At a low rate (fewer arrivals
-//! than one a window) it never waits: a lone request gains nothing by waiting, and its 202 would
-//! only come later. Nor near saturation (more than [`BUSY_ARRIVALS`] expected): groups fill by
-//! themselves there. A group already larger than [`SMALL_GROUP`] never waits either: it shares
-//! its commit well enough. The rate is counted over the last complete period of [`PERIOD`].
-//! Only SQLite's lane holds groups open (measured there; [`super::writer`] says why
-//! PostgreSQL's lanes do not).
+//! else is queued. At a low rate (fewer arrivals than one a window) it never waits: a lone
+//! request gains nothing by waiting, and its 202 would only come later. Nor near saturation
+//! (more than [`BUSY_ARRIVALS`] expected): groups fill by themselves there. A group already
+//! larger than [`SMALL_GROUP`] never waits either: it shares its commit well enough. The rate
+//! is counted over the last complete period of [`PERIOD`]. Only SQLite's lane holds groups open
+//! (measured there; [`super::writer`] says why PostgreSQL's lanes do not).
 
 use std::time::{Duration, Instant};
 
