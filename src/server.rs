@@ -292,6 +292,8 @@ pub async fn run(
         let _ = alerts_task.await;
     }
     tokio::select! {
+        // The replays' end first: once both have come, no step was abandoned.
+        biased;
         _ = replays => {}
         () = overdue.cancelled() => tracing::warn!("The shutdown deadline has passed; a replay step in flight is abandoned."),
     }

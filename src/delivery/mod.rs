@@ -31,6 +31,7 @@ mod order;
 mod poller;
 mod recovery;
 pub(crate) mod retry;
+mod shutdown;
 pub(crate) mod webhook;
 mod worker;
 
@@ -65,9 +66,6 @@ use webhook::WebhookClient;
 /// Most jobs claimed by one poll (and at most a quarter of a lane, which a lane that is not
 /// crowded always has free).
 const CLAIM_LIMIT: usize = 512;
-
-/// How long delivery waits, at the shutdown deadline, for the passes it cut off to be dropped.
-const PASSES_CUT_OFF: Duration = Duration::from_secs(1);
 
 /// What workers need, shared by all lanes.
 #[derive(Debug)]
@@ -220,33 +218,12 @@ pub(crate) async fn run(
     let _ = poller.await;
     let _ = health.await;
     lanes.tracker.close();
-    tokio::select! {
-        () = lanes.tracker.wait() => {}
-        () = overdue.cancelled() => {
-            release_held(&lanes).await;
-            // The passes cut off at the deadline count what they delivered as they are dropped;
-            // waited for, so that their counts are in the node's last flush of its figures.
-            // Bounded: a pass between its requests may still be recording an outcome.
-            let _ = tokio::time::timeout(PASSES_CUT_OFF, lanes.tracker.wait()).await;
-        }
-    }
+    shutdown::finish_passes(&lanes, &overdue).await;
     // Dead letters of the requests that were still in flight when the health task said its last.
     lanes.ctx.health.announce_remaining().await;
     renewing.cancel();
     let _ = renewer.await;
     tracing::info!("Delivery stopped.");
-}
-
-/// At the shutdown deadline: releases every job this node still holds (see `run`).
-async fn release_held(lanes: &Lanes) {
-    let held: Vec<i64> = lanes.held().keys().copied().collect();
-    tracing::warn!(
-        jobs = held.len(),
-        "The shutdown deadline has passed; deliveries still in flight are released to be sent again."
-    );
-    for job_id in held {
-        lanes.release(job_id).await;
-    }
 }
 
 impl Lanes {
@@ -508,7 +485,7 @@ impl Lanes {
                     // A pass that has just ended keeps its outcome, deadline or not.
                     biased;
                     update = lanes.work(job, &control) => update,
-                    // Its job is released (`release_held`), to be sent again under the same
+                    // Its job is released (`shutdown::finish_passes`), to be sent again under the same
                     // delivery id; dropping `work` counts the requests it delivered.
                     () = lanes.overdue.cancelled() => return,
                 };
