@@ -421,6 +421,8 @@ async fn finish_by(
 ) -> std::io::Result<()> {
     let mut server = std::pin::pin!(server);
     tokio::select! {
+        // The server's end first: once both have come, nothing is left to drop.
+        biased;
         served = &mut server => return served,
         () = overdue.cancelled() => {}
     }

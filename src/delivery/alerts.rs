@@ -137,8 +137,10 @@ async fn post_alerts(
             details,
         };
         tokio::select! {
-            () = overdue.cancelled() => return given_up(&alerts, 1),
+            // The post first: one that has just ended was sent, not given up.
+            biased;
             () = post_one(&client, &output, &alert) => {}
+            () = overdue.cancelled() => return given_up(&alerts, 1),
         }
     }
 }

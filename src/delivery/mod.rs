@@ -443,6 +443,9 @@ impl Lanes {
     ) {
         loop {
             let job = tokio::select! {
+                // Shutdown first: a lane whose queue is never empty would otherwise go on
+                // taking jobs after it, half the time at each turn.
+                biased;
                 () = self.cancel.cancelled() => break,
                 job = jobs.recv() => match job { Some(job) => job, None => break },
             };
@@ -463,6 +466,7 @@ impl Lanes {
                 self.crowded.set(&connection_id, false);
             }
             tokio::select! {
+                biased;
                 () = self.cancel.cancelled() => {
                     self.turn_ended(&control, &job, false).await;
                     self.release(job.id).await;
@@ -485,8 +489,8 @@ impl Lanes {
                     // A pass that has just ended keeps its outcome, deadline or not.
                     biased;
                     update = lanes.work(job, &control) => update,
-                    // Its job is released (`shutdown::finish_passes`), to be sent again under the same
-                    // delivery id; dropping `work` counts the requests it delivered.
+                    // Its job is released (`shutdown::finish_passes`), to be sent again under
+                    // the same delivery id; dropping `work` counts the requests it delivered.
                     () = lanes.overdue.cancelled() => return,
                 };
                 let transition = control.ended(&update, mpid, Instant::now());

@@ -1,5 +1,5 @@
-//! Delivery's last step at shutdown: the passes still in flight are waited for until the
-//! deadline, and the jobs of those it cuts off are released to the table.
+//! Delivery's last step at shutdown: the tasks still running (lanes, passes, drains) are waited
+//! for until the deadline, and the jobs still held then are released to the table.
 
 use std::time::Duration;
 
@@ -11,10 +11,12 @@ use super::Lanes;
 /// How long delivery waits, at the shutdown deadline, for the passes it cut off to be dropped.
 const PASSES_CUT_OFF: Duration = Duration::from_secs(1);
 
-/// Waits for the passes in flight (`lanes.tracker`, closed) to end, but only until `overdue`
-/// (the shutdown deadline): the jobs still held then are released to the table through the
-/// writer, to be sent again by a restart or another node.
+/// Waits for the tasks `lanes.tracker` tracks to end (it must be closed, or only the deadline
+/// ends the wait), but only until `overdue` (the shutdown deadline): the jobs still held then,
+/// those of the passes it cut off and those waiting behind them, are released to the table
+/// through the writer, to be sent again by a restart or another node.
 pub(super) async fn finish_passes(lanes: &Lanes, overdue: &CancellationToken) {
+    debug_assert!(lanes.tracker.is_closed(), "the tracker takes no more tasks");
     if passes_end(&lanes.tracker, overdue).await == Ended::CutOff {
         release_held(lanes).await;
         // The passes cut off count what they delivered as they are dropped; waited for, so that
@@ -24,16 +26,16 @@ pub(super) async fn finish_passes(lanes: &Lanes, overdue: &CancellationToken) {
     }
 }
 
-/// How the passes in flight at shutdown came to an end.
+/// How the tasks still running at shutdown came to an end.
 #[derive(Debug, PartialEq, Eq)]
 enum Ended {
-    /// Each ended with its outcome recorded.
+    /// Every one ended before the deadline (each pass with its outcome recorded).
     Finished,
     /// The deadline passed first.
     CutOff,
 }
 
-/// Waits until every pass `tracker` tracks has ended, or the deadline has passed.
+/// Waits until every task `tracker` tracks has ended, or the deadline has passed.
 async fn passes_end(tracker: &TaskTracker, overdue: &CancellationToken) -> Ended {
     tokio::select! {
         // The deadline is asked first: a pass it cuts off returns at the deadline too, without
@@ -64,7 +66,7 @@ async fn release_held(lanes: &Lanes) {
 mod tests {
     use super::*;
 
-    /// A pass as `Lanes::deliver` spawns it: it returns at the deadline, its outcome dropped.
+    /// A pass as `Lanes::drive_lane` spawns it: it returns at the deadline, its outcome dropped.
     fn spawn_pass(
         tracker: &TaskTracker,
         overdue: &CancellationToken,
@@ -73,7 +75,7 @@ mod tests {
         tracker.spawn(async move { overdue.cancelled().await })
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test]
     async fn passes_that_returned_at_the_deadline_count_as_cut_off() {
         // Each round the pass has returned before the wait is asked: the tracker is empty
         // and the deadline has passed, both at once. Many rounds, because an unordered wait
@@ -101,19 +103,18 @@ mod tests {
         assert_eq!(passes_end(&tracker, &overdue).await, Ended::Finished);
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_pass_still_running_at_the_deadline_is_cut_off() {
         let (tracker, overdue) = (TaskTracker::new(), CancellationToken::new());
         tracker.spawn(std::future::pending::<()>());
         tracker.close();
-        let deadline = {
-            let overdue = overdue.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                overdue.cancel();
-            })
-        };
-        assert_eq!(passes_end(&tracker, &overdue).await, Ended::CutOff);
-        deadline.await.expect("the deadline");
+        let waiting = tokio::spawn({
+            let (tracker, overdue) = (tracker.clone(), overdue.clone());
+            async move { passes_end(&tracker, &overdue).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "the wait ended with a pass running");
+        overdue.cancel();
+        assert_eq!(waiting.await.expect("the wait"), Ended::CutOff);
     }
 }
