@@ -214,9 +214,11 @@ pub async fn run(
     // Other nodes' catalog changes (PostgreSQL); nothing to follow on SQLite.
     tokio::spawn(Arc::clone(&catalog).follow_changes(cancel.clone()));
     // Replays by time range: this node drives those no other node drives.
+    let replay_wake = crate::replay::Wake::default();
     let replays = tokio::spawn(crate::replay::run(
         store.clone(),
         webhooks.clone(),
+        replay_wake.clone(),
         cancel.clone(),
     ));
     let data_catalog = Arc::clone(pipeline.data_catalog());
@@ -266,6 +268,7 @@ pub async fn run(
         live: Arc::clone(&live),
         stopping: stopping.clone(),
         webhooks,
+        replays: replay_wake,
     };
     let tls = match (&state.config.tls_cert, &state.config.tls_key) {
         (Some(cert), Some(key)) => Some(

@@ -31,6 +31,8 @@ pub(crate) struct AppState {
     pub(crate) stopping: CancellationToken,
     /// For replays requested from the admin API.
     pub(crate) webhooks: WebhookClient,
+    /// Rung when the admin API starts a replay, for this node's replay driver.
+    pub(crate) replays: crate::replay::Wake,
 }
 
 impl AppState {

@@ -227,7 +227,12 @@ impl Health {
     }
 
     /// Pauses the connections that have failed longer than their `auto_pause_after_hours`.
+    /// Asks the store only if this node knows a connection with the setting: another node's
+    /// newer one is paused by that node, and by this one once its catalog has it.
     async fn pause_long_failing(&self) -> Result<(), crate::store::StoreError> {
+        if !self.catalog.any_auto_pause() {
+            return Ok(());
+        }
         let now = now_ms();
         for (id, since_ms) in self.store.unpaused_failing().await? {
             let Some(after_ms) = self.catalog.auto_pause_ms(&id) else {

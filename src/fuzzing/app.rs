@@ -503,6 +503,8 @@ async fn state(
         live,
         stopping: CancellationToken::new(),
         webhooks,
+        // No replay driver runs here: a ring is kept, unanswered.
+        replays: crate::replay::Wake::default(),
     };
     Ok((state, handed_over))
 }

@@ -456,6 +456,15 @@ impl Catalog {
         self.current().connections.get(id)?.auto_pause_ms
     }
 
+    /// Whether any connection is ever paused for failing (`auto_pause_after_hours`, unset by
+    /// default): if none is, nothing needs to look for long failures.
+    pub(crate) fn any_auto_pause(&self) -> bool {
+        self.current()
+            .connections
+            .values()
+            .any(|connection| connection.auto_pause_ms.is_some())
+    }
+
     /// A connection and its output, if both still exist.
     pub(crate) fn connection(&self, id: &ConnectionId) -> Option<(ConnectionEntry, Arc<Output>)> {
         let snapshot = self.current();

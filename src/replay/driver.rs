@@ -3,8 +3,10 @@
 //! A node that stops (or dies) leaves the lease to run out; another node then resumes at the
 //! cursor, so a batch is enqueued (or a dead letter sent) at most once more than planned.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -20,13 +22,46 @@ use crate::store::{ConnectionRow, Store, StoreError};
 /// How long a lease on a replay lasts; renewed at least every [`RENEW_EVERY`].
 const LEASE: Duration = Duration::from_secs(30);
 const RENEW_EVERY: Duration = Duration::from_secs(1);
-/// How often an idle node looks for a replay to drive.
-const IDLE: Duration = Duration::from_millis(200);
+/// How often a node with nothing to drive looks for a replay that another node started, or
+/// whose node died (its lease ran out). A replay started on this node rings [`Wake`] and is
+/// looked for at once. Looking is a write (the claim), which on SQLite takes the database's
+/// one write lock beside the writer's group commits: five looks a second were most of what
+/// an idle node did.
+const IDLE: Duration = Duration::from_secs(2);
+
+/// Rung by the admin API when it starts a replay, so this node's driver claims it at once
+/// rather than at its next look.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Wake(Arc<Notify>);
+
+impl Wake {
+    pub(crate) fn ring(&self) {
+        // A permit is kept if the driver is busy: it looks again as soon as it is free.
+        self.0.notify_one();
+    }
+}
 
 /// Drives replays until `cancel`; then gives up this node's leases so another node (or this
 /// one restarted) resumes at the cursor. Shutdown awaits this task: the step in hand (a batch
 /// enqueued, a dead letter sent) is recorded with its cursor before the leases go.
-pub(crate) async fn run(store: Store, webhooks: WebhookClient, cancel: CancellationToken) {
+pub(crate) async fn run(
+    store: Store,
+    webhooks: WebhookClient,
+    wake: Wake,
+    cancel: CancellationToken,
+) {
+    drive_replays(store, webhooks, wake, IDLE, cancel).await;
+}
+
+/// [`run`], looking every `idle` while there is nothing to drive. Looks at once when it starts
+/// (a replay a restart interrupted resumes without waiting) and after each replay it drove.
+async fn drive_replays(
+    store: Store,
+    webhooks: WebhookClient,
+    wake: Wake,
+    idle: Duration,
+    cancel: CancellationToken,
+) {
     let node = format!("replay-{}", uuid::Uuid::now_v7());
     let driver = Driver {
         store,
@@ -34,20 +69,24 @@ pub(crate) async fn run(store: Store, webhooks: WebhookClient, cancel: Cancellat
         node,
         cancel,
     };
-    loop {
-        tokio::select! {
-            () = driver.cancel.cancelled() => break,
-            () = tokio::time::sleep(IDLE) => {}
-        }
+    while !driver.cancel.is_cancelled() {
         let now = now_ms();
         match driver
             .store
             .claim_replay(&driver.node, now, lease_end(now))
             .await
         {
-            Ok(Some(replay)) => driver.drive(replay).await,
+            Ok(Some(replay)) => {
+                driver.drive(replay).await;
+                continue;
+            }
             Ok(None) => {}
             Err(error) => tracing::warn!(%error, "Claiming a replay failed."),
+        }
+        tokio::select! {
+            () = driver.cancel.cancelled() => break,
+            () = tokio::time::sleep(idle) => {}
+            () = wake.0.notified() => {}
         }
     }
     if let Err(error) = driver.store.release_replays(&driver.node).await {
@@ -274,5 +313,91 @@ impl Pacer {
         let due = self.next.map_or(now, |next| next.max(now));
         self.next = Some(due + plan::spacing(requests, self.rate));
         due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ids::ConnectionId;
+    use crate::store::replays_sql::NewReplay;
+    use crate::store::tests::harness::TestStore;
+
+    /// Longer than any test runs: a replay these tests see driven was not found by a timed look.
+    const NEVER: Duration = Duration::from_secs(3600);
+
+    /// Starts a replay of dead letters for a connection that does not exist: driving it ends
+    /// it `failed` at once, which shows it was claimed.
+    async fn start_replay(store: &Store) -> i64 {
+        let connection_id = ConnectionId::new();
+        let new = NewReplay {
+            connection_id: &connection_id,
+            source: "dead_letters",
+            from_ms: 0,
+            to_ms: 1,
+            event_types: None,
+            rate_per_second: 1,
+            settings: None,
+            now: now_ms(),
+        };
+        store.insert_replay(&new).await.expect("replay stored")
+    }
+
+    /// The replay's status once it is no longer running (or `running` after 20 s).
+    async fn outcome(store: &Store, id: i64) -> (String, Option<String>) {
+        for _ in 0..1000 {
+            let row = store.get_replay(id).await.expect("replay readable");
+            if row.status != "running" {
+                return (row.status, row.error);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        ("running".into(), None)
+    }
+
+    fn webhooks() -> WebhookClient {
+        WebhookClient::new(true, Duration::from_secs(1)).expect("client")
+    }
+
+    #[tokio::test]
+    async fn a_replay_waiting_when_the_node_starts_is_driven_at_once() {
+        let db = TestStore::open().await;
+        let id = start_replay(&db.store).await;
+        let cancel = CancellationToken::new();
+        let driver = drive_replays(
+            db.store.clone(),
+            webhooks(),
+            Wake::default(),
+            NEVER,
+            cancel.clone(),
+        );
+        let driver = tokio::spawn(driver);
+        let ended = outcome(&db.store, id).await;
+        cancel.cancel();
+        driver.await.expect("driver ended");
+        assert_eq!(ended, ("failed".into(), Some("connection deleted".into())));
+    }
+
+    #[tokio::test]
+    async fn a_replay_started_on_this_node_rings_its_driver() {
+        let db = TestStore::open().await;
+        let wake = Wake::default();
+        let cancel = CancellationToken::new();
+        let driver = drive_replays(
+            db.store.clone(),
+            webhooks(),
+            wake.clone(),
+            NEVER,
+            cancel.clone(),
+        );
+        let driver = tokio::spawn(driver);
+        // Past its first look, which found nothing.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let id = start_replay(&db.store).await;
+        wake.ring();
+        let ended = outcome(&db.store, id).await;
+        cancel.cancel();
+        driver.await.expect("driver ended");
+        assert_eq!(ended, ("failed".into(), Some("connection deleted".into())));
     }
 }

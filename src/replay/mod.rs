@@ -12,7 +12,7 @@ mod driver;
 mod gather;
 pub(crate) mod plan;
 
-pub(crate) use driver::run;
+pub(crate) use driver::{Wake, run};
 
 use crate::model::settings::{ConnectionSettings, WebhookSettings};
 use crate::store::replays_sql::RangePage;

@@ -37,7 +37,7 @@ mod steps;
 pub(crate) mod writer;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::str::FromStr;
 use std::time::Duration;

@@ -45,8 +45,8 @@ const LANES: usize = 1;
 const GATHER: Duration = Duration::from_millis(1);
 
 /// A fresh, migrated database for one test.
-pub(in crate::store) struct TestStore {
-    pub(in crate::store) store: Store,
+pub(crate) struct TestStore {
+    pub(crate) store: Store,
     database: Database,
     /// The wall clock when the store was opened: time 0 of `stored`/`elapsed`.
     base: i64,
@@ -93,7 +93,7 @@ const STAY_IDLE: Sql = Sql::postgres_only("SET LOCAL idle_in_transaction_session
 impl TestStore {
     /// Opens a fresh store. Panics when `TEST_DATABASE_URL` is set but its server cannot be
     /// used: a PostgreSQL run that quietly tested nothing would be worse than a failure.
-    pub(in crate::store) async fn open() -> Self {
+    pub(crate) async fn open() -> Self {
         let base = crate::model::now_ms();
         let (url, database) = match postgres_server() {
             Some(server) => {

@@ -13,7 +13,7 @@ mod drain;
 #[cfg(unix)]
 mod files;
 mod forwarding;
-pub(super) mod harness;
+pub(crate) mod harness;
 mod health;
 mod kept_connection;
 mod lanes;
