@@ -9,21 +9,27 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Lanes, claimed_consent, coalesce};
 use crate::model::ids::BatchId;
+use crate::model::now_ms;
 use crate::store::StoreError;
 use crate::store::queue::{AttemptRecord, ClaimedJob, Job, JobUpdate};
 
 /// Claims due jobs (retries, and anything unleased) for lanes with room and offers them.
+/// After a claim that found nothing, the next poll first reads whether anything is due at all
+/// ([`Store::anything_to_claim`](crate::store::Store::anything_to_claim)): an idle node's
+/// claims, twice a second, were each a write transaction through the writer.
 pub(super) async fn poll(lanes: Arc<Lanes>, interval: Duration) {
+    let mut found_last = true;
     loop {
         lanes.uncrowd_roomy_lanes();
         probe(&lanes).await;
-        let claimed = match claim(&lanes).await {
+        let claimed = match claim_if_due(&lanes, found_last).await {
             Ok(jobs) => jobs,
             Err(error) => {
                 tracing::warn!(%error, "Claiming due jobs failed.");
                 Vec::new()
             }
         };
+        found_last = !claimed.is_empty();
         // A full claim means more is due: go again soon, but not in a tight loop.
         let more = claimed.len() >= lanes.claim_limit();
         for job in claimed {
@@ -84,6 +90,14 @@ async fn probe(lanes: &Arc<Lanes>) {
             Err(error) => tracing::warn!(%error, "Claiming a probe job failed."),
         }
     }
+}
+
+/// [`claim`], unless the last claim found nothing (`found_last` false) and nothing is due now.
+async fn claim_if_due(lanes: &Lanes, found_last: bool) -> Result<Vec<Job>, StoreError> {
+    if !found_last && !lanes.ctx.store.anything_to_claim(now_ms()).await? {
+        return Ok(Vec::new());
+    }
+    claim(lanes).await
 }
 
 /// Leases due jobs to this node and reads their batches (outside the writer: bodies never change).

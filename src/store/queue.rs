@@ -405,6 +405,11 @@ const DELETE_DEAD_LETTER: Sql = Sql::shared("DELETE FROM dead_letters WHERE id =
 const RELEASE_ALL_LEASES: Sql =
     Sql::shared("UPDATE jobs SET lease_until = 0 WHERE lease_until > 0");
 const QUEUE_STATS: Sql = Sql::shared("SELECT COUNT(*), MIN(created_at) FROM jobs");
+/// `$1` now: one job due that nobody holds, if any (through `jobs_due`).
+const ANY_CLAIMABLE: Sql = Sql::shared(
+    "SELECT id FROM jobs WHERE next_attempt_at <= $1 AND lease_until <= $1 \
+     ORDER BY next_attempt_at LIMIT 1",
+);
 const SELECT_DEAD_LETTERS: Sql = Sql::shared(
     "SELECT id, job_id, batch_id, payload_index, body, \
      status, error, created_at FROM dead_letters WHERE connection_id = $1 ORDER BY id DESC LIMIT $2",
@@ -471,6 +476,16 @@ impl Store {
         let row: Option<(i64,)> = self
             .fetch_optional(DRAIN_LEFT, args![connection_id, now, backlog_end])
             .await?;
+        Ok(row.is_some())
+    }
+
+    /// Whether a claim of due jobs at `now` could lease any: some job is due and nobody holds
+    /// it. A read, where a claim is a write transaction (on SQLite the writer's, in its group
+    /// commit): a poller that found nothing last time asks this first. It may say yes to jobs
+    /// a claim skips (a crowded or failing connection's, a user's held behind their earlier
+    /// job), never no to one a claim would take.
+    pub(crate) async fn anything_to_claim(&self, now: i64) -> StoreResult<bool> {
+        let row: Option<(i64,)> = self.fetch_optional(ANY_CLAIMABLE, args![now]).await?;
         Ok(row.is_some())
     }
 

@@ -47,3 +47,23 @@ async fn a_claim_takes_the_due_jobs_after_the_ones_another_claim_has_locked() {
     );
     drop(locker);
 }
+
+#[tokio::test]
+async fn only_a_due_job_nobody_holds_is_there_to_claim() {
+    let db = TestStore::open().await;
+    let node = db.node(LEASE);
+    let claimable = || async { db.store.anything_to_claim(now_ms()).await.expect("read") };
+    assert!(!claimable().await, "nothing is queued");
+    // Handed over to this node at its commit: leased.
+    node.ingest(vec![batch("in", None, now_ms(), &["c1"])])
+        .await;
+    assert_eq!(db.jobs().await.len(), 1);
+    assert!(!claimable().await, "the only job is leased");
+    // Left in the table, as for a crowded lane: due, and nobody's.
+    node.crowd("c2", true);
+    node.ingest(vec![batch("in", None, now_ms(), &["c2"])])
+        .await;
+    assert!(claimable().await, "a job left in the table");
+    assert_eq!(node.claim(10, &[]).await.len(), 1);
+    assert!(!claimable().await, "every job is leased again");
+}
