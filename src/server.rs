@@ -268,7 +268,7 @@ pub async fn run(
         live: Arc::clone(&live),
         stopping: stopping.clone(),
         webhooks,
-        replays: replay_wake,
+        replay_wake,
     };
     let tls = match (&state.config.tls_cert, &state.config.tls_key) {
         (Some(cert), Some(key)) => Some(

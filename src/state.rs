@@ -32,7 +32,7 @@ pub(crate) struct AppState {
     /// For replays requested from the admin API.
     pub(crate) webhooks: WebhookClient,
     /// Rung when the admin API starts a replay, for this node's replay driver.
-    pub(crate) replays: crate::replay::Wake,
+    pub(crate) replay_wake: crate::replay::Wake,
 }
 
 impl AppState {

@@ -164,7 +164,7 @@ pub(crate) async fn start(
         })
         .await
         .map_err(connection_not_found)?;
-    state.replays.ring();
+    state.replay_wake.ring();
     Ok((StatusCode::ACCEPTED, Json(json!({"replay_id": replay_id}))))
 }
 

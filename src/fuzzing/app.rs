@@ -504,7 +504,7 @@ async fn state(
         stopping: CancellationToken::new(),
         webhooks,
         // No replay driver runs here: a ring is kept, unanswered.
-        replays: crate::replay::Wake::default(),
+        replay_wake: crate::replay::Wake::default(),
     };
     Ok((state, handed_over))
 }

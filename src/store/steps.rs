@@ -189,6 +189,8 @@ macro_rules! claimed_columns {
 /// breaker turns them away) on every poll of every node. SQLite keeps that walk: its planner
 /// would rather build a temporary index or a Bloom filter from the whole table for the join,
 /// and one process's in-memory walk is what the quiet SQLite runs met the 1.2× target with.
+/// What it may take, `next_attempt_at <= $2 AND lease_until <= $2`, is what the poller's read
+/// before a claim (`queue::ANY_CLAIMABLE`) looks for: the two must not drift apart.
 const CLAIM_JOBS: Sql = Sql::each(
     concat!(
         "UPDATE jobs SET lease_until = $1, leased_by = $5 WHERE id IN \

@@ -1,14 +1,15 @@
 //! The due claim beside another node's uncommitted claim of the same connection (PostgreSQL:
 //! `FOR UPDATE SKIP LOCKED`; on SQLite one writer holds the write lock, so there is no such
 //! moment). The claim must take the jobs after the locked ones, as another node would leave
-//! them, not come back empty while thousands are due.
+//! them, not come back empty while thousands are due. And the read a poller asks before a
+//! claim (`Store::anything_to_claim`): it must never say no where the claim would take a job.
 
 use std::time::Duration;
 
 use crate::model::now_ms;
 use crate::store::backend::{Sql, args};
 
-use super::harness::{MINUTE, TestStore, batch, on_postgres};
+use super::harness::{HOUR, MINUTE, Node, TestStore, batch, on_postgres};
 
 const LEASE: Duration = Duration::from_secs(60);
 /// `$1` how many: locks the oldest due jobs, as another node's claim does until it commits.
@@ -48,22 +49,38 @@ async fn a_claim_takes_the_due_jobs_after_the_ones_another_claim_has_locked() {
     drop(locker);
 }
 
+/// Whether the poller's read finds a job to claim now.
+async fn claimable(db: &TestStore) -> bool {
+    db.store.anything_to_claim(now_ms()).await.expect("read")
+}
+
+/// The read says no, and a claim then takes nothing either.
+async fn nothing_to_claim(db: &TestStore, node: &Node, why: &str) {
+    assert!(!claimable(db).await, "{why}");
+    assert!(node.claim(10, &[]).await.is_empty(), "{why}: yet claimed");
+}
+
 #[tokio::test]
 async fn only_a_due_job_nobody_holds_is_there_to_claim() {
     let db = TestStore::open().await;
     let node = db.node(LEASE);
-    let claimable = || async { db.store.anything_to_claim(now_ms()).await.expect("read") };
-    assert!(!claimable().await, "nothing is queued");
+    nothing_to_claim(&db, &node, "nothing is queued").await;
     // Handed over to this node at its commit: leased.
     node.ingest(vec![batch("in", None, now_ms(), &["c1"])])
         .await;
     assert_eq!(db.jobs().await.len(), 1);
-    assert!(!claimable().await, "the only job is leased");
-    // Left in the table, as for a crowded lane: due, and nobody's.
+    nothing_to_claim(&db, &node, "the only job is leased").await;
+    // Nobody's (crowded here), but gathered for an hour first (a coalescing window): not due.
     node.crowd("c2", true);
-    node.ingest(vec![batch("in", None, now_ms(), &["c2"])])
+    let mut gathered = batch("in", None, now_ms(), &["c2"]);
+    gathered.jobs[0].window_ms = HOUR;
+    node.ingest(vec![gathered]).await;
+    nothing_to_claim(&db, &node, "the unleased job is not due").await;
+    // Left in the table, as for a crowded lane: due, and nobody's.
+    node.crowd("c3", true);
+    node.ingest(vec![batch("in", None, now_ms(), &["c3"])])
         .await;
-    assert!(claimable().await, "a job left in the table");
+    assert!(claimable(&db).await, "a due job left in the table");
     assert_eq!(node.claim(10, &[]).await.len(), 1);
-    assert!(!claimable().await, "every job is leased again");
+    nothing_to_claim(&db, &node, "every due job is leased again").await;
 }
