@@ -24,10 +24,13 @@ mod claimed_consent;
 pub(crate) mod coalesce;
 mod crowded;
 mod drain;
+#[cfg(test)]
+mod faults;
 pub(crate) mod health;
 mod lane;
 pub(crate) mod merge;
 mod order;
+mod pass;
 mod poller;
 mod recovery;
 pub(crate) mod retry;
@@ -37,11 +40,9 @@ mod worker;
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt as _;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -58,7 +59,7 @@ use crate::telemetry::Metrics;
 use breaker::{Permit, Transition};
 pub(crate) use crowded::Crowded;
 use health::Health;
-use lane::{BreakerConfig, LaneControl, endpoint_answered};
+use lane::{BreakerConfig, LaneControl};
 use order::Next;
 use retry::Backoff;
 use webhook::WebhookClient;
@@ -481,40 +482,8 @@ impl Lanes {
                 self.release(job.id).await;
                 continue;
             }
-            let lanes = Arc::clone(&self);
-            let control = Arc::clone(&control);
-            self.tracker.spawn(async move {
-                let (job_id, connection_id, mpid) = (job.id, job.connection_id.clone(), job.mpid);
-                let update = tokio::select! {
-                    // A pass that has just ended keeps its outcome, deadline or not.
-                    biased;
-                    update = lanes.work(job, &control) => update,
-                    // Its job is released (`shutdown::finish_passes`), to be sent again under
-                    // the same delivery id; dropping `work` counts the requests it delivered.
-                    () = lanes.overdue.cancelled() => return,
-                };
-                let transition = control.ended(&update, mpid, Instant::now());
-                let finished = matches!(update, JobUpdate::Finished { .. });
-                let answered = endpoint_answered(&update);
-                let health = &lanes.ctx.health;
-                health.observe(
-                    &connection_id,
-                    &update,
-                    answered,
-                    transition,
-                    &control.spell,
-                );
-                // The place is free only once the outcome is committed (see `Writer::update`).
-                // A user's next job goes only once this one has left the table for sure.
-                let finished = lanes.record(job_id, update).await && finished;
-                control.free_slot();
-                lanes.breaker_moved(&connection_id, transition);
-                if let Some(mpid) = mpid {
-                    lanes
-                        .next_turn(&control, &connection_id, mpid, job_id, finished)
-                        .await;
-                }
-            });
+            self.tracker
+                .spawn(Arc::clone(&self).pass(job, Arc::clone(&control)));
         }
         jobs.close();
         while let Ok(job) = jobs.try_recv() {
@@ -586,37 +555,6 @@ impl Lanes {
         self.lanes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Works one job. A panic (a bug) must not leave the job held, and so renewed, for ever.
-    async fn work(&self, job: Job, control: &LaneControl) -> JobUpdate {
-        let job_id = job.id;
-        let lease = HeldJob {
-            lanes: self,
-            job_id,
-        };
-        let ctx = &self.ctx;
-        let delivery = async move {
-            if ctx.catalog.is_paused(&job.connection_id) {
-                // Set to inactive after the job was queued: it waits in the table, unworked (a
-                // job already past this point finishes its pass, like a request in flight).
-                JobUpdate::Release { job_id: job.id }
-            } else if job.is_coalesced() {
-                coalesce::work(ctx, &job, &lease, control).await
-            } else {
-                worker::work(ctx, job, &lease, control).await
-            }
-        };
-        AssertUnwindSafe(delivery)
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|_| {
-                tracing::error!(
-                    job_id,
-                    "Delivering a job panicked; it is released to be tried again."
-                );
-                JobUpdate::Release { job_id }
-            })
     }
 }
 

@@ -144,14 +144,29 @@ impl TestStore {
     /// [`Self::node`] with `lanes` ingest lanes on PostgreSQL (one: requests sent together are
     /// committed in one group, as on SQLite).
     pub(super) fn node_with_lanes(&self, lease: Duration, lanes: usize) -> Node {
-        let (committed, handed_over) = mpsc::unbounded_channel();
-        // The task ends when the node (its only writer handle) is dropped.
-        let (writer, _task) = Writer::spawn(self.store.clone(), lease, committed, lanes, GATHER);
+        let (writer, handed_over) = self.writer_with_lanes(lease, lanes);
         Node {
             writer,
             handed_over,
             crowded: Mutex::default(),
         }
+    }
+
+    /// A writer on this store, as a node's delivery is given it, with the channel on which it
+    /// hands over the new jobs it leases (for a suite outside the store's: delivery's).
+    pub(crate) fn writer(&self, lease: Duration) -> (Writer, mpsc::UnboundedReceiver<Vec<Job>>) {
+        self.writer_with_lanes(lease, LANES)
+    }
+
+    fn writer_with_lanes(
+        &self,
+        lease: Duration,
+        lanes: usize,
+    ) -> (Writer, mpsc::UnboundedReceiver<Vec<Job>>) {
+        let (committed, handed_over) = mpsc::unbounded_channel();
+        // The task ends when the writer's last handle is dropped.
+        let (writer, _task) = Writer::spawn(self.store.clone(), lease, committed, lanes, GATHER);
+        (writer, handed_over)
     }
 
     /// Moves the clock on by `by` ms. The writer reads the wall clock, so instead of waiting,
@@ -193,7 +208,7 @@ impl TestStore {
         tx
     }
 
-    pub(super) async fn jobs(&self) -> Vec<JobRow> {
+    pub(crate) async fn jobs(&self) -> Vec<JobRow> {
         self.store
             .fetch_all(Sql::shared(SELECT_JOBS), &[])
             .await
@@ -211,7 +226,7 @@ impl TestStore {
             .expect("read batches")
     }
 
-    pub(super) async fn attempts(&self) -> Vec<AttemptLog> {
+    pub(crate) async fn attempts(&self) -> Vec<AttemptLog> {
         self.store
             .fetch_all(Sql::shared(SELECT_ATTEMPTS), &[])
             .await
@@ -276,18 +291,18 @@ const SELECT_DEAD_LETTERS: &str = "SELECT id, job_id, batch_id, connection_id, p
 
 /// A row of `jobs`, every column.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub(super) struct JobRow {
-    pub(super) id: i64,
-    pub(super) batch_id: BatchId,
-    pub(super) connection_id: ConnectionId,
-    pub(super) revision_id: i64,
-    pub(super) progress: i64,
-    pub(super) attempts: i64,
-    pub(super) created_at: i64,
-    pub(super) next_attempt_at: i64,
-    pub(super) lease_until: i64,
-    pub(super) leased_by: Option<String>,
-    pub(super) last_error: Option<String>,
+pub(crate) struct JobRow {
+    pub(crate) id: i64,
+    pub(crate) batch_id: BatchId,
+    pub(crate) connection_id: ConnectionId,
+    pub(crate) revision_id: i64,
+    pub(crate) progress: i64,
+    pub(crate) attempts: i64,
+    pub(crate) created_at: i64,
+    pub(crate) next_attempt_at: i64,
+    pub(crate) lease_until: i64,
+    pub(crate) leased_by: Option<String>,
+    pub(crate) last_error: Option<String>,
 }
 
 impl JobRow {
@@ -314,17 +329,17 @@ pub(super) struct BatchRow {
 
 /// A row of `attempts`, every column (the admin listing leaves some out).
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub(super) struct AttemptLog {
-    pub(super) id: i64,
-    pub(super) job_id: i64,
-    pub(super) connection_id: ConnectionId,
-    pub(super) attempted_at: i64,
-    pub(super) outcome: String,
-    pub(super) status: Option<i64>,
-    pub(super) error: Option<String>,
-    pub(super) requests: i64,
-    pub(super) latency_ms: i64,
-    pub(super) events: i64,
+pub(crate) struct AttemptLog {
+    pub(crate) id: i64,
+    pub(crate) job_id: i64,
+    pub(crate) connection_id: ConnectionId,
+    pub(crate) attempted_at: i64,
+    pub(crate) outcome: String,
+    pub(crate) status: Option<i64>,
+    pub(crate) error: Option<String>,
+    pub(crate) requests: i64,
+    pub(crate) latency_ms: i64,
+    pub(crate) events: i64,
 }
 
 /// A row of `dead_letters`, with its connection.
@@ -417,7 +432,7 @@ impl Node {
 
 /// A batch of `input` received at `received_at`, routed to `connections` (revision 10 + their
 /// index, so routes are told apart).
-pub(super) fn batch(
+pub(crate) fn batch(
     input: &str,
     source_request_id: Option<&str>,
     received_at: i64,
