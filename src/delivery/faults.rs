@@ -10,7 +10,7 @@ use std::cell::Cell;
 pub(super) enum Point {
     /// Inside the delivery itself, before anything is sent.
     Working,
-    /// After the delivery, before its outcome is recorded.
+    /// After the breaker learnt the delivery's outcome, before it is recorded.
     Settling,
     /// After the outcome is recorded, before the lane's place is freed.
     Recorded,
@@ -19,18 +19,35 @@ pub(super) enum Point {
 }
 
 thread_local! {
-    static PANIC_AT: Cell<Option<Point>> = const { Cell::new(None) };
+    /// The point, and how many passes may still reach it before the one that panics.
+    static PANIC_AT: Cell<Option<(Point, usize)>> = const { Cell::new(None) };
 }
 
 /// Makes the next pass on this thread to reach `point` panic there (once).
 pub(super) fn panic_next_pass_at(point: Point) {
-    PANIC_AT.with(|at| at.set(Some(point)));
+    panic_at(point, 0);
+}
+
+/// Makes the pass on this thread that reaches `point` after `passing` others did panic there.
+pub(super) fn panic_at(point: Point, passing: usize) {
+    PANIC_AT.with(|at| at.set(Some((point, passing))));
+}
+
+/// Whether a panic asked for has not happened yet.
+pub(super) fn armed() -> bool {
+    PANIC_AT.with(Cell::get).is_some()
 }
 
 /// Called by a pass at `point`: panics if a test asked for it.
 pub(super) fn reached(point: Point) {
-    if PANIC_AT.with(|at| at.get()) == Some(point) {
-        PANIC_AT.with(|at| at.set(None));
-        panic!("injected: a delivery pass panicked at {point:?}");
+    match PANIC_AT.with(Cell::get) {
+        Some((at, 0)) if at == point => {
+            PANIC_AT.with(|at| at.set(None));
+            panic!("injected: a delivery pass panicked at {point:?}");
+        }
+        Some((at, passing)) if at == point => {
+            PANIC_AT.with(|at| at.set(Some((point, passing - 1))));
+        }
+        _ => {}
     }
 }

@@ -15,13 +15,13 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use crate::model::attempt::AttemptOutcome;
-use crate::model::ids::{BatchId, ConnectionId, InputId};
-use crate::store::Store;
+use crate::model::ids::{BatchId, ConnectionId, InputId, OutputId};
 use crate::store::backend::{Sql, Tx, args};
 use crate::store::queue::{
     AttemptRecord, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, NewJob,
 };
 use crate::store::writer::Writer;
+use crate::store::{InputRow, OutputRow, Store};
 
 pub(super) const MINUTE: i64 = 60_000;
 pub(super) const HOUR: i64 = 60 * MINUTE;
@@ -208,6 +208,40 @@ impl TestStore {
         tx
     }
 
+    /// A connection with `{}` settings between a new input and a new webhook output to `url`.
+    pub(crate) async fn connection(&self, url: &str) -> ConnectionId {
+        let input = InputId::new();
+        let row = InputRow {
+            name: "in".to_owned(),
+            platform: "custom_feed".to_owned(),
+            api_key: format!("key-{input}"),
+            api_secret: "secret".to_owned(),
+            created_at: 1,
+            settings: "{}".to_owned(),
+            id: input.clone(),
+        };
+        self.store.insert_input(&row).await.expect("insert input");
+        let output = OutputId::new();
+        let row = OutputRow {
+            id: output.clone(),
+            name: "out".to_owned(),
+            kind: "webhook".to_owned(),
+            settings: serde_json::json!({ "url": url }).to_string(),
+            created_at: 1,
+            updated_at: 1,
+            signing_secret: None,
+            previous_signing_secret: None,
+            signing_rotated_at: None,
+        };
+        self.store.insert_output(&row).await.expect("insert output");
+        let id = ConnectionId::new();
+        self.store
+            .insert_connection(&id, &input, &output, "{}", 1)
+            .await
+            .expect("insert connection");
+        id
+    }
+
     pub(crate) async fn jobs(&self) -> Vec<JobRow> {
         self.store
             .fetch_all(Sql::shared(SELECT_JOBS), &[])
@@ -292,17 +326,17 @@ const SELECT_DEAD_LETTERS: &str = "SELECT id, job_id, batch_id, connection_id, p
 /// A row of `jobs`, every column.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub(crate) struct JobRow {
-    pub(crate) id: i64,
-    pub(crate) batch_id: BatchId,
-    pub(crate) connection_id: ConnectionId,
-    pub(crate) revision_id: i64,
-    pub(crate) progress: i64,
-    pub(crate) attempts: i64,
-    pub(crate) created_at: i64,
-    pub(crate) next_attempt_at: i64,
-    pub(crate) lease_until: i64,
-    pub(crate) leased_by: Option<String>,
-    pub(crate) last_error: Option<String>,
+    pub(super) id: i64,
+    pub(super) batch_id: BatchId,
+    pub(super) connection_id: ConnectionId,
+    pub(super) revision_id: i64,
+    pub(super) progress: i64,
+    pub(super) attempts: i64,
+    pub(super) created_at: i64,
+    pub(super) next_attempt_at: i64,
+    pub(super) lease_until: i64,
+    pub(super) leased_by: Option<String>,
+    pub(super) last_error: Option<String>,
 }
 
 impl JobRow {

@@ -3,48 +3,12 @@
 //! wins (and sends the alert).
 
 use super::harness::TestStore;
-use crate::model::ids::{ConnectionId, InputId, OutputId};
 use crate::store::health_sql::{AlertWindow, PauseRevision};
-use crate::store::{InputRow, OutputRow};
-
-/// A connection between a new input and a new output, with `{}` settings.
-async fn connection(db: &TestStore) -> ConnectionId {
-    let input = InputId::new();
-    let row = InputRow {
-        name: "in".to_owned(),
-        platform: "custom_feed".to_owned(),
-        api_key: format!("key-{input}"),
-        api_secret: "secret".to_owned(),
-        created_at: 1,
-        settings: "{}".to_owned(),
-        id: input.clone(),
-    };
-    db.store.insert_input(&row).await.unwrap();
-    let output = OutputId::new();
-    let row = OutputRow {
-        id: output.clone(),
-        name: "out".to_owned(),
-        kind: "webhook".to_owned(),
-        settings: r#"{"url":"http://127.0.0.1:9/hook"}"#.to_owned(),
-        created_at: 1,
-        updated_at: 1,
-        signing_secret: None,
-        previous_signing_secret: None,
-        signing_rotated_at: None,
-    };
-    db.store.insert_output(&row).await.unwrap();
-    let id = ConnectionId::new();
-    db.store
-        .insert_connection(&id, &input, &output, "{}", 1)
-        .await
-        .unwrap();
-    id
-}
 
 #[tokio::test]
 async fn of_concurrent_nodes_one_begins_a_spell_and_one_ends_it() {
     let db = TestStore::open().await;
-    let id = connection(&db).await;
+    let id = db.connection("http://127.0.0.1:9/hook").await;
     let tries = (0..4).map(|n| db.store.mark_failing(&id, 100 + n, "503"));
     let won = futures_util::future::join_all(tries).await;
     assert_eq!(won.iter().filter(|w| *w.as_ref().unwrap()).count(), 1);
@@ -66,7 +30,7 @@ async fn of_concurrent_nodes_one_begins_a_spell_and_one_ends_it() {
 #[tokio::test]
 async fn a_connection_is_paused_once_only_after_failing_long_enough() {
     let db = TestStore::open().await;
-    let id = connection(&db).await;
+    let id = db.connection("http://127.0.0.1:9/hook").await;
     let revision = db.store.get_connection(&id).await.unwrap().revision_id;
     let paused = r#"{"status":"paused"}"#;
     let swap = PauseRevision {
@@ -100,7 +64,7 @@ async fn a_connection_is_paused_once_only_after_failing_long_enough() {
 #[tokio::test]
 async fn a_pause_loses_to_a_settings_change_made_meanwhile() {
     let db = TestStore::open().await;
-    let id = connection(&db).await;
+    let id = db.connection("http://127.0.0.1:9/hook").await;
     let stale = db.store.get_connection(&id).await.unwrap().revision_id;
     let output = db.store.get_connection(&id).await.unwrap().output_id;
     db.store
@@ -126,7 +90,7 @@ async fn a_pause_loses_to_a_settings_change_made_meanwhile() {
 #[tokio::test]
 async fn an_alert_window_is_claimed_once_per_window() {
     let db = TestStore::open().await;
-    let id = connection(&db).await;
+    let id = db.connection("http://127.0.0.1:9/hook").await;
     let claim = |now: i64| {
         db.store
             .claim_alert_window(&id, AlertWindow::DeadLetters, now, now - 60_000)
