@@ -1,5 +1,6 @@
-//! Test-only: a panic injected at a chosen point of the next delivery pass, for the bugs a pass
-//! must survive without losing its job, which no real input provokes. Per thread, as the
+//! Test-only: a panic injected at a chosen point of a delivery pass (the next to reach it, or a
+//! later one), for the bugs a pass must survive without losing its job, which no real input
+//! provokes. Per thread, as the
 //! store's faults are: `#[tokio::test]` runs a test and the tasks it spawns on one thread, so
 //! tests running side by side do not see each other's faults.
 
