@@ -41,40 +41,61 @@ struct Pass {
 #[derive(Debug, Default)]
 struct Done {
     /// The delivery's outcome, until it is sent to be recorded.
-    update: Mutex<Option<JobUpdate>>,
+    update: Slot<JobUpdate>,
     /// The breaker's move, until the lanes acted on it.
-    transition: Mutex<Option<Transition>>,
+    transition: Slot<Transition>,
     /// Whether the outcome was recorded...
-    recorded: AtomicBool,
+    recorded: Flag,
     /// ...and took the job off the queue (delivered or dead-lettered).
-    finished: AtomicBool,
-    freed: AtomicBool,
-    turn_passed: AtomicBool,
+    finished: Flag,
+    freed: Flag,
+    turn_passed: Flag,
 }
 
-impl Done {
-    fn mark(flag: &AtomicBool) {
-        flag.store(true, Ordering::Relaxed);
+/// A step done.
+#[derive(Debug, Default)]
+struct Flag(AtomicBool);
+
+impl Flag {
+    fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 
-    fn is(flag: &AtomicBool) -> bool {
-        flag.load(Ordering::Relaxed)
+    fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// What a step left for a later one.
+#[derive(Debug)]
+struct Slot<T>(Mutex<Option<T>>);
+
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Self(Mutex::new(None))
+    }
+}
+
+impl<T> Slot<T> {
+    fn put(&self, value: T) {
+        *self.lock() = Some(value);
     }
 
-    fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
-        slot.lock().unwrap_or_else(PoisonError::into_inner).take()
+    fn take(&self) -> Option<T> {
+        self.lock().take()
     }
 
-    fn put<T>(slot: &Mutex<Option<T>>, value: T) {
-        *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(value);
+    fn is_full(&self) -> bool {
+        self.lock().is_some()
     }
 
-    /// `f` of what `slot` holds, left in it.
-    fn with<T, R>(slot: &Mutex<Option<T>>, f: impl FnOnce(&T) -> R) -> Option<R> {
-        slot.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .map(f)
+    /// `f` of what the slot holds, left in it.
+    fn with<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
+        self.lock().as_ref().map(f)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<T>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -114,17 +135,16 @@ impl Lanes {
             () = self.overdue.cancelled() => return,
         };
         // Kept where a panic from here on finds it, to be recorded all the same.
-        Done::put(&done.update, update);
-        Done::with(&done.update, |update| {
-            self.learn(pass, control, update, done)
-        });
+        done.update.put(update);
+        done.update
+            .with(|update| self.learn(pass, control, update, done));
         // The place is free only once the outcome is committed (see `Writer::update`). A user's
         // next job goes only once this one has left the table for sure.
         let finished = self.record_for(pass, done).await;
         #[cfg(test)]
         reached(Point::Recorded);
         control.free_slot();
-        Done::mark(&done.freed);
+        done.freed.set();
         #[cfg(test)]
         reached(Point::Freed);
         self.act_on_breaker(pass, done);
@@ -134,7 +154,7 @@ impl Lanes {
     /// The breaker and the connection's health learn how the pass's delivery ended.
     fn learn(&self, pass: &Pass, control: &LaneControl, update: &JobUpdate, done: &Done) {
         let transition = control.ended(update, pass.mpid, Instant::now());
-        Done::put(&done.transition, transition);
+        done.transition.put(transition);
         #[cfg(test)]
         reached(Point::Settling);
         let answered = endpoint_answered(update);
@@ -185,21 +205,21 @@ impl Lanes {
     /// Records the outcome the pass left in `done`, if any; whether it was recorded and took
     /// the job off the queue (then the user's next job may go).
     async fn record_for(&self, pass: &Pass, done: &Done) -> bool {
-        let Some(update) = Done::take(&done.update) else {
+        let Some(update) = done.update.take() else {
             return false;
         };
         let finished = matches!(update, JobUpdate::Finished { .. });
         let recorded = self.record(pass.job_id, update).await;
-        Done::mark(&done.recorded);
+        done.recorded.set();
         if recorded && finished {
-            Done::mark(&done.finished);
+            done.finished.set();
         }
         recorded && finished
     }
 
     /// Acts on the breaker's move the pass left in `done`, if any.
     fn act_on_breaker(self: &Arc<Self>, pass: &Pass, done: &Done) {
-        if let Some(transition) = Done::take(&done.transition) {
+        if let Some(transition) = done.transition.take() {
             self.breaker_moved(&pass.connection_id, transition);
         }
     }
@@ -207,9 +227,9 @@ impl Lanes {
     /// Passes the user's turn on (a connection ordered per user), once.
     async fn pass_turn(&self, pass: &Pass, control: &LaneControl, finished: bool, done: &Done) {
         if let Some(mpid) = pass.mpid
-            && !Done::is(&done.turn_passed)
+            && !done.turn_passed.is_set()
         {
-            Done::mark(&done.turn_passed);
+            done.turn_passed.set();
             self.next_turn(control, &pass.connection_id, mpid, pass.job_id, finished)
                 .await;
         }
@@ -223,8 +243,8 @@ impl Lanes {
     /// breaker's move comes last, so that were it the step that panics, and panics again,
     /// everything else is done.
     async fn finish_panicked(self: &Arc<Self>, pass: &Pass, control: &LaneControl, done: &Done) {
-        if !Done::is(&done.recorded) {
-            if Done::with(&done.update, |_| ()).is_some() {
+        if !done.recorded.is_set() {
+            if done.update.is_full() {
                 self.record_for(pass, done).await;
             } else {
                 // Its recording panicked, committed or not.
@@ -232,10 +252,10 @@ impl Lanes {
                 self.release(pass.job_id).await;
             }
         }
-        if !Done::is(&done.freed) {
+        if !done.freed.is_set() {
             control.free_slot();
         }
-        let finished = Done::is(&done.finished);
+        let finished = done.finished.is_set();
         self.pass_turn(pass, control, finished, done).await;
         self.act_on_breaker(pass, done);
     }

@@ -85,6 +85,16 @@ impl Node {
 
     /// Stores `batches`, their jobs leased to this node if delivery takes them at once, as the
     /// pipeline's fan-out decides (a failing connection's jobs wait in the table).
+    /// [`Self::start`] on a fresh store with one connection, to `receiver`.
+    async fn delivering_to(
+        receiver: &Receiver,
+        configure: impl FnOnce(&mut DeliveryConfig),
+    ) -> (Self, ConnectionId) {
+        let db = TestStore::open().await;
+        let connection = db.connection(&receiver.url).await;
+        (Self::start(db, configure).await, connection)
+    }
+
     async fn ingest(&self, mut batches: Vec<NewBatch>) {
         for job in batches.iter_mut().flat_map(|b| b.jobs.iter_mut()) {
             job.leased = self.crowded.takes_now(&job.connection_id);
@@ -238,9 +248,7 @@ async fn a_pass_that_panics_after_freeing_its_place_gives_the_user_their_turn() 
 #[tokio::test]
 async fn a_delivered_job_whose_pass_panics_is_not_sent_again() {
     let receiver = Receiver::start(0).await;
-    let db = TestStore::open().await;
-    let connection = db.connection(&receiver.url).await;
-    let node = Node::start(db, |_| {}).await;
+    let (node, connection) = Node::delivering_to(&receiver, |_| {}).await;
     panic_next_pass_at(Point::Settling);
     node.ingest(vec![batch_to(&node.db, &connection, "r1").await])
         .await;
@@ -258,9 +266,8 @@ async fn a_connection_whose_recovering_pass_panics_is_resumed() {
     // One failure opens the breaker; its probe, the job sent again, succeeds and panics after
     // its outcome is recorded, before the lanes hear that the endpoint is back.
     let receiver = Receiver::start(1).await;
-    let db = TestStore::open().await;
-    let connection = db.connection(&receiver.url).await;
-    let node = Node::start(db, |delivery| delivery.circuit_breaker_failures = 1).await;
+    let (node, connection) =
+        Node::delivering_to(&receiver, |delivery| delivery.circuit_breaker_failures = 1).await;
     // The second pass to reach that point: the first is the failure's.
     panic_at(Point::Recorded, 1);
     node.ingest(vec![batch_to(&node.db, &connection, "r1").await])

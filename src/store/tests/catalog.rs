@@ -8,42 +8,15 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::harness::{TestStore, on_postgres};
-use crate::model::ids::{ConnectionId, InputId, OutputId};
+use super::harness::{TestStore, input_row, on_postgres, output_row};
+use crate::model::ids::{ConnectionId, OutputId};
+use crate::store::CatalogChange;
 use crate::store::backend::{Sql, args};
-use crate::store::{CatalogChange, InputRow, OutputRow};
 
 /// How long an announcement may take to arrive (it takes milliseconds).
 const ARRIVES_WITHIN: Duration = Duration::from_secs(5);
 /// How long to wait before concluding nothing more is announced.
 const QUIET_FOR: Duration = Duration::from_millis(300);
-
-fn input_row() -> InputRow {
-    let id = InputId::new();
-    InputRow {
-        name: "in".to_owned(),
-        platform: "custom_feed".to_owned(),
-        api_key: format!("key-{id}"),
-        api_secret: "secret".to_owned(),
-        created_at: 1,
-        settings: "{}".to_owned(),
-        id,
-    }
-}
-
-fn output_row() -> OutputRow {
-    OutputRow {
-        id: OutputId::new(),
-        name: "out".to_owned(),
-        kind: "webhook".to_owned(),
-        settings: r#"{"url":"http://127.0.0.1:9/hook"}"#.to_owned(),
-        created_at: 1,
-        updated_at: 1,
-        signing_secret: None,
-        previous_signing_secret: None,
-        signing_rotated_at: None,
-    }
-}
 
 async fn next(changes: &mut UnboundedReceiver<CatalogChange>) -> CatalogChange {
     tokio::time::timeout(ARRIVES_WITHIN, changes.recv())

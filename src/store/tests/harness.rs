@@ -210,33 +210,17 @@ impl TestStore {
 
     /// A connection with `{}` settings between a new input and a new webhook output to `url`.
     pub(crate) async fn connection(&self, url: &str) -> ConnectionId {
-        let input = InputId::new();
-        let row = InputRow {
-            name: "in".to_owned(),
-            platform: "custom_feed".to_owned(),
-            api_key: format!("key-{input}"),
-            api_secret: "secret".to_owned(),
-            created_at: 1,
-            settings: "{}".to_owned(),
-            id: input.clone(),
-        };
-        self.store.insert_input(&row).await.expect("insert input");
-        let output = OutputId::new();
-        let row = OutputRow {
-            id: output.clone(),
-            name: "out".to_owned(),
-            kind: "webhook".to_owned(),
-            settings: serde_json::json!({ "url": url }).to_string(),
-            created_at: 1,
-            updated_at: 1,
-            signing_secret: None,
-            previous_signing_secret: None,
-            signing_rotated_at: None,
-        };
-        self.store.insert_output(&row).await.expect("insert output");
+        let input = input_row();
+        self.store.insert_input(&input).await.expect("insert input");
+        let mut output = output_row();
+        output.settings = serde_json::json!({ "url": url }).to_string();
+        self.store
+            .insert_output(&output)
+            .await
+            .expect("insert output");
         let id = ConnectionId::new();
         self.store
-            .insert_connection(&id, &input, &output, "{}", 1)
+            .insert_connection(&id, &input.id, &output.id, "{}", 1)
             .await
             .expect("insert connection");
         id
@@ -461,6 +445,35 @@ impl Node {
         } else {
             set.remove(connection_id);
         }
+    }
+}
+
+/// A new input's row.
+pub(super) fn input_row() -> InputRow {
+    let id = InputId::new();
+    InputRow {
+        name: "in".to_owned(),
+        platform: "custom_feed".to_owned(),
+        api_key: format!("key-{id}"),
+        api_secret: "secret".to_owned(),
+        created_at: 1,
+        settings: "{}".to_owned(),
+        id,
+    }
+}
+
+/// A new webhook output's row, to a port nothing listens on.
+pub(super) fn output_row() -> OutputRow {
+    OutputRow {
+        id: OutputId::new(),
+        name: "out".to_owned(),
+        kind: "webhook".to_owned(),
+        settings: r#"{"url":"http://127.0.0.1:9/hook"}"#.to_owned(),
+        created_at: 1,
+        updated_at: 1,
+        signing_secret: None,
+        previous_signing_secret: None,
+        signing_rotated_at: None,
     }
 }
 
