@@ -5,7 +5,7 @@
 
 /// Top-level modules by layer, lowest first. A module may use modules of lower layers only.
 const LAYERS: &[&[&str]] = &[
-    &["model"],
+    &["model", "supervise"],
     &["config", "live", "telemetry"],
     &["store"],
     &["error", "pipeline", "access"],

@@ -27,6 +27,7 @@ mod replay;
 mod server;
 mod state;
 mod store;
+mod supervise;
 pub mod telemetry;
 
 pub use config::Config;

@@ -1,12 +1,12 @@
-//! Test-only: a panic injected at a chosen point of a delivery pass (the next to reach it, or a
-//! later one), for the bugs a pass must survive without losing its job, which no real input
-//! provokes. Per thread, as the
-//! store's faults are: `#[tokio::test]` runs a test and the tasks it spawns on one thread, so
-//! tests running side by side do not see each other's faults.
+//! Test-only: a panic injected at a chosen point of delivery (in the nth task to reach it: a
+//! pass, a lane's driver, the poller or the renewer), for the bugs delivery must survive without
+//! losing a job, which no real input provokes. Per thread, as the store's faults are:
+//! `#[tokio::test]` runs a test and the tasks it spawns on one thread, so tests running side by
+//! side do not see each other's faults.
 
 use std::cell::Cell;
 
-/// Where in a pass the injected panic happens.
+/// Where the injected panic happens: in a pass, then elsewhere in delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Point {
     /// Inside the delivery itself, before anything is sent.
@@ -17,6 +17,12 @@ pub(super) enum Point {
     Recorded,
     /// After the place is freed, before the user's next job gets its turn.
     Freed,
+    /// In a lane's driver, after a job took its place, before its pass starts.
+    TakingUp,
+    /// In the poller, at the start of a round.
+    Polling,
+    /// In the renewer, before it renews the leases this node holds.
+    Renewing,
 }
 
 thread_local! {
@@ -24,12 +30,12 @@ thread_local! {
     static PANIC_AT: Cell<Option<(Point, usize)>> = const { Cell::new(None) };
 }
 
-/// Makes the next pass on this thread to reach `point` panic there (once).
-pub(super) fn panic_next_pass_at(point: Point) {
+/// Makes the next task on this thread to reach `point` panic there (once).
+pub(super) fn panic_next_at(point: Point) {
     panic_at(point, 0);
 }
 
-/// Makes the pass on this thread that reaches `point` after `passing` others did panic there.
+/// Makes the task on this thread that reaches `point` after `passing` others did panic there.
 pub(super) fn panic_at(point: Point, passing: usize) {
     PANIC_AT.with(|at| at.set(Some((point, passing))));
 }
@@ -39,12 +45,12 @@ pub(super) fn armed() -> bool {
     PANIC_AT.with(Cell::get).is_some()
 }
 
-/// Called by a pass at `point`: panics if a test asked for it.
+/// Called by delivery at `point`: panics if a test asked for it.
 pub(super) fn reached(point: Point) {
     match PANIC_AT.with(Cell::get) {
         Some((at, 0)) if at == point => {
             PANIC_AT.with(|at| at.set(None));
-            panic!("injected: a delivery pass panicked at {point:?}");
+            panic!("injected: delivery panicked at {point:?}");
         }
         Some((at, passing)) if at == point => {
             PANIC_AT.with(|at| at.set(Some((point, passing - 1))));

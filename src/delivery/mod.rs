@@ -24,6 +24,7 @@ mod claimed_consent;
 pub(crate) mod coalesce;
 mod crowded;
 mod drain;
+mod driver;
 #[cfg(test)]
 mod faults;
 pub(crate) mod health;
@@ -33,8 +34,12 @@ mod order;
 mod pass;
 mod poller;
 mod recovery;
+#[cfg(test)]
+mod restart_tests;
 pub(crate) mod retry;
 mod shutdown;
+#[cfg(test)]
+mod test_node;
 pub(crate) mod webhook;
 mod worker;
 
@@ -55,8 +60,9 @@ use crate::pipeline::catalog::Catalog;
 use crate::store::Store;
 use crate::store::queue::{Job, JobUpdate, Renewed};
 use crate::store::writer::Writer;
+use crate::supervise::restarting;
 use crate::telemetry::Metrics;
-use breaker::{Permit, Transition};
+use breaker::Transition;
 pub(crate) use crowded::Crowded;
 use health::Health;
 use lane::{BreakerConfig, LaneControl};
@@ -187,19 +193,24 @@ pub(crate) async fn run(
         overdue: overdue.clone(),
         poll_now: Notify::new(),
     });
-    let poller = tokio::spawn(poller::poll(
-        Arc::clone(&lanes),
-        Duration::from_millis(config.poll_interval_ms),
-    ));
+    // Each restarted after a panic (see `supervise`).
+    let poll_every = Duration::from_millis(config.poll_interval_ms);
+    let poller = tokio::spawn(restarting("delivery poller", cancel.clone(), {
+        let lanes = Arc::clone(&lanes);
+        move || poller::poll(Arc::clone(&lanes), poll_every)
+    }));
+    let health = tokio::spawn(restarting("connection health", cancel.clone(), {
+        let (health, cancel) = (Arc::clone(&lanes.ctx.health), cancel.clone());
+        move || Arc::clone(&health).run(cancel.clone())
+    }));
     // Three renewals per lease: one lost or late renewal does not let a lease run out. It runs
     // until the last request in flight has ended, also during shutdown.
     let renewing = CancellationToken::new();
-    let health = tokio::spawn(Arc::clone(&lanes.ctx.health).run(cancel.clone()));
-    let renewer = tokio::spawn(poller::renew_leases(
-        Arc::clone(&lanes),
-        Duration::from_secs(config.lease_secs) / 3,
-        renewing.clone(),
-    ));
+    let renew_every = Duration::from_secs(config.lease_secs) / 3;
+    let renewer = tokio::spawn(restarting("lease renewer", renewing.clone(), {
+        let (lanes, renewing) = (Arc::clone(&lanes), renewing.clone());
+        move || poller::renew_leases(Arc::clone(&lanes), renew_every, renewing.clone())
+    }));
     loop {
         tokio::select! {
             () = cancel.cancelled() => break,
@@ -431,64 +442,6 @@ impl Lanes {
                 tracing::info!(connection = %connection_id, "Endpoint back: its waiting deliveries are resumed.");
                 self.recovered(connection_id);
             }
-        }
-    }
-
-    /// Takes jobs off one connection's queue, as many in flight as its [`LaneControl`] allows,
-    /// and none while its breaker is open (then jobs go back to the table to wait).
-    async fn drive_lane(
-        self: Arc<Self>,
-        connection_id: ConnectionId,
-        mut jobs: mpsc::Receiver<Job>,
-        control: Arc<LaneControl>,
-    ) {
-        loop {
-            let job = tokio::select! {
-                // Shutdown first: a lane whose queue is never empty would otherwise go on
-                // taking jobs after it, half the time at each turn.
-                biased;
-                () = self.cancel.cancelled() => break,
-                job = jobs.recv() => match job { Some(job) => job, None => break },
-            };
-            if !self.holds(job.id) {
-                // Lost to another node while it waited here (see `Lanes::renewed`).
-                self.turn_ended(&control, &job, false).await;
-                continue;
-            }
-            let job = match job.mpid {
-                Some(mpid) => match control.admit(mpid, job) {
-                    Some(job) => job,
-                    // Waits behind its user's job in flight (see `order`).
-                    None => continue,
-                },
-                None => job,
-            };
-            if self.is_roomy(jobs.capacity()) && self.crowded.contains(&connection_id) {
-                self.crowded.set(&connection_id, false);
-            }
-            tokio::select! {
-                biased;
-                () = self.cancel.cancelled() => {
-                    self.turn_ended(&control, &job, false).await;
-                    self.release(job.id).await;
-                    break
-                }
-                () = control.take_slot() => {}
-            }
-            if control.permit(Instant::now()) == Permit::Wait {
-                control.free_slot();
-                self.crowded.set_failing(&connection_id, true);
-                self.turn_ended(&control, &job, false).await;
-                self.release(job.id).await;
-                continue;
-            }
-            self.tracker
-                .spawn(Arc::clone(&self).pass(job, Arc::clone(&control)));
-        }
-        jobs.close();
-        while let Ok(job) = jobs.try_recv() {
-            self.turn_ended(&control, &job, false).await;
-            self.release(job.id).await;
         }
     }
 

@@ -97,6 +97,49 @@ impl<T> UserTurns<T> {
     }
 }
 
+/// The users whose job left a lane unworked (given back to the table, or lost to another node)
+/// while later jobs of theirs may still wait in the lane's queue, not yet admitted to
+/// [`UserTurns`]: those must leave too, or they would go before it. Only the jobs queued when it
+/// left can be such jobs (later offers are claims, which the store orders, or the next group's
+/// jobs, which the store does not lease behind a pending job), so the fence counts them down and
+/// is gone once they have been taken.
+#[derive(Debug, Default)]
+pub(super) struct Fence {
+    /// Per user, the lowest id of a job that left.
+    users: HashMap<Mpid, i64>,
+    /// How many of the jobs taken off the queue from now on were queued when one left.
+    queued: usize,
+}
+
+impl Fence {
+    /// User `mpid`'s job `id` left the lane unworked while `queued` jobs waited in its queue.
+    pub(super) fn left(&mut self, mpid: Mpid, id: i64, queued: usize) {
+        if queued == 0 {
+            return;
+        }
+        let floor = self.users.entry(mpid).or_insert(id);
+        *floor = (*floor).min(id);
+        // The queue is first in, first out: what was queued at an earlier leave is a prefix of
+        // what is queued now.
+        self.queued = self.queued.max(queued);
+    }
+
+    /// A job taken off the queue: whether it must leave too (its user's earlier job left).
+    pub(super) fn holds_back(&mut self, mpid: Option<Mpid>, id: i64) -> bool {
+        if self.queued == 0 {
+            return false;
+        }
+        self.queued -= 1;
+        let held = mpid
+            .and_then(|mpid| self.users.get(&mpid))
+            .is_some_and(|floor| id > *floor);
+        if self.queued == 0 {
+            self.users.clear();
+        }
+        held
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -139,6 +182,32 @@ mod tests {
         assert_eq!(turns.admit(ADA, 5, 5), Some(5));
         assert_eq!(turns.ended(ADA, 4, false), Next::Nothing);
         assert_eq!(turns.admit(ADA, 6, 6), None);
+    }
+
+    #[test]
+    fn a_fence_holds_back_the_later_jobs_queued_when_a_user_job_left() {
+        let mut fence = Fence::default();
+        assert!(!fence.holds_back(Some(ADA), 5), "no fence yet");
+        // Ada's job 3 leaves with three jobs queued behind it: 4 (Bob's), 6 (Ada's) and 2
+        // (Ada's, earlier: it may go).
+        fence.left(ADA, 3, 3);
+        assert!(!fence.holds_back(Some(BOB), 4));
+        assert!(fence.holds_back(Some(ADA), 6));
+        assert!(!fence.holds_back(Some(ADA), 2));
+        // The jobs queued then are all taken: a later one of Ada (a claim) goes.
+        assert!(!fence.holds_back(Some(ADA), 9));
+        assert!(!fence.holds_back(None, 10));
+    }
+
+    #[test]
+    fn a_fence_lasts_until_the_longest_queue_it_saw_is_taken() {
+        let mut fence = Fence::default();
+        fence.left(ADA, 3, 1);
+        fence.left(BOB, 4, 2);
+        fence.left(ADA, 1, 0);
+        assert!(fence.holds_back(Some(BOB), 7));
+        assert!(fence.holds_back(Some(ADA), 8));
+        assert!(!fence.holds_back(Some(BOB), 9));
     }
 
     proptest! {

@@ -25,6 +25,7 @@ use super::lane::{LaneControl, endpoint_answered};
 use super::{HeldJob, Lanes, coalesce, worker};
 use crate::model::ids::{ConnectionId, Mpid};
 use crate::store::queue::{Job, JobUpdate};
+use crate::supervise::panic_message;
 
 #[cfg(test)]
 use super::faults::{Point, reached};
@@ -111,9 +112,10 @@ impl Lanes {
         };
         let done = Done::default();
         let settled = AssertUnwindSafe(self.work_and_settle(job, &pass, &control, &done));
-        if settled.catch_unwind().await.is_err() {
+        if let Err(panic) = settled.catch_unwind().await {
             tracing::error!(
                 job_id = pass.job_id,
+                panic = panic_message(panic.as_ref()),
                 "A delivery pass panicked after its delivery; the rest of the pass is done now."
             );
             self.finish_panicked(&pass, &control, &done).await;
@@ -193,9 +195,10 @@ impl Lanes {
         AssertUnwindSafe(delivery)
             .catch_unwind()
             .await
-            .unwrap_or_else(|_| {
+            .unwrap_or_else(|panic| {
                 tracing::error!(
                     job_id,
+                    panic = panic_message(panic.as_ref()),
                     "Delivering a job panicked; it is released to be tried again."
                 );
                 JobUpdate::Release { job_id }

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+#[cfg(test)]
+use super::faults::{Point, reached};
 use super::{Lanes, claimed_consent, coalesce};
 use crate::model::ids::BatchId;
 use crate::model::now_ms;
@@ -20,6 +22,8 @@ use crate::store::queue::{AttemptRecord, ClaimedJob, Job, JobUpdate};
 pub(super) async fn poll(lanes: Arc<Lanes>, interval: Duration) {
     let mut found_last = true;
     loop {
+        #[cfg(test)]
+        reached(Point::Polling);
         lanes.uncrowd_roomy_lanes();
         probe(&lanes).await;
         let claimed = match claim_if_due(&lanes, found_last).await {
@@ -50,24 +54,31 @@ pub(super) async fn poll(lanes: Arc<Lanes>, interval: Duration) {
 
 /// Keeps the leases of every job this node holds from running out while it waits in a lane or
 /// is in flight (a slow endpoint can keep jobs queued for longer than a lease), so another node
-/// never claims a job this one is still going to deliver.
+/// never claims a job this one is still going to deliver. Renews first, then waits: a renewer
+/// started again after a panic may have missed a round.
 pub(super) async fn renew_leases(lanes: Arc<Lanes>, every: Duration, stop: CancellationToken) {
     loop {
+        renew_held(&lanes).await;
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
-        let mut held: Vec<i64> = lanes.held().keys().copied().collect();
-        // In id order: rows are then locked in a consistent order on PostgreSQL, which keeps
-        // deadlocks with other multi-row updates of the same jobs rare.
-        held.sort_unstable();
-        if held.is_empty() {
-            continue;
-        }
-        match lanes.ctx.writer.renew(held.clone()).await {
-            Ok(renewed) => lanes.renewed(&held, &renewed),
-            Err(error) => tracing::warn!(%error, "Could not renew leases."),
-        }
+    }
+}
+
+async fn renew_held(lanes: &Lanes) {
+    let mut held: Vec<i64> = lanes.held().keys().copied().collect();
+    if held.is_empty() {
+        return;
+    }
+    #[cfg(test)]
+    reached(Point::Renewing);
+    // In id order: rows are then locked in a consistent order on PostgreSQL, which keeps
+    // deadlocks with other multi-row updates of the same jobs rare.
+    held.sort_unstable();
+    match lanes.ctx.writer.renew(held.clone()).await {
+        Ok(renewed) => lanes.renewed(&held, &renewed),
+        Err(error) => tracing::warn!(%error, "Could not renew leases."),
     }
 }
 

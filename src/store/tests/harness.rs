@@ -310,7 +310,7 @@ const SELECT_DEAD_LETTERS: &str = "SELECT id, job_id, batch_id, connection_id, p
 /// A row of `jobs`, every column.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub(crate) struct JobRow {
-    pub(super) id: i64,
+    pub(crate) id: i64,
     pub(super) batch_id: BatchId,
     pub(super) connection_id: ConnectionId,
     pub(super) revision_id: i64,
@@ -318,7 +318,7 @@ pub(crate) struct JobRow {
     pub(super) attempts: i64,
     pub(super) created_at: i64,
     pub(super) next_attempt_at: i64,
-    pub(super) lease_until: i64,
+    pub(crate) lease_until: i64,
     pub(super) leased_by: Option<String>,
     pub(super) last_error: Option<String>,
 }

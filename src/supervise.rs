@@ -1,0 +1,109 @@
+//! Long-running tasks that outlive a panic: a loop that runs for the node's whole life (the
+//! delivery poller, the lease renewer, the health checks) and panics once, on a bug or an
+//! input nobody foresaw, must not stop for the rest of that life while the node goes on
+//! answering 202. Such a task is restarted, after a pause, and the panic is logged where an
+//! operator looks.
+//!
+//! Each task keeps what must survive a restart outside its future (shared state behind an
+//! `Arc`, the store), so a fresh start is a clean one. The pause keeps a bug that fires at
+//! every start from spinning a core and flooding the log.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use futures_util::FutureExt as _;
+use tokio_util::sync::CancellationToken;
+
+/// How long a task that panicked waits before it starts again: about a poll interval, so a
+/// poller that panics once costs the node one round.
+pub(crate) const RESTART_PAUSE: Duration = Duration::from_secs(1);
+
+/// Runs the task `start` makes until it returns; after a panic, logs it and runs a fresh one
+/// once `RESTART_PAUSE` has passed, unless `stop` fired meanwhile (a task whose token fired
+/// is not restarted: it would only see the token and return).
+pub(crate) async fn restarting<F, Fut>(task: &'static str, stop: CancellationToken, mut start: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    while let Err(panic) = AssertUnwindSafe(start()).catch_unwind().await {
+        tracing::error!(
+            task,
+            panic = panic_message(panic.as_ref()),
+            "A long-running task panicked; it starts again in {} s.",
+            RESTART_PAUSE.as_secs()
+        );
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(RESTART_PAUSE) => {}
+        }
+    }
+}
+
+/// What a panic said, when it said it with a string (as `panic!` and `expect` do).
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    if let Some(message) = panic.downcast_ref::<&str>() {
+        message
+    } else if let Some(message) = panic.downcast_ref::<String>() {
+        message
+    } else {
+        "(not a string)"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A task that panics on its first `panicking` starts and returns on the next; how many
+    /// times it started.
+    async fn run_task(panicking: usize, stop: CancellationToken) -> usize {
+        let starts = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&starts);
+        restarting("test", stop, move || {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                assert!(n >= panicking, "injected: start {n} panics");
+            }
+        })
+        .await;
+        starts.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_that_panics_is_started_again() {
+        let started = tokio::time::Instant::now();
+        assert_eq!(run_task(2, CancellationToken::new()).await, 3);
+        assert!(
+            started.elapsed() >= RESTART_PAUSE * 2,
+            "a pause before each restart"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_that_returns_is_not_started_again() {
+        assert_eq!(run_task(0, CancellationToken::new()).await, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_that_panics_after_its_stop_is_not_started_again() {
+        let stop = CancellationToken::new();
+        stop.cancel();
+        assert_eq!(run_task(5, stop).await, 1);
+    }
+
+    #[test]
+    fn the_panic_message_is_read_from_either_string_type() {
+        let owned: Box<dyn Any + Send> = Box::new(String::from("owned"));
+        let fixed: Box<dyn Any + Send> = Box::new("fixed");
+        let other: Box<dyn Any + Send> = Box::new(7);
+        assert_eq!(panic_message(owned.as_ref()), "owned");
+        assert_eq!(panic_message(fixed.as_ref()), "fixed");
+        assert_eq!(panic_message(other.as_ref()), "(not a string)");
+    }
+}
