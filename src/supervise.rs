@@ -4,9 +4,11 @@
 //! answering 202. Such a task is restarted, after a pause, and the panic is logged where an
 //! operator looks.
 //!
-//! Each task keeps what must survive a restart outside its future (shared state behind an
-//! `Arc`, the store), so a fresh start is a clean one. The pause keeps a bug that fires at
-//! every start from spinning a core and flooding the log.
+//! What such a task shares (state behind an `Arc`, the store) survives a restart; what it held
+//! in its own future is lost with it, and a task is written so that losing it costs only time:
+//! jobs the poller had claimed and not yet offered come back when their lease runs out, and
+//! the health task's backlog timer starts over. The pause keeps a bug that fires at every start
+//! from spinning a core and flooding the log.
 
 use std::any::Any;
 use std::future::Future;

@@ -10,9 +10,13 @@
 //! taken up is given back: its place freed if it had one, its user's turn passed on, and the
 //! job released to be claimed again. The queue, outside the caught part, goes on being read.
 //!
-//! A user's job that leaves the lane unworked (given back so, lost to another node, or its
-//! breaker open) takes with it the user's later jobs queued behind it (see [`Fence`]), as it
-//! takes those waiting their turn: they follow it through the table, in order.
+//! A user's job that leaves the lane unworked (given back so, lost to another node, or turned
+//! away by its breaker) takes with it the user's later jobs of the same hand-off (see
+//! [`Fence`]), as it takes those waiting their turn: they follow it through the table, in order.
+//!
+//! Two limits stand. A panic inside the user's turn itself (`next_turn`) is not undone, as in a
+//! pass. And the release of what is left queued at shutdown is not guarded: the jobs a panic
+//! there leaves are released by the shutdown's last step, with every job still held.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -42,6 +46,7 @@ enum Flow {
 struct TakingUp {
     job_id: i64,
     mpid: Option<Mpid>,
+    handoff: Option<u64>,
     /// Whether it holds one of the lane's places.
     has_place: bool,
     /// Whether it was handed on, to a pass (with its place) or to wait its user's turn: where it
@@ -67,23 +72,19 @@ impl Lanes {
                 () = self.cancel.cancelled() => break,
                 job = jobs.recv() => match job { Some(job) => job, None => break },
             };
-            if fence.holds_back(job.mpid, job.id) {
-                self.turn_ended(&control, &job, false).await;
-                self.release(job.id).await;
-                continue;
-            }
             let mut progress = TakingUp {
                 job_id: job.id,
                 mpid: job.mpid,
+                handoff: job.handoff,
                 has_place: false,
                 handed_on: false,
             };
-            let lane = Driving {
+            let mut lane = Driving {
                 queue: &jobs,
                 control: &control,
                 fence: &mut fence,
             };
-            let taken = AssertUnwindSafe(self.take_up(job, lane, &mut progress))
+            let taken = AssertUnwindSafe(self.take_up(job, &mut lane, &mut progress))
                 .catch_unwind()
                 .await;
             match taken {
@@ -96,12 +97,7 @@ impl Lanes {
                         panic = panic_message(panic.as_ref()),
                         "Taking up a job panicked; it is released to be tried again."
                     );
-                    let lane = Driving {
-                        queue: &jobs,
-                        control: &control,
-                        fence: &mut fence,
-                    };
-                    self.give_back(&connection_id, lane, &progress).await;
+                    self.give_back(&connection_id, &mut lane, &progress).await;
                 }
             }
         }
@@ -113,21 +109,23 @@ impl Lanes {
     }
 
     /// Takes up one job off the lane: starts its pass, or has it wait its user's turn, or gives
-    /// it back to the table (lost to another node, breaker open, or shutdown).
+    /// it back to the table (behind a job of its user that left, lost to another node, breaker
+    /// open, or shutdown).
     async fn take_up(
         self: &Arc<Self>,
         job: Job,
-        lane: Driving<'_>,
+        lane: &mut Driving<'_>,
         progress: &mut TakingUp,
     ) -> Flow {
-        let Driving {
-            queue,
-            control,
-            fence,
-        } = lane;
+        let control = lane.control;
+        if lane.fence.holds_back(job.mpid, job.id, job.handoff) {
+            self.turn_ended(control, &job, false).await;
+            self.release(job.id).await;
+            return Flow::Next;
+        }
         if !self.holds(job.id) {
             // Lost to another node while it waited here (see `Lanes::renewed`).
-            fence.left_unworked(&job, queue);
+            lane.left_unworked(progress);
             self.turn_ended(control, &job, false).await;
             return Flow::Next;
         }
@@ -143,7 +141,7 @@ impl Lanes {
             None => job,
         };
         let connection_id = &job.connection_id;
-        if self.is_roomy(queue.capacity()) && self.crowded.contains(connection_id) {
+        if self.is_roomy(lane.queue.capacity()) && self.crowded.contains(connection_id) {
             self.crowded.set(connection_id, false);
         }
         tokio::select! {
@@ -161,14 +159,14 @@ impl Lanes {
             control.free_slot();
             progress.has_place = false;
             self.crowded.set_failing(connection_id, true);
-            fence.left_unworked(&job, queue);
+            lane.left_unworked(progress);
             self.turn_ended(control, &job, false).await;
             self.release(job.id).await;
             return Flow::Next;
         }
-        progress.handed_on = true;
         self.tracker
             .spawn(Arc::clone(self).pass(job, Arc::clone(control)));
+        progress.handed_on = true;
         Flow::Next
     }
 
@@ -176,20 +174,25 @@ impl Lanes {
     /// passed on and the job released, unless it was handed on. Passing the turn again is
     /// harmless (a turn that is not the job's changes nothing), and the release is skipped if
     /// the job is no longer held (released already, or lost to another node).
-    async fn give_back(&self, connection_id: &ConnectionId, lane: Driving<'_>, job: &TakingUp) {
-        if job.handed_on {
+    async fn give_back(
+        &self,
+        connection_id: &ConnectionId,
+        lane: &mut Driving<'_>,
+        progress: &TakingUp,
+    ) {
+        if progress.handed_on {
             return;
         }
-        if job.has_place {
+        if progress.has_place {
             lane.control.free_slot();
         }
-        if let Some(mpid) = job.mpid {
-            lane.fence.left(mpid, job.job_id, lane.queue.len());
-            self.next_turn(lane.control, connection_id, mpid, job.job_id, false)
+        lane.left_unworked(progress);
+        if let Some(mpid) = progress.mpid {
+            self.next_turn(lane.control, connection_id, mpid, progress.job_id, false)
                 .await;
         }
-        if self.holds(job.job_id) {
-            self.release(job.job_id).await;
+        if self.holds(progress.job_id) {
+            self.release(progress.job_id).await;
         }
     }
 }
@@ -201,11 +204,12 @@ struct Driving<'a> {
     fence: &'a mut Fence,
 }
 
-impl Fence {
-    /// `job` leaves the lane unworked, with what is queued now behind it.
-    fn left_unworked(&mut self, job: &Job, queue: &mpsc::Receiver<Job>) {
-        if let Some(mpid) = job.mpid {
-            self.left(mpid, job.id, queue.len());
+impl Driving<'_> {
+    /// The job `progress` is about leaves the lane unworked: its user's later jobs of the same
+    /// hand-off follow it.
+    fn left_unworked(&mut self, progress: &TakingUp) {
+        if let Some(mpid) = progress.mpid {
+            self.fence.left(mpid, progress.job_id, progress.handoff);
         }
     }
 }

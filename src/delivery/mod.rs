@@ -211,11 +211,18 @@ pub(crate) async fn run(
         let (lanes, renewing) = (Arc::clone(&lanes), renewing.clone());
         move || poller::renew_leases(Arc::clone(&lanes), renew_every, renewing.clone())
     }));
+    let mut handoffs = 0..;
     loop {
         tokio::select! {
             () = cancel.cancelled() => break,
             jobs = committed.recv() => match jobs {
-                Some(jobs) => for job in jobs { lanes.offer(job).await },
+                Some(jobs) => {
+                    let handoff = handoffs.next();
+                    for mut job in jobs {
+                        job.handoff = handoff;
+                        lanes.offer(job).await;
+                    }
+                }
                 None => break,
             },
         }

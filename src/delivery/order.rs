@@ -97,46 +97,46 @@ impl<T> UserTurns<T> {
     }
 }
 
-/// The users whose job left a lane unworked (given back to the table, or lost to another node)
-/// while later jobs of theirs may still wait in the lane's queue, not yet admitted to
-/// [`UserTurns`]: those must leave too, or they would go before it. Only the jobs queued when it
-/// left can be such jobs (later offers are claims, which the store orders, or the next group's
-/// jobs, which the store does not lease behind a pending job), so the fence counts them down and
-/// is gone once they have been taken.
+/// The users whose job left a lane unworked (given back to the table, lost to another node, or
+/// turned away by the breaker) while later jobs of theirs from the same hand-off may still be on
+/// their way through the lane's queue, not yet admitted to [`UserTurns`]: those must leave too,
+/// or they would go before it. The writer hands a group's jobs over one by one, so the lane may
+/// not have them all yet when one leaves; the hand-off they came in tells them apart. Jobs of
+/// other hand-offs need no fence: a claim is ordered by the store, and a later group's job is
+/// not handed over behind a pending job of its user.
 #[derive(Debug, Default)]
 pub(super) struct Fence {
-    /// Per user, the lowest id of a job that left.
-    users: HashMap<Mpid, i64>,
-    /// How many of the jobs taken off the queue from now on were queued when one left.
-    queued: usize,
+    /// Per user, the hand-off of the job that left, and the lowest id that left in it.
+    users: HashMap<Mpid, (u64, i64)>,
 }
 
 impl Fence {
-    /// User `mpid`'s job `id` left the lane unworked while `queued` jobs waited in its queue.
-    pub(super) fn left(&mut self, mpid: Mpid, id: i64, queued: usize) {
-        if queued == 0 {
+    /// User `mpid`'s job `id`, handed over in `handoff` (`None`: claimed), left the lane unworked.
+    pub(super) fn left(&mut self, mpid: Mpid, id: i64, handoff: Option<u64>) {
+        let Some(handoff) = handoff else {
             return;
-        }
-        let floor = self.users.entry(mpid).or_insert(id);
-        *floor = (*floor).min(id);
-        // The queue is first in, first out: what was queued at an earlier leave is a prefix of
-        // what is queued now.
-        self.queued = self.queued.max(queued);
+        };
+        let fence = self.users.entry(mpid).or_insert((handoff, id));
+        *fence = if fence.0 == handoff {
+            (handoff, fence.1.min(id))
+        } else {
+            (handoff, id)
+        };
     }
 
-    /// A job taken off the queue: whether it must leave too (its user's earlier job left).
-    pub(super) fn holds_back(&mut self, mpid: Option<Mpid>, id: i64) -> bool {
-        if self.queued == 0 {
+    /// A job taken off the queue: whether it must leave too (an earlier job of its user from
+    /// the same hand-off left).
+    pub(super) fn holds_back(&mut self, mpid: Option<Mpid>, id: i64, handoff: Option<u64>) -> bool {
+        let Some(handoff) = handoff else {
+            return false;
+        };
+        if self.users.is_empty() {
             return false;
         }
-        self.queued -= 1;
-        let held = mpid
-            .and_then(|mpid| self.users.get(&mpid))
-            .is_some_and(|floor| id > *floor);
-        if self.queued == 0 {
-            self.users.clear();
-        }
-        held
+        // Hand-offs reach the lane in order: an earlier one's jobs have all been taken.
+        self.users.retain(|_, (left_in, _)| *left_in >= handoff);
+        mpid.and_then(|mpid| self.users.get(&mpid))
+            .is_some_and(|&(left_in, floor)| left_in == handoff && id > floor)
     }
 }
 
@@ -185,29 +185,37 @@ mod tests {
     }
 
     #[test]
-    fn a_fence_holds_back_the_later_jobs_queued_when_a_user_job_left() {
+    fn a_fence_holds_back_the_later_jobs_of_the_same_hand_off() {
         let mut fence = Fence::default();
-        assert!(!fence.holds_back(Some(ADA), 5), "no fence yet");
-        // Ada's job 3 leaves with three jobs queued behind it: 4 (Bob's), 6 (Ada's) and 2
-        // (Ada's, earlier: it may go).
-        fence.left(ADA, 3, 3);
-        assert!(!fence.holds_back(Some(BOB), 4));
-        assert!(fence.holds_back(Some(ADA), 6));
-        assert!(!fence.holds_back(Some(ADA), 2));
-        // The jobs queued then are all taken: a later one of Ada (a claim) goes.
-        assert!(!fence.holds_back(Some(ADA), 9));
-        assert!(!fence.holds_back(None, 10));
+        assert!(!fence.holds_back(Some(ADA), 5, Some(1)), "no fence yet");
+        // Ada's job 3 of hand-off 1 leaves.
+        fence.left(ADA, 3, Some(1));
+        assert!(!fence.holds_back(Some(BOB), 4, Some(1)), "another user");
+        assert!(fence.holds_back(Some(ADA), 6, Some(1)), "behind it");
+        assert!(!fence.holds_back(Some(ADA), 2, Some(1)), "before it");
+        assert!(
+            !fence.holds_back(Some(ADA), 7, None),
+            "claimed: the store ordered it"
+        );
+        assert!(!fence.holds_back(None, 8, Some(1)), "no user");
+        // A later hand-off reached the lane: Ada's next job there goes, and the fence is gone.
+        assert!(!fence.holds_back(Some(ADA), 9, Some(2)));
+        assert!(!fence.holds_back(Some(ADA), 6, Some(1)));
     }
 
     #[test]
-    fn a_fence_lasts_until_the_longest_queue_it_saw_is_taken() {
+    fn a_fence_keeps_the_lowest_job_that_left_in_a_hand_off() {
         let mut fence = Fence::default();
-        fence.left(ADA, 3, 1);
-        fence.left(BOB, 4, 2);
-        fence.left(ADA, 1, 0);
-        assert!(fence.holds_back(Some(BOB), 7));
-        assert!(fence.holds_back(Some(ADA), 8));
-        assert!(!fence.holds_back(Some(BOB), 9));
+        fence.left(ADA, 5, Some(1));
+        fence.left(ADA, 3, Some(1));
+        assert!(fence.holds_back(Some(ADA), 4, Some(1)));
+        // A claimed job leaving sets no fence.
+        fence.left(BOB, 3, None);
+        assert!(!fence.holds_back(Some(BOB), 4, Some(1)));
+        // A job of a later hand-off leaving replaces the user's fence.
+        fence.left(ADA, 10, Some(2));
+        assert!(!fence.holds_back(Some(ADA), 4, Some(1)));
+        assert!(fence.holds_back(Some(ADA), 11, Some(2)));
     }
 
     proptest! {

@@ -54,14 +54,14 @@ async fn a_poller_that_panicked_claims_the_retries_after_it() {
 
 #[tokio::test]
 async fn a_renewer_that_panicked_renews_the_leases_before_they_run_out() {
-    // One request in flight, held by the receiver for longer than a lease; the second job waits
-    // in the lane meanwhile, and only the renewer keeps its lease (a job's own request renews
-    // it, but the second job's request does not start while the first is held).
-    const LEASE_SECS: u64 = 9;
+    // The receiver holds the first request; the second job waits in the lane meanwhile, and
+    // only the renewer keeps its lease (a job's own request renews it when the lease is shorter
+    // than a request may take, but the second job's request has not started). Renewals every
+    // 4 s: the first with jobs held panics, the renewer starts again a second later.
     let receiver = Receiver::holding(0).await;
     let (node, connection) = Node::delivering_to(&receiver, |delivery| {
-        delivery.lease_secs = LEASE_SECS;
-        delivery.request_timeout_secs = 30;
+        delivery.lease_secs = 12;
+        delivery.request_timeout_secs = 6;
     })
     .await;
     panic_next_at(Point::Renewing);
@@ -78,8 +78,10 @@ async fn a_renewer_that_panicked_renews_the_leases_before_they_run_out() {
     // A lease that ran out could also be extended by a claim of the job, which says nothing of
     // the renewer: the renewal must come before.
     node.until("the waiting job's lease renewed", async || {
-        let now = now_ms();
-        assert!(now < first_lease, "the lease ran out before it was renewed");
+        assert!(
+            now_ms() < first_lease,
+            "the lease ran out before it was renewed"
+        );
         let jobs = node.db.jobs().await;
         jobs.iter()
             .any(|job| job.id == id && job.lease_until > first_lease)
@@ -90,6 +92,15 @@ async fn a_renewer_that_panicked_renews_the_leases_before_they_run_out() {
     node.until_the_queue_is_empty().await;
     let attempts = node.attempts().await;
     node.stop().await;
-    assert_eq!(attempts.len(), 2, "each delivered once: {attempts:?}");
-    assert_eq!(receiver.requests(), 2);
+    // The first request may have timed out meanwhile on a slow machine (then it was retried).
+    let delivered: Vec<i64> = attempts
+        .iter()
+        .filter(|(_, outcome)| outcome == "delivered")
+        .map(|(job, _)| *job)
+        .collect();
+    assert_eq!(delivered.len(), 2, "each delivered once: {attempts:?}");
+    assert_ne!(
+        delivered[0], delivered[1],
+        "each delivered once: {attempts:?}"
+    );
 }

@@ -626,6 +626,7 @@ fn jobs_of(
                 profile_consent: consent.filter(|_| job.reads_consent).cloned(),
                 coalesce_head: None,
                 mates: Vec::new(),
+                handoff: None,
             });
         }
     }

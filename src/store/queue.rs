@@ -117,6 +117,10 @@ pub(crate) struct Job {
     /// The other jobs of this job's coalesced group, in id order (empty for any other job):
     /// this job holds them, and they are sent, retried and finished with it.
     pub(crate) mates: Vec<Job>,
+    /// Which of the writer's hand-offs brought this job to delivery, counted by delivery in the
+    /// order they arrive; `None` for a claimed job. A user's jobs of one hand-off are ordered by
+    /// delivery itself, not by the store (see `delivery::order`).
+    pub(crate) handoff: Option<u64>,
 }
 
 impl Job {
@@ -326,6 +330,7 @@ impl ClaimedJob {
             profile_consent: None,
             coalesce_head: self.coalesce_head,
             mates: Vec::new(),
+            handoff: None,
         }
     }
 }
