@@ -16,7 +16,8 @@
 //!
 //! Two limits stand. A panic inside the user's turn itself (`next_turn`) is not undone, as in a
 //! pass. And the release of what is left queued at shutdown is not guarded: the jobs a panic
-//! there leaves are released by the shutdown's last step, with every job still held.
+//! there leaves stay leased, as a release the writer cannot commit before the process ends
+//! does (a restart on SQLite frees them; on PostgreSQL their leases run out).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
