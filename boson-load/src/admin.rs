@@ -118,17 +118,23 @@ pub(crate) async fn setup_toggled_pipeline(
 }
 
 /// The isolation and recovery scenarios' setup: one input with an active connection to each of
-/// `webhook_urls`. Returns the input's credentials and the connections' ids, in order.
+/// `webhook_urls`, ordered per user if `per_user`. Returns the input's credentials and the
+/// connections' ids, in order.
 pub(crate) async fn setup_fan_out(
     admin: &Admin<'_>,
     webhook_urls: &[String],
     send_as_batch: bool,
+    per_user: bool,
 ) -> Result<(InputCredentials, Vec<String>)> {
     let (credentials, input_id) = admin.input().await?;
+    let mut settings = json!({ "status": "active", "send_as_batch": send_as_batch });
+    if per_user {
+        settings["ordering"] = json!("per_user");
+    }
     let mut ids = Vec::with_capacity(webhook_urls.len());
     for (i, url) in webhook_urls.iter().enumerate() {
         let id = admin
-            .connect(&input_id, url, send_as_batch, &format!("endpoint-{i}"))
+            .connect_with(&input_id, url, settings.clone(), &format!("endpoint-{i}"))
             .await?;
         ids.push(id_text(&id)?);
     }

@@ -53,8 +53,8 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) consent: bool,
 
-    /// Throughput: the connection keeps each user's batches in order (`ordering` =
-    /// `per_user`), to measure what ordering costs.
+    /// Throughput and recovery: the connection keeps each user's batches in order (`ordering`
+    /// = `per_user`), to measure what ordering costs, and whether a drain keeps it.
     #[arg(long)]
     pub(crate) per_user: bool,
 

@@ -139,7 +139,7 @@ async fn measure(
         admin_token: nodes[0].admin_token(),
     };
     let urls: Vec<String> = endpoints.iter().map(Endpoint::url).collect();
-    let (credentials, connection_ids) = admin::setup_fan_out(&admin, &urls, true).await?;
+    let (credentials, connection_ids) = admin::setup_fan_out(&admin, &urls, true, false).await?;
     let targets = cluster.event_urls();
     openloop::wait_until_known(http, &targets, &credentials).await?;
     eprintln!(
