@@ -17,17 +17,14 @@ async fn a_driver_that_panicked_goes_on_and_its_job_is_delivered_once() {
     let receiver = Receiver::start(0).await;
     let (node, connection) = Node::delivering_to(&receiver, |_| {}).await;
     panic_next_at(Point::TakingUp);
-    node.ingest(vec![batch_to(&node.db, &connection, "r1").await])
-        .await;
+    node.ingest_to(&connection, "r1").await;
     node.until_the_queue_is_empty().await;
     assert!(!armed(), "the driver panicked");
     // The same lane takes up the next job.
-    node.ingest(vec![batch_to(&node.db, &connection, "r2").await])
-        .await;
+    node.ingest_to(&connection, "r2").await;
     node.until_the_queue_is_empty().await;
-    let attempts = node.attempts().await;
+    let outcomes = node.outcomes().await;
     node.stop().await;
-    let outcomes: Vec<&str> = attempts.iter().map(|(_, o)| o.as_str()).collect();
     assert_eq!(outcomes, ["delivered", "delivered"]);
     assert_eq!(receiver.requests(), 2, "each sent once");
 }
@@ -43,12 +40,10 @@ async fn a_poller_that_panicked_claims_the_retries_after_it() {
     // Armed once the node runs: its first round may have gone already, a later one panics.
     panic_next_at(Point::Polling);
     node.until("the poller panicked", async || !armed()).await;
-    node.ingest(vec![batch_to(&node.db, &connection, "r1").await])
-        .await;
+    node.ingest_to(&connection, "r1").await;
     node.until_the_queue_is_empty().await;
-    let attempts = node.attempts().await;
+    let outcomes = node.outcomes().await;
     node.stop().await;
-    let outcomes: Vec<&str> = attempts.iter().map(|(_, o)| o.as_str()).collect();
     assert_eq!(outcomes, ["retry", "delivered"]);
 }
 

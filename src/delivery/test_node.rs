@@ -107,6 +107,12 @@ impl Node {
         self.writer.ingest(batches).await.expect("ingest");
     }
 
+    /// Stores one batch of `request` routed to `connection` (see [`batch_to`]).
+    pub(super) async fn ingest_to(&self, connection: &ConnectionId, request: &str) {
+        self.ingest(vec![batch_to(&self.db, connection, request).await])
+            .await;
+    }
+
     /// Waits until no job is left in the table; panics with the ones left after `PATIENCE`.
     pub(super) async fn until_the_queue_is_empty(&self) {
         self.until("every job worked", async || self.db.jobs().await.is_empty())
@@ -137,6 +143,15 @@ impl Node {
                      job_id, outcome, ..
                  }| (job_id, outcome),
             )
+            .collect()
+    }
+
+    /// Each recorded attempt's outcome, in order.
+    pub(super) async fn outcomes(&self) -> Vec<String> {
+        self.attempts()
+            .await
+            .into_iter()
+            .map(|(_, outcome)| outcome)
             .collect()
     }
 
