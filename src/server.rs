@@ -18,6 +18,7 @@ mod body_deadline;
 mod connections;
 mod headers;
 mod minutes;
+mod prune;
 #[cfg(test)]
 mod tests;
 
@@ -43,7 +44,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::access::{AdminAccess, NewUserCaps, NewUserLimits, Peer, hash_token};
 use crate::admin;
-use crate::config::{Config, HttpConfig, RetentionConfig};
+use crate::config::{Config, HttpConfig};
 use crate::delivery::alerts::{OperatorAlerts, OperatorWebhook};
 use crate::delivery::health::Health;
 use crate::delivery::webhook::WebhookClient;
@@ -237,7 +238,7 @@ pub async fn run(
         store.clone(),
         cancel.clone(),
     ));
-    tokio::spawn(prune_periodically(
+    tokio::spawn(prune::prune_periodically(
         store.clone(),
         flusher.clone(),
         config.retention.clone(),
@@ -488,61 +489,6 @@ fn operator_alerts(
         OperatorAlerts::start(&webhook, store.clone(), closing.clone(), overdue.clone())
             .context("failed to start the operator webhook")?;
     Ok((alerts, Some(task)))
-}
-
-/// Deletes what is older than the retention, every `interval_secs`: the batch log, attempts
-/// and dead letters, and what public keys write outside batches (forwarding statistics,
-/// aliases), so none of it grows without end.
-async fn prune_periodically(
-    store: Store,
-    writer: Writer,
-    retention: RetentionConfig,
-    cancel: CancellationToken,
-) {
-    let keep_ms = i64::try_from(retention.hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_secs(retention.interval_secs)) => {}
-        }
-        let now = crate::model::now_ms();
-        // Each kind is pruned even when another one's statement failed.
-        let run = async {
-            [
-                store
-                    .prune_through(&writer, now.saturating_sub(keep_ms))
-                    .await,
-                store
-                    .prune_forwarding_stats(
-                        &writer,
-                        now.saturating_sub(retention.forwarding_stats_ms()),
-                    )
-                    .await,
-                store
-                    .prune_aliases(&writer, now.saturating_sub(retention.aliases_ms()))
-                    .await,
-                store
-                    .prune_minutes(&writer, now.saturating_sub(retention.metrics_ms()))
-                    .await,
-            ]
-        };
-        // A shutdown stops a run between its chunks, before the writer it sends them to stops:
-        // a chunk cut short deleted nothing (its transaction rolls back) or all of itself.
-        let results = tokio::select! {
-            () = cancel.cancelled() => return,
-            results = run => results,
-        };
-        let mut deleted = 0;
-        for result in results {
-            match result {
-                Ok(n) => deleted += n,
-                Err(error) => tracing::warn!(%error, "Pruning old rows failed."),
-            }
-        }
-        if deleted > 0 {
-            tracing::info!(deleted, "Pruned rows past the retention.");
-        }
-    }
 }
 
 /// Where the admin token in force came from, said at start-up so a person knows what to use.

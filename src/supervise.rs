@@ -9,8 +9,14 @@
 //! jobs the poller had claimed and not yet offered come back when their lease runs out, and
 //! the health task's backlog timer starts over. The pause keeps a bug that fires at every start
 //! from spinning a core and flooding the log.
+//!
+//! The node's other long-running tasks run the same way, each named by a [`Task`]: the
+//! retention prune, SQLite's WAL checkpoints, the replay driver, the catalog's follower of other
+//! nodes' changes, and the flushers of the data catalog and the per-minute metrics. Each calls
+//! [`round`] once in every round of its loop, where a test can make it panic.
 
 use std::any::Any;
+use std::cell::Cell;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
@@ -25,7 +31,7 @@ pub(crate) const RESTART_PAUSE: Duration = Duration::from_secs(1);
 /// Runs the task `start` makes until it returns; after a panic, logs it and runs a fresh one
 /// once `RESTART_PAUSE` has passed, unless `stop` fired meanwhile (a task whose token fired
 /// is not restarted: it would only see the token and return).
-pub(crate) async fn restarting<F, Fut>(task: &'static str, stop: CancellationToken, mut start: F)
+pub(crate) async fn restarting<F, Fut>(task: Task, stop: CancellationToken, mut start: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = ()>,
@@ -42,6 +48,37 @@ where
             () = tokio::time::sleep(RESTART_PAUSE) => {}
         }
     }
+}
+
+/// A long-running task's name, as the log says it and as a test's fault names it.
+pub(crate) type Task = &'static str;
+
+thread_local! {
+    /// The task whose next round on this thread panics (a test's fault). Per thread, as
+    /// delivery's and the store's faults are: `#[tokio::test]` runs a test and the tasks it
+    /// spawns on one thread, so tests running side by side do not see each other's faults.
+    static PANIC_IN: Cell<Option<Task>> = const { Cell::new(None) };
+}
+
+/// Called by a long-running task at the start of each round: panics if a test asked for it,
+/// standing for a bug anywhere in the round. A thread-local read otherwise.
+pub(crate) fn round(task: Task) {
+    if PANIC_IN.with(Cell::get) == Some(task) {
+        PANIC_IN.with(|at| at.set(None));
+        panic!("injected: {task} panicked in a round");
+    }
+}
+
+/// Test-only: makes the next round of `task` on this thread panic (once).
+#[cfg(test)]
+pub(crate) fn panic_next_round(task: Task) {
+    PANIC_IN.with(|at| at.set(Some(task)));
+}
+
+/// Test-only: whether a panic asked for has not happened yet.
+#[cfg(test)]
+pub(crate) fn panic_pending() -> bool {
+    PANIC_IN.with(Cell::get).is_some()
 }
 
 /// What a panic said, when it said it with a string (as `panic!` and `expect` do).

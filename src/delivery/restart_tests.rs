@@ -52,11 +52,12 @@ async fn a_renewer_that_panicked_renews_the_leases_before_they_run_out() {
     // The receiver holds the first request; the second job waits in the lane meanwhile, and
     // only the renewer keeps its lease (a job's own request renews it when the lease is shorter
     // than a request may take, but the second job's request has not started). Renewals every
-    // 4 s: the first with jobs held panics, the renewer starts again a second later.
+    // 6 s: the first with jobs held panics, the renewer starts again a second later, two
+    // seconds before the first request times out.
     let receiver = Receiver::holding(0).await;
     let (node, connection) = Node::delivering_to(&receiver, |delivery| {
-        delivery.lease_secs = 12;
-        delivery.request_timeout_secs = 6;
+        delivery.lease_secs = 18;
+        delivery.request_timeout_secs = 9;
     })
     .await;
     panic_next_at(Point::Renewing);
@@ -76,6 +77,12 @@ async fn a_renewer_that_panicked_renews_the_leases_before_they_run_out() {
         assert!(
             now_ms() < first_lease,
             "the lease ran out before it was renewed"
+        );
+        // Once the first request timed out (9 s), the waiting job is sent, and its own request
+        // renews its lease: that says nothing of the renewer either.
+        assert!(
+            receiver.requests() <= 1,
+            "the waiting job was sent before the renewer renewed its lease"
         );
         let jobs = node.db.jobs().await;
         jobs.iter()

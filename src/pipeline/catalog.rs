@@ -27,11 +27,14 @@ use crate::model::settings::{
 use crate::store::{
     CatalogChange, ConnectionRow, InputRow, OutputRow, Store, StoreError, StoreResult,
 };
+use crate::supervise::{self, Task};
 
 /// How often a node on a shared database reloads the whole catalog although no change was
 /// announced: a safety net for a listener that stopped hearing without noticing. Three reads of
 /// the configuration tables per node every few seconds cost next to nothing.
 const SAFETY_NET: Duration = Duration::from_secs(5);
+/// The follower's name in the log and in a test's fault.
+const TASK: Task = "catalog follower";
 /// After a failed read (the database is unreachable), how soon everything is read again.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
 /// More changes than this at once are applied by one whole reload (three reads) rather than
@@ -297,8 +300,15 @@ impl Catalog {
 
     /// Applies the catalog changes other nodes commit, as the store announces them, until
     /// `cancel`; reloads everything every `SAFETY_NET` as well. Returns at once when no other
-    /// node can change the catalog (SQLite).
+    /// node can change the catalog (SQLite). A round that panics (a bug) does not stop the
+    /// following: it starts again (see [`crate::supervise`]) with a new listener, whose first
+    /// word is a whole reload, so no change announced meanwhile is missed.
     pub(crate) async fn follow_changes(self: Arc<Self>, cancel: CancellationToken) {
+        supervise::restarting(TASK, cancel.clone(), || self.follow_rounds(&cancel)).await;
+    }
+
+    /// [`Self::follow_changes`]' loop, until `cancel` or a panic.
+    async fn follow_rounds(&self, cancel: &CancellationToken) {
         let Some(changes) = self.store.catalog_changes() else {
             return;
         };
@@ -312,6 +322,7 @@ impl Catalog {
                 _ = safety_net.tick() => pending.push(CatalogChange::Everything),
                 () = announced(&mut changes, &mut pending) => {}
             }
+            supervise::round(TASK);
             if let Err(error) = self.apply_all(&mut pending).await {
                 tracing::warn!(%error, "Applying catalog changes failed; reloading everything shortly.");
                 safety_net.reset_after(RETRY_AFTER_FAILURE);
@@ -510,6 +521,45 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::tests::harness::TestStore;
+    use crate::supervise::{panic_next_round, panic_pending};
+
+    /// How long a change may take to reach the catalog. Not a measure of speed: without the
+    /// restart it never does, and with it within a restart's pause and a reload.
+    const PATIENCE: Duration = Duration::from_secs(20);
+
+    /// Another node's change reaches this node's catalog after the follower panicked (the
+    /// panic comes at its first round, the listener's opening reload). PostgreSQL only: on
+    /// SQLite no other node changes the catalog, and nothing follows.
+    #[tokio::test]
+    async fn another_nodes_change_is_followed_after_a_round_panicked() {
+        let db = TestStore::open().await;
+        if !matches!(db.store, Store::Postgres(_)) {
+            return;
+        }
+        let catalog = Arc::new(Catalog::load(db.store.clone()).await.expect("catalog"));
+        panic_next_round(TASK);
+        let cancel = CancellationToken::new();
+        let follower = tokio::spawn(Arc::clone(&catalog).follow_changes(cancel.clone()));
+        let id = InputId::new();
+        db.store
+            .insert_input(&input(&id, "followed-key", "secret"))
+            .await
+            .expect("insert");
+        let followed = tokio::time::timeout(PATIENCE, async {
+            while catalog.input_by_key("followed-key").is_none() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert!(!panic_pending(), "no round panicked");
+        assert!(
+            followed.is_ok(),
+            "the change was never followed after a round panicked"
+        );
+        cancel.cancel();
+        follower.await.expect("the follower ended");
+    }
 
     fn input(id: &InputId, key: &str, secret: &str) -> InputRow {
         InputRow {

@@ -24,10 +24,14 @@ use crate::model::data_points::{Kind, PointKey, Seen, ValueType};
 use crate::model::ids::InputId;
 use crate::model::kept_events::StoredEvent;
 use crate::store::Store;
+use crate::supervise::{self, Task};
 
 /// How often the tally is written to the database: a data point shows in the catalog within
 /// about this long of being sent.
 pub(crate) const FLUSH_INTERVAL: Duration = Duration::from_secs(2);
+
+/// The flusher's name in the log and in a test's fault.
+const TASK: Task = "data catalog flusher";
 
 /// The most one input can add to the catalog, per node.
 #[derive(Debug, Clone, Copy)]
@@ -463,18 +467,28 @@ impl DataCatalog {
 }
 
 /// Flushes the tally every [`FLUSH_INTERVAL`] until `cancel`; the last flush is the caller's
-/// (after the HTTP server stopped, so no request adds to the tally behind it).
+/// (after the HTTP server stopped, so no request adds to the tally behind it). A round that
+/// panics (a bug) does not stop the flushes: they start again (see [`crate::supervise`]).
 pub(crate) async fn flush_periodically(
     catalog: Arc<DataCatalog>,
     store: Store,
     cancel: CancellationToken,
 ) {
+    supervise::restarting(TASK, cancel.clone(), || {
+        flush_rounds(&catalog, &store, &cancel)
+    })
+    .await;
+}
+
+/// [`flush_periodically`]'s loop, until `cancel` or a panic.
+async fn flush_rounds(catalog: &DataCatalog, store: &Store, cancel: &CancellationToken) {
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(FLUSH_INTERVAL) => {}
         }
-        catalog.flush(&store).await;
+        supervise::round(TASK);
+        catalog.flush(store).await;
     }
 }
 

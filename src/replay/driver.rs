@@ -18,6 +18,7 @@ use crate::model::settings::ConnectionSettings;
 use crate::pipeline::output::Output;
 use crate::store::replays_sql::{ReplayJob, ReplayLease, ReplayRow, Step};
 use crate::store::{ConnectionRow, Store, StoreError};
+use crate::supervise::{self, Task};
 
 /// How long a lease on a replay lasts; renewed at least every [`RENEW_EVERY`].
 const LEASE: Duration = Duration::from_secs(30);
@@ -28,6 +29,8 @@ const RENEW_EVERY: Duration = Duration::from_secs(1);
 /// one write lock beside the writer's group commits: five looks a second were most of what
 /// an idle node did.
 const IDLE: Duration = Duration::from_secs(2);
+/// The driver's name in the log and in a test's fault.
+const TASK: Task = "replay driver";
 
 /// Rung by the admin API when it starts a replay, so this node's driver claims it at once
 /// rather than at its next look.
@@ -56,6 +59,9 @@ pub(crate) async fn run(
 
 /// [`run`], looking every `idle` while there is nothing to drive. Looks at once when it starts
 /// (a replay a restart interrupted resumes without waiting) and after each replay it drove.
+/// A driver that panics (a bug) starts again (see [`crate::supervise`]) as the same node, and
+/// first gives up the lease it held: the replay it was driving resumes at its cursor at once,
+/// here or on another node, instead of when the lease runs out.
 async fn drive_replays(
     store: Store,
     webhooks: WebhookClient,
@@ -64,34 +70,56 @@ async fn drive_replays(
     cancel: CancellationToken,
 ) {
     let node = format!("replay-{}", uuid::Uuid::now_v7());
-    let driver = Driver {
-        store,
-        webhooks,
-        node,
-        cancel,
-    };
-    while !driver.cancel.is_cancelled() {
-        let now = now_ms();
-        match driver
-            .store
-            .claim_replay(&driver.node, now, lease_end(now))
-            .await
-        {
-            Ok(Some(replay)) => {
-                driver.drive(replay).await;
-                continue;
+    let mut started = false;
+    supervise::restarting(TASK, cancel.clone(), || {
+        let driver = Driver {
+            store: store.clone(),
+            webhooks: webhooks.clone(),
+            node: node.clone(),
+            cancel: cancel.clone(),
+        };
+        let restarted = std::mem::replace(&mut started, true);
+        driver.run(&wake, idle, restarted)
+    })
+    .await;
+}
+
+impl Driver {
+    /// [`drive_replays`]' loop, until `cancel` or a panic; `restarted` after a panic.
+    async fn run(self, wake: &Wake, idle: Duration, restarted: bool) {
+        if restarted {
+            self.release_leases().await;
+        }
+        while !self.cancel.is_cancelled() {
+            let now = now_ms();
+            match self
+                .store
+                .claim_replay(&self.node, now, lease_end(now))
+                .await
+            {
+                Ok(Some(replay)) => {
+                    // Where a bug would leave this node's lease held.
+                    supervise::round(TASK);
+                    self.drive(replay).await;
+                    continue;
+                }
+                Ok(None) => {}
+                Err(error) => tracing::warn!(%error, "Claiming a replay failed."),
             }
-            Ok(None) => {}
-            Err(error) => tracing::warn!(%error, "Claiming a replay failed."),
+            tokio::select! {
+                () = self.cancel.cancelled() => break,
+                () = tokio::time::sleep(idle) => {}
+                () = wake.0.notified() => {}
+            }
         }
-        tokio::select! {
-            () = driver.cancel.cancelled() => break,
-            () = tokio::time::sleep(idle) => {}
-            () = wake.0.notified() => {}
-        }
+        self.release_leases().await;
     }
-    if let Err(error) = driver.store.release_replays(&driver.node).await {
-        tracing::warn!(%error, "Releasing replay leases failed.");
+
+    /// Gives up this node's replay leases, so their replays resume at their cursors at once.
+    async fn release_leases(&self) {
+        if let Err(error) = self.store.release_replays(&self.node).await {
+            tracing::warn!(%error, "Releasing replay leases failed.");
+        }
     }
 }
 
@@ -323,6 +351,7 @@ mod tests {
     use crate::model::ids::ConnectionId;
     use crate::store::replays_sql::NewReplay;
     use crate::store::tests::harness::TestStore;
+    use crate::supervise::{panic_next_round, panic_pending};
 
     /// Longer than any test runs: a replay these tests see driven was not found by a timed look.
     const NEVER: Duration = Duration::from_secs(3600);
@@ -413,5 +442,29 @@ mod tests {
         cancel.cancel();
         driver.await.expect("driver ended");
         assert_eq!(ended, failed());
+    }
+
+    /// A driver that panics holding a replay's lease starts again and drives that replay at
+    /// once: without the restart it is never driven, and without giving up the lease first
+    /// not before the lease (30 s) runs out.
+    #[tokio::test]
+    async fn a_driver_that_panicked_holding_a_lease_drives_its_replay_at_once() {
+        let db = TestStore::open().await;
+        let id = start_replay(&db.store).await;
+        panic_next_round(TASK);
+        let cancel = CancellationToken::new();
+        let driver = drive_replays(
+            db.store.clone(),
+            webhooks(),
+            Wake::default(),
+            NEVER,
+            cancel.clone(),
+        );
+        let driver = tokio::spawn(driver);
+        let ended = outcome(&db.store, id).await;
+        assert!(!panic_pending(), "the driver never panicked");
+        assert_eq!(ended, failed());
+        cancel.cancel();
+        driver.await.expect("driver ended");
     }
 }

@@ -10,7 +10,11 @@ use tokio_util::sync::CancellationToken;
 use crate::model::metrics::Subject;
 use crate::model::now_ms;
 use crate::store::Store;
+use crate::supervise::{self, Task};
 use crate::telemetry::Metrics;
+
+/// The flusher's name in the log and in a test's fault.
+const TASK: Task = "per-minute figures flusher";
 
 /// How often the tally is written: a chart shows traffic within about this long.
 pub(super) const FLUSH_INTERVAL: Duration = Duration::from_secs(2);
@@ -52,22 +56,78 @@ async fn sample_backlog(metrics: &Metrics, store: &Store) {
 }
 
 /// Flushes every [`FLUSH_INTERVAL`] until `cancel`; the last flush is the caller's (after the
-/// HTTP server and delivery stopped, so nothing adds to the tally behind it).
+/// HTTP server and delivery stopped, so nothing adds to the tally behind it). A round that
+/// panics (a bug) does not stop the flushes: they start again (see [`crate::supervise`]).
 pub(super) async fn flush_periodically(
     metrics: Arc<Metrics>,
     store: Store,
     cancel: CancellationToken,
 ) {
+    supervise::restarting(TASK, cancel.clone(), || {
+        flush_rounds(&metrics, &store, &cancel)
+    })
+    .await;
+}
+
+/// [`flush_periodically`]'s loop, until `cancel` or a panic.
+async fn flush_rounds(metrics: &Metrics, store: &Store, cancel: &CancellationToken) {
     let mut sampled: Option<Instant> = None;
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(FLUSH_INTERVAL) => {}
         }
+        supervise::round(TASK);
         if sampled.is_none_or(|at| at.elapsed() >= BACKLOG_INTERVAL) {
             sampled = Some(Instant::now());
-            sample_backlog(&metrics, &store).await;
+            sample_backlog(metrics, store).await;
         }
-        flush(&metrics, &store).await;
+        flush(metrics, store).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ids::InputId;
+    use crate::store::tests::harness::TestStore;
+    use crate::supervise::{panic_next_round, panic_pending};
+
+    /// How long the figures may take to be written. Not a measure of speed: without the
+    /// restart they never are, and with it within a few flush intervals.
+    const PATIENCE: Duration = Duration::from_secs(20);
+
+    #[tokio::test]
+    async fn the_figures_are_written_after_a_round_panicked() {
+        let db = TestStore::open().await;
+        let metrics = Arc::new(Metrics::new());
+        let at = now_ms();
+        let input = Subject::Input(InputId::new());
+        metrics.minutes().update(input, at, |f| f.received += 7);
+        panic_next_round(TASK);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(flush_periodically(
+            Arc::clone(&metrics),
+            db.store.clone(),
+            cancel.clone(),
+        ));
+        let written = tokio::time::timeout(PATIENCE, async {
+            loop {
+                let stored = db.store.minutes_between(0, at + 60_000, None).await;
+                let received: i64 = stored.expect("minutes").iter().map(|m| m.2.received).sum();
+                if received == 7 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert!(!panic_pending(), "no round panicked");
+        assert!(
+            written.is_ok(),
+            "the figures were never written after a round panicked"
+        );
+        cancel.cancel();
+        task.await.expect("the flusher ended");
     }
 }

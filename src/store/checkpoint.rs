@@ -32,6 +32,10 @@ use sqlx::sqlite::SqliteConnection;
 use tokio_util::sync::CancellationToken;
 
 use super::Store;
+use crate::supervise::{self, Task};
+
+/// The checkpoint's name in the log and in a test's fault.
+pub(super) const TASK: Task = "WAL checkpoint";
 
 /// How many WAL pages (4 KB each) the commit path lets the WAL grow to before it checkpoints
 /// itself: about 32 MB, well over what the background task leaves between two of its runs at
@@ -121,9 +125,16 @@ impl Checkpointer {
 }
 
 /// Checkpoints the WAL until cancelled, then closes its connection; returns at once on
-/// PostgreSQL.
+/// PostgreSQL. A round that panics (a bug) does not stop the checkpoints: they start again on
+/// a new connection (see [`crate::supervise`]), and meanwhile the commit path's own checkpoint
+/// bounds the WAL.
 pub(crate) async fn checkpoint_periodically(store: Store, cancel: CancellationToken) {
-    let mut checkpointer = match Checkpointer::open(&store).await {
+    supervise::restarting(TASK, cancel.clone(), || checkpoint_rounds(&store, &cancel)).await;
+}
+
+/// [`checkpoint_periodically`]'s loop, until `cancel` or a panic.
+async fn checkpoint_rounds(store: &Store, cancel: &CancellationToken) {
+    let mut checkpointer = match Checkpointer::open(store).await {
         Ok(None) => return,
         Ok(Some(checkpointer)) => Some(checkpointer),
         Err(error) => {
@@ -141,10 +152,11 @@ pub(crate) async fn checkpoint_periodically(store: Store, cancel: CancellationTo
             () = cancel.cancelled() => break,
             () = tokio::time::sleep(wait) => {}
         }
+        supervise::round(TASK);
         let started = Instant::now();
         let done = match checkpointer.as_mut() {
             Some(open) => open.checkpoint().await,
-            None => match Checkpointer::open(&store).await {
+            None => match Checkpointer::open(store).await {
                 Ok(Some(open)) => checkpointer.insert(open).checkpoint().await,
                 Ok(None) => return,
                 Err(error) => Err(error),

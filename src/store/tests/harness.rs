@@ -237,7 +237,7 @@ impl TestStore {
         self.jobs().await.into_iter().find(|j| j.id == id)
     }
 
-    pub(super) async fn batches(&self) -> Vec<BatchRow> {
+    pub(crate) async fn batches(&self) -> Vec<BatchRow> {
         self.store
             .fetch_all(Sql::shared(SELECT_BATCHES), &[])
             .await
@@ -336,7 +336,7 @@ impl JobRow {
 
 /// A row of `batches`.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub(super) struct BatchRow {
+pub(crate) struct BatchRow {
     pub(super) id: BatchId,
     pub(super) input_id: InputId,
     pub(super) source_request_id: Option<String>,
