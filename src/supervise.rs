@@ -14,8 +14,13 @@
 //! retention prune, SQLite's WAL checkpoints, the replay driver, the catalog's follower of other
 //! nodes' changes, and the flushers of the data catalog and the per-minute metrics. Each calls
 //! [`round`] once in every round of its loop, where a test can make it panic.
+//!
+//! What a restart loses beyond time: a flusher that panics while it writes loses the tally it
+//! had taken (figures for the dashboard's charts and the data catalog's counts, not events);
+//! putting it back on the way out could count it twice, had the write committed.
 
 use std::any::Any;
+#[cfg(test)]
 use std::cell::Cell;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -53,26 +58,39 @@ where
 /// A long-running task's name, as the log says it and as a test's fault names it.
 pub(crate) type Task = &'static str;
 
+#[cfg(test)]
 thread_local! {
-    /// The task whose next round on this thread panics (a test's fault). Per thread, as
-    /// delivery's and the store's faults are: `#[tokio::test]` runs a test and the tasks it
-    /// spawns on one thread, so tests running side by side do not see each other's faults.
-    static PANIC_IN: Cell<Option<Task>> = const { Cell::new(None) };
+    /// The task whose next rounds on this thread panic, and how many of them (a test's fault).
+    /// Per thread, as delivery's and the store's faults are: `#[tokio::test]` runs a test and
+    /// the tasks it spawns on one thread, so tests running side by side do not see each
+    /// other's faults.
+    static PANIC_IN: Cell<Option<(Task, usize)>> = const { Cell::new(None) };
 }
 
-/// Called by a long-running task at the start of each round: panics if a test asked for it,
-/// standing for a bug anywhere in the round. A thread-local read otherwise.
+/// Called by a long-running task once in each round: in a test, panics there if the test
+/// asked for it, standing for a bug anywhere in the round. Nothing in a build for use.
 pub(crate) fn round(task: Task) {
-    if PANIC_IN.with(Cell::get) == Some(task) {
-        PANIC_IN.with(|at| at.set(None));
+    #[cfg(test)]
+    if let Some((armed, left)) = PANIC_IN.with(Cell::get)
+        && armed == task
+    {
+        PANIC_IN.with(|at| at.set((left > 1).then_some((task, left - 1))));
         panic!("injected: {task} panicked in a round");
     }
+    #[cfg(not(test))]
+    let _ = task;
 }
 
 /// Test-only: makes the next round of `task` on this thread panic (once).
 #[cfg(test)]
 pub(crate) fn panic_next_round(task: Task) {
-    PANIC_IN.with(|at| at.set(Some(task)));
+    panic_next_rounds(task, 1);
+}
+
+/// Test-only: makes the next `count` rounds of `task` on this thread panic.
+#[cfg(test)]
+pub(crate) fn panic_next_rounds(task: Task, count: usize) {
+    PANIC_IN.with(|at| at.set((count > 0).then_some((task, count))));
 }
 
 /// Test-only: whether a panic asked for has not happened yet.

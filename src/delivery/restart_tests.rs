@@ -52,8 +52,8 @@ async fn a_renewer_that_panicked_renews_the_leases_before_they_run_out() {
     // The receiver holds the first request; the second job waits in the lane meanwhile, and
     // only the renewer keeps its lease (a job's own request renews it when the lease is shorter
     // than a request may take, but the second job's request has not started). Renewals every
-    // 6 s: the first with jobs held panics, the renewer starts again a second later, two
-    // seconds before the first request times out.
+    // 6 s: the first with jobs held panics, the renewer starts again a second later, at least
+    // two seconds before the first request times out.
     let receiver = Receiver::holding(0).await;
     let (node, connection) = Node::delivering_to(&receiver, |delivery| {
         delivery.lease_secs = 18;

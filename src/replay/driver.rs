@@ -4,6 +4,7 @@
 //! cursor, so a batch is enqueued (or a dead letter sent) at most once more than planned.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -59,9 +60,12 @@ pub(crate) async fn run(
 
 /// [`run`], looking every `idle` while there is nothing to drive. Looks at once when it starts
 /// (a replay a restart interrupted resumes without waiting) and after each replay it drove.
-/// A driver that panics (a bug) starts again (see [`crate::supervise`]) as the same node, and
-/// first gives up the lease it held: the replay it was driving resumes at its cursor at once,
-/// here or on another node, instead of when the lease runs out.
+///
+/// A driver that panics (a bug) starts again (see [`crate::supervise`]) as the same node. The
+/// replay it was driving resumes at its cursor at once, here or on another node (the lease is
+/// given up first), instead of when the lease runs out; a replay that makes the driver panic
+/// twice is ended `failed` instead, so one a bug always trips is not tried again every second
+/// (a dead letter sent and not yet recorded would be sent each time).
 async fn drive_replays(
     store: Store,
     webhooks: WebhookClient,
@@ -70,25 +74,49 @@ async fn drive_replays(
     cancel: CancellationToken,
 ) {
     let node = format!("replay-{}", uuid::Uuid::now_v7());
+    let driver = || Driver {
+        store: store.clone(),
+        webhooks: webhooks.clone(),
+        node: node.clone(),
+        cancel: cancel.clone(),
+    };
+    let driving = Driving::default();
     let mut started = false;
     supervise::restarting(TASK, cancel.clone(), || {
-        let driver = Driver {
-            store: store.clone(),
-            webhooks: webhooks.clone(),
-            node: node.clone(),
-            cancel: cancel.clone(),
-        };
         let restarted = std::mem::replace(&mut started, true);
-        driver.run(&wake, idle, restarted)
+        driver().run(&wake, idle, &driving, restarted)
     })
     .await;
+    // Shutdown may come while a panicked driver waits to start again: its lease goes too.
+    driver().release_leases().await;
+}
+
+/// Which replay the driver is driving, and which one it was driving at its last panic, kept
+/// across restarts.
+#[derive(Debug, Default)]
+struct Driving {
+    /// The replay being driven (0: none).
+    now: AtomicI64,
+    /// The replay a panic interrupted before (0: none).
+    interrupted: AtomicI64,
+}
+
+impl Driving {
+    /// After a panic: the replay it interrupted, if any, and whether an earlier panic
+    /// interrupted the same one.
+    fn after_a_panic(&self) -> Option<(i64, bool)> {
+        let id = self.now.swap(0, Ordering::Relaxed);
+        let before = self.interrupted.swap(id, Ordering::Relaxed);
+        (id != 0).then_some((id, id == before))
+    }
 }
 
 impl Driver {
-    /// [`drive_replays`]' loop, until `cancel` or a panic; `restarted` after a panic.
-    async fn run(self, wake: &Wake, idle: Duration, restarted: bool) {
+    /// [`drive_replays`]' loop, until `cancel` (the caller then gives up the leases) or a panic;
+    /// `restarted` after a panic.
+    async fn run(self, wake: &Wake, idle: Duration, driving: &Driving, restarted: bool) {
         if restarted {
-            self.release_leases().await;
+            self.recover(driving).await;
         }
         while !self.cancel.is_cancelled() {
             let now = now_ms();
@@ -98,9 +126,11 @@ impl Driver {
                 .await
             {
                 Ok(Some(replay)) => {
+                    driving.now.store(replay.id, Ordering::Relaxed);
                     // Where a bug would leave this node's lease held.
                     supervise::round(TASK);
                     self.drive(replay).await;
+                    driving.now.store(0, Ordering::Relaxed);
                     continue;
                 }
                 Ok(None) => {}
@@ -110,6 +140,24 @@ impl Driver {
                 () = self.cancel.cancelled() => break,
                 () = tokio::time::sleep(idle) => {}
                 () = wake.0.notified() => {}
+            }
+        }
+    }
+
+    /// After a panic: ends the replay it interrupted if a panic interrupted it before, and
+    /// gives up this node's leases.
+    async fn recover(&self, driving: &Driving) {
+        if let Some((id, true)) = driving.after_a_panic() {
+            let reason = "the replay driver failed twice while driving it (see the node's log)";
+            tracing::error!(
+                replay = id,
+                "A replay made its driver panic twice; it is ended."
+            );
+            let ended = (self.store)
+                .finish_replay(self.lease(id), "failed", Some(reason), now_ms())
+                .await;
+            if let Err(error) = ended {
+                tracing::warn!(%error, replay = id, "Ending a replay failed.");
             }
         }
         self.release_leases().await;
@@ -351,7 +399,7 @@ mod tests {
     use crate::model::ids::ConnectionId;
     use crate::store::replays_sql::NewReplay;
     use crate::store::tests::harness::TestStore;
-    use crate::supervise::{panic_next_round, panic_pending};
+    use crate::supervise::{panic_next_round, panic_next_rounds, panic_pending};
 
     /// Longer than any test runs: a replay these tests see driven was not found by a timed look.
     const NEVER: Duration = Duration::from_secs(3600);
@@ -466,5 +514,66 @@ mod tests {
         assert_eq!(ended, failed());
         cancel.cancel();
         driver.await.expect("driver ended");
+    }
+
+    /// A replay that makes the driver panic twice is ended `failed`, not tried again every
+    /// second; the driver goes on to the next.
+    #[tokio::test]
+    async fn a_replay_that_made_the_driver_panic_twice_is_ended_failed() {
+        let db = TestStore::open().await;
+        let tripping = start_replay(&db.store).await;
+        let next = start_replay(&db.store).await;
+        panic_next_rounds(TASK, 2);
+        let cancel = CancellationToken::new();
+        let driver = drive_replays(
+            db.store.clone(),
+            webhooks(),
+            Wake::default(),
+            NEVER,
+            cancel.clone(),
+        );
+        let driver = tokio::spawn(driver);
+        let ended = (
+            outcome(&db.store, tripping).await,
+            outcome(&db.store, next).await,
+        );
+        cancel.cancel();
+        driver.await.expect("driver ended");
+        assert!(!panic_pending(), "the driver did not panic twice");
+        let reason = "the replay driver failed twice while driving it (see the node's log)";
+        assert_eq!(ended, (("failed".into(), Some(reason.into())), failed()));
+    }
+
+    /// A node stopping while its driver waits to start again after a panic gives up the lease
+    /// the driver held: another node resumes the replay at once.
+    #[tokio::test]
+    async fn a_stop_during_the_restart_pause_gives_up_the_lease() {
+        let db = TestStore::open().await;
+        let id = start_replay(&db.store).await;
+        panic_next_round(TASK);
+        let cancel = CancellationToken::new();
+        let driver = drive_replays(
+            db.store.clone(),
+            webhooks(),
+            Wake::default(),
+            NEVER,
+            cancel.clone(),
+        );
+        let driver = tokio::spawn(driver);
+        while panic_pending() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        cancel.cancel();
+        driver.await.expect("driver ended");
+        let now = now_ms();
+        let claimed = (db.store)
+            .claim_replay("another-node", now, lease_end(now))
+            .await
+            .expect("claim");
+        assert_eq!(
+            claimed.map(|replay| replay.id),
+            Some(id),
+            "the lease was kept"
+        );
     }
 }

@@ -100,6 +100,7 @@ mod tests {
     async fn the_prune_goes_on_after_a_round_panicked() {
         let db = TestStore::open().await;
         let (writer, _jobs) = db.writer(Duration::from_secs(60));
+        // Received 1 ms after the epoch: past any retention.
         let received_long_ago = batch("in_1", Some("old"), 1, &[]);
         writer
             .ingest(vec![received_long_ago])
@@ -107,7 +108,6 @@ mod tests {
             .expect("ingest");
         assert_eq!(db.batches().await.len(), 1);
         let mut retention = Config::defaults().expect("defaults").retention;
-        retention.hours = 0;
         retention.interval_secs = 1;
         panic_next_round(TASK);
         let cancel = CancellationToken::new();
