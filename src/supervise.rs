@@ -93,6 +93,25 @@ pub(crate) fn panic_next_rounds(task: Task, count: usize) {
     PANIC_IN.with(|at| at.set((count > 0).then_some((task, count))));
 }
 
+/// Test-only: how long a task started again after a panic may take to show it works. Not a
+/// measure of speed: a task that is not started again never does, and one that is does within
+/// its pause and a round or two.
+#[cfg(test)]
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Test-only: whether `done` answers true within [`PATIENCE`], asked every 50 ms.
+#[cfg(test)]
+pub(crate) async fn within_patience(done: impl AsyncFn() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !done().await {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
 /// Test-only: whether a panic asked for has not happened yet.
 #[cfg(test)]
 pub(crate) fn panic_pending() -> bool {

@@ -522,11 +522,7 @@ impl Catalog {
 mod tests {
     use super::*;
     use crate::store::tests::harness::TestStore;
-    use crate::supervise::{panic_next_round, panic_pending};
-
-    /// How long a change may take to reach the catalog. Not a measure of speed: without the
-    /// restart it never does, and with it within a restart's pause and a reload.
-    const PATIENCE: Duration = Duration::from_secs(20);
+    use crate::supervise::{panic_next_round, panic_pending, within_patience};
 
     /// Another node's change reaches this node's catalog after the follower panicked (the
     /// panic comes at its first round, the listener's opening reload). PostgreSQL only: on
@@ -546,15 +542,11 @@ mod tests {
             .insert_input(&input(&id, "followed-key", "secret"))
             .await
             .expect("insert");
-        let followed = tokio::time::timeout(PATIENCE, async {
-            while catalog.input_by_key("followed-key").is_none() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-        .await;
+        let followed =
+            within_patience(async || catalog.input_by_key("followed-key").is_some()).await;
         assert!(!panic_pending(), "no round panicked");
         assert!(
-            followed.is_ok(),
+            followed,
             "the change was never followed after a round panicked"
         );
         cancel.cancel();

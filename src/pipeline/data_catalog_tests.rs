@@ -363,14 +363,10 @@ fn an_events_attributes_follow_it_through_the_caps_in_the_batchs_order() {
     assert_eq!(catalog.dropped(&input), 2, "A and its attribute");
 }
 
-/// How long the tally may take to be written. Not a measure of speed: without the restart it
-/// never is, and with it within a few flush intervals.
-const PATIENCE: std::time::Duration = std::time::Duration::from_secs(20);
-
 #[tokio::test]
 async fn the_tally_is_written_after_a_round_panicked() {
     use crate::store::tests::harness::TestStore;
-    use crate::supervise::{panic_next_round, panic_pending};
+    use crate::supervise::{panic_next_round, panic_pending, within_patience};
 
     let db = TestStore::open().await;
     let catalog = Arc::new(DataCatalog::default());
@@ -384,15 +380,12 @@ async fn the_tally_is_written_after_a_round_panicked() {
         db.store.clone(),
         cancel.clone(),
     ));
-    let written = tokio::time::timeout(PATIENCE, async {
-        while db.store.data_points(&input).await.expect("read").is_empty() {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    })
-    .await;
+    let written =
+        within_patience(async || !db.store.data_points(&input).await.expect("read").is_empty())
+            .await;
     assert!(!panic_pending(), "no round panicked");
     assert!(
-        written.is_ok(),
+        written,
         "the tally was never written after a round panicked"
     );
     cancel.cancel();

@@ -433,6 +433,21 @@ mod tests {
         ("running".into(), None)
     }
 
+    /// The driver as a node runs it, looking for work only when started or rung.
+    fn spawn_driver(
+        store: &Store,
+        wake: &Wake,
+        cancel: &CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(drive_replays(
+            store.clone(),
+            webhooks(),
+            wake.clone(),
+            NEVER,
+            cancel.clone(),
+        ))
+    }
+
     fn webhooks() -> WebhookClient {
         WebhookClient::new(true, Duration::from_secs(1)).expect("client")
     }
@@ -447,14 +462,7 @@ mod tests {
         let first = start_replay(&db.store).await;
         let second = start_replay(&db.store).await;
         let cancel = CancellationToken::new();
-        let driver = drive_replays(
-            db.store.clone(),
-            webhooks(),
-            Wake::default(),
-            NEVER,
-            cancel.clone(),
-        );
-        let driver = tokio::spawn(driver);
+        let driver = spawn_driver(&db.store, &Wake::default(), &cancel);
         let ended = (
             outcome(&db.store, first).await,
             outcome(&db.store, second).await,
@@ -469,14 +477,7 @@ mod tests {
         let db = TestStore::open().await;
         let wake = Wake::default();
         let cancel = CancellationToken::new();
-        let driver = drive_replays(
-            db.store.clone(),
-            webhooks(),
-            wake.clone(),
-            NEVER,
-            cancel.clone(),
-        );
-        let driver = tokio::spawn(driver);
+        let driver = spawn_driver(&db.store, &wake, &cancel);
         // One replay driven (found by the first look or by this ring, whichever comes later)
         // shows the driver at work; the look that follows it at once finds nothing, and the
         // driver waits (an hour, but for a ring).
@@ -501,14 +502,7 @@ mod tests {
         let id = start_replay(&db.store).await;
         panic_next_round(TASK);
         let cancel = CancellationToken::new();
-        let driver = drive_replays(
-            db.store.clone(),
-            webhooks(),
-            Wake::default(),
-            NEVER,
-            cancel.clone(),
-        );
-        let driver = tokio::spawn(driver);
+        let driver = spawn_driver(&db.store, &Wake::default(), &cancel);
         let ended = outcome(&db.store, id).await;
         assert!(!panic_pending(), "the driver never panicked");
         assert_eq!(ended, failed());
@@ -525,14 +519,7 @@ mod tests {
         let next = start_replay(&db.store).await;
         panic_next_rounds(TASK, 2);
         let cancel = CancellationToken::new();
-        let driver = drive_replays(
-            db.store.clone(),
-            webhooks(),
-            Wake::default(),
-            NEVER,
-            cancel.clone(),
-        );
-        let driver = tokio::spawn(driver);
+        let driver = spawn_driver(&db.store, &Wake::default(), &cancel);
         let ended = (
             outcome(&db.store, tripping).await,
             outcome(&db.store, next).await,
@@ -552,14 +539,7 @@ mod tests {
         let id = start_replay(&db.store).await;
         panic_next_round(TASK);
         let cancel = CancellationToken::new();
-        let driver = drive_replays(
-            db.store.clone(),
-            webhooks(),
-            Wake::default(),
-            NEVER,
-            cancel.clone(),
-        );
-        let driver = tokio::spawn(driver);
+        let driver = spawn_driver(&db.store, &Wake::default(), &cancel);
         while panic_pending() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

@@ -91,11 +91,7 @@ mod tests {
     use super::*;
     use crate::model::ids::InputId;
     use crate::store::tests::harness::TestStore;
-    use crate::supervise::{panic_next_round, panic_pending};
-
-    /// How long the figures may take to be written. Not a measure of speed: without the
-    /// restart they never are, and with it within a few flush intervals.
-    const PATIENCE: Duration = Duration::from_secs(20);
+    use crate::supervise::{panic_next_round, panic_pending, within_patience};
 
     #[tokio::test]
     async fn the_figures_are_written_after_a_round_panicked() {
@@ -111,20 +107,15 @@ mod tests {
             db.store.clone(),
             cancel.clone(),
         ));
-        let written = tokio::time::timeout(PATIENCE, async {
-            loop {
-                let stored = db.store.minutes_between(0, at + 60_000, None).await;
-                let received: i64 = stored.expect("minutes").iter().map(|m| m.2.received).sum();
-                if received == 7 {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+        let written = within_patience(async || {
+            let stored = db.store.minutes_between(0, at + 60_000, None).await;
+            let received: i64 = stored.expect("minutes").iter().map(|m| m.2.received).sum();
+            received == 7
         })
         .await;
         assert!(!panic_pending(), "no round panicked");
         assert!(
-            written.is_ok(),
+            written,
             "the figures were never written after a round panicked"
         );
         cancel.cancel();

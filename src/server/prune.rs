@@ -90,11 +90,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::store::tests::harness::{TestStore, batch};
-    use crate::supervise::{panic_next_round, panic_pending};
-
-    /// How long the prune may take to delete the batch. Not a measure of speed: without the
-    /// restart it never does, and with it within a few rounds of a second.
-    const PATIENCE: Duration = Duration::from_secs(20);
+    use crate::supervise::{panic_next_round, panic_pending, within_patience};
 
     #[tokio::test]
     async fn the_prune_goes_on_after_a_round_panicked() {
@@ -117,17 +113,9 @@ mod tests {
             retention,
             cancel.clone(),
         ));
-        let pruned = tokio::time::timeout(PATIENCE, async {
-            while !db.batches().await.is_empty() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-        .await;
+        let pruned = within_patience(async || db.batches().await.is_empty()).await;
         assert!(!panic_pending(), "no round panicked");
-        assert!(
-            pruned.is_ok(),
-            "the batch was never pruned after a round panicked"
-        );
+        assert!(pruned, "the batch was never pruned after a round panicked");
         cancel.cancel();
         task.await.expect("the prune ended");
     }
