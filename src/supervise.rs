@@ -11,8 +11,9 @@
 //! from spinning a core and flooding the log.
 //!
 //! The node's other long-running tasks run the same way, each named by a [`Task`]: the
-//! retention prune, SQLite's WAL checkpoints, the replay driver, the catalog's follower of other
-//! nodes' changes, and the flushers of the data catalog and the per-minute metrics. Each calls
+//! retention prune, SQLite's WAL checkpoints, the replay driver, the catalog's listener for
+//! other nodes' changes and its follower, and the flushers of the data catalog and the
+//! per-minute metrics. Each calls
 //! [`round`] once in every round of its loop, where a test can make it panic.
 //!
 //! What a restart loses beyond time: a flusher that panics while it writes loses the tally it

@@ -248,8 +248,9 @@ fn found<T>(read: StoreResult<T>) -> StoreResult<Option<T>> {
 }
 
 /// Waits for the next changes the store announces and adds them to `into`. Once the listener
-/// has stopped (it stops only with its receiver, so this is a failure), waits for ever: the
-/// safety net alone then keeps the catalog current.
+/// has stopped (it is started again after a panic and stops only with its receiver, so only
+/// the runtime's end can stop it), waits for ever: the safety net alone then keeps the catalog
+/// current.
 async fn announced(
     changes: &mut Option<mpsc::UnboundedReceiver<CatalogChange>>,
     into: &mut Vec<CatalogChange>,

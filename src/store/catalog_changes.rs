@@ -15,16 +15,24 @@
 //! [`HEARD_WITHIN`] (see [`Watchdog`]), the listener is taken for dead: it is dropped, a new one
 //! connects, and the catalog is reloaded whole. A dead listener is thus noticed within about
 //! 2 s, not at the pipeline's next 5 s reload.
+//!
+//! A panic in the task (a bug) does not end it: it starts again (see [`crate::supervise`]),
+//! with a new connection, and says [`CatalogChange::Everything`] first, as after any
+//! reconnection.
 
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::Store;
 use crate::model::ids::{ConnectionId, InputId, OutputId};
+use crate::supervise::{self, Task};
 
+/// The listener's name in the log and in a test's fault.
+pub(super) const LISTENER: Task = "catalog listener";
 /// The channel the triggers notify.
 const CHANNEL: &str = "boson_catalog";
 /// The first wait before listening again after a failure; it doubles up to `RETRY_MAX`.
@@ -92,9 +100,18 @@ impl Store {
     }
 }
 
+/// Spawns the listening task: started again after a panic (see [`crate::supervise`]), so the
+/// receiver stays open for the node's life, and each new start's first word is "everything".
 fn listen_with(pool: PgPool, options: PgConnectOptions) -> mpsc::UnboundedReceiver<CatalogChange> {
     let (changes, received) = mpsc::unbounded_channel();
-    tokio::spawn(listen(pool, options, changes));
+    // It ends with its receiver, so nothing else stops it.
+    let never = CancellationToken::new();
+    tokio::spawn(async move {
+        supervise::restarting(LISTENER, never, || {
+            listen(pool.clone(), options.clone(), changes.clone())
+        })
+        .await;
+    });
     received
 }
 
@@ -135,7 +152,7 @@ async fn listen(
     // This listener's own heartbeat channel (an identifier: lowercase letters and digits).
     let heartbeat = format!("boson_heartbeat_{}", uuid::Uuid::new_v4().simple());
     let mut pause = RETRY_MIN;
-    loop {
+    while !changes.is_closed() {
         match listening(options.clone(), &heartbeat).await {
             Ok(listener) => {
                 pause = RETRY_MIN;
@@ -185,6 +202,7 @@ async fn relay(
     let mut beat = tokio::time::interval(HEARTBEAT);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        supervise::round(LISTENER);
         if let Some(change) = next.take()
             && changes.send(change).is_err()
         {
