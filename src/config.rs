@@ -35,6 +35,7 @@ const KNOWN_KEYS: &[&str] = &[
     "tls_cert",
     "tls_key",
     "shutdown_deadline_secs",
+    "worker_threads",
     "http",
     "ingest",
     "delivery",
@@ -75,6 +76,8 @@ pub struct Config {
     /// Seconds requests and deliveries in flight get to finish once shutdown begins; then the
     /// connections left are dropped and the deliveries left are released.
     pub shutdown_deadline_secs: u64,
+    /// The async runtime's worker threads; 0: one per CPU (see [`Self::worker_threads_for`]).
+    pub worker_threads: usize,
     /// The HTTP server's connection cap and timeouts.
     pub http: HttpConfig,
     /// Events API limits.
@@ -269,6 +272,16 @@ impl Config {
         let config: Config = figment.extract().context("invalid configuration")?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// The async runtime's worker threads on a host where Boson may use `cpus` CPUs:
+    /// `worker_threads`, or one per CPU (tokio's own default) when it is 0.
+    pub fn worker_threads_for(&self, cpus: usize) -> usize {
+        if self.worker_threads > 0 {
+            self.worker_threads
+        } else {
+            cpus.max(1)
+        }
     }
 
     /// The defaults alone, for tests and tools that then adjust fields.
@@ -556,6 +569,27 @@ mod tests {
             assert_eq!(c.listen.port(), 9999);
             assert!(c.allow_private_destinations);
             assert_eq!(c.delivery.retry_window_secs, 60);
+            Ok(())
+        });
+    }
+
+    /// By default one thread per CPU, at least one; a number set, in the file or the
+    /// environment, is taken as it is.
+    #[test]
+    fn worker_threads_are_one_per_cpu_unless_set() {
+        let mut c = Config::defaults().unwrap();
+        assert_eq!(c.worker_threads, 0);
+        let by_cpus: Vec<usize> = [0, 1, 2, 16]
+            .into_iter()
+            .map(|cpus| c.worker_threads_for(cpus))
+            .collect();
+        assert_eq!(by_cpus, [1, 1, 2, 16]);
+        c.worker_threads = 4;
+        assert_eq!((c.worker_threads_for(2), c.worker_threads_for(16)), (4, 4));
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("BOSON_WORKER_THREADS", "1");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.worker_threads_for(8), 1);
             Ok(())
         });
     }

@@ -40,8 +40,7 @@ enum Command {
     },
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     boson::telemetry::init_logging();
     match cli.command {
@@ -49,16 +48,41 @@ async fn main() -> anyhow::Result<()> {
             print!("{}", boson::config::DEFAULT_CONFIG);
             Ok(())
         }
-        Command::Receive { port } => boson::receive::run(port, shutdown_signal()).await,
-        Command::Migrate => boson::migrate(&boson::Config::load(cli.config.as_deref())?).await,
+        Command::Receive { port } => {
+            runtime(None)?.block_on(boson::receive::run(port, shutdown_signal()))
+        }
+        Command::Migrate => {
+            let config = boson::Config::load(cli.config.as_deref())?;
+            runtime(Some(&config))?.block_on(boson::migrate(&config))
+        }
         Command::Serve => {
             let config = boson::Config::load(cli.config.as_deref())?;
-            let listener = tokio::net::TcpListener::bind(config.listen)
-                .await
-                .with_context(|| format!("failed to listen on {}", config.listen))?;
-            boson::run(config, listener, shutdown_signal()).await
+            runtime(Some(&config))?.block_on(serve(config))
         }
     }
+}
+
+async fn serve(config: boson::Config) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("failed to listen on {}", config.listen))?;
+    boson::run(config, listener, shutdown_signal()).await
+}
+
+/// The async runtime, with as many worker threads as `config` gives for this host's CPUs
+/// (tokio's default without a configuration: the `receive` tool).
+fn runtime(config: Option<&boson::Config>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(config) = config {
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let workers = config.worker_threads_for(cpus);
+        tracing::info!(cpus, workers, "Starting the async runtime.");
+        builder.worker_threads(workers);
+    }
+    builder
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")
 }
 
 /// Completes on SIGTERM or Ctrl-C.
