@@ -23,6 +23,9 @@ pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 /// The most ingest lanes on PostgreSQL: each holds one of the store's 16 pooled connections
 /// while it commits, and delivery, the catalog and the admin API need some of them.
 pub const MAX_POSTGRES_LANES: usize = 8;
+/// The most async worker threads (`worker_threads`): far more than any host has CPUs, and few
+/// enough that starting them cannot fail for want of threads.
+pub const MAX_WORKER_THREADS: usize = 1024;
 /// Longest a writer lane may hold a group commit open (`ingest.commit_gather_us`).
 pub const MAX_COMMIT_GATHER_US: u64 = 10_000;
 /// Top-level keys the environment may set; anything else prefixed `BOSON_` is warned about.
@@ -76,7 +79,7 @@ pub struct Config {
     /// Seconds requests and deliveries in flight get to finish once shutdown begins; then the
     /// connections left are dropped and the deliveries left are released.
     pub shutdown_deadline_secs: u64,
-    /// The async runtime's worker threads; 0: one per CPU (see [`Self::worker_threads_for`]).
+    /// The async runtime's worker threads; 0: tokio's default (see [`Self::worker_threads`]).
     pub worker_threads: usize,
     /// The HTTP server's connection cap and timeouts.
     pub http: HttpConfig,
@@ -274,14 +277,10 @@ impl Config {
         Ok(config)
     }
 
-    /// The async runtime's worker threads on a host where Boson may use `cpus` CPUs:
-    /// `worker_threads`, or one per CPU (tokio's own default) when it is 0.
-    pub fn worker_threads_for(&self, cpus: usize) -> usize {
-        if self.worker_threads > 0 {
-            self.worker_threads
-        } else {
-            cpus.max(1)
-        }
+    /// The async runtime's worker threads, if set; `None` (0 in the configuration) leaves
+    /// tokio's default: one per CPU, or `TOKIO_WORKER_THREADS`.
+    pub fn worker_threads(&self) -> Option<usize> {
+        (self.worker_threads > 0).then_some(self.worker_threads)
     }
 
     /// The defaults alone, for tests and tools that then adjust fields.
@@ -359,6 +358,9 @@ impl Config {
         }
         if !(1..=MAX_POSTGRES_LANES).contains(&i.postgres_lanes) {
             bail!("ingest.postgres_lanes must be from 1 to {MAX_POSTGRES_LANES}");
+        }
+        if self.worker_threads > MAX_WORKER_THREADS {
+            bail!("worker_threads must be at most {MAX_WORKER_THREADS} (0: one per CPU)");
         }
         if i.commit_gather_us > MAX_COMMIT_GATHER_US {
             bail!("ingest.commit_gather_us must be at most {MAX_COMMIT_GATHER_US} (10 ms)");
@@ -573,23 +575,21 @@ mod tests {
         });
     }
 
-    /// By default one thread per CPU, at least one; a number set, in the file or the
-    /// environment, is taken as it is.
+    /// By default tokio chooses (one thread per CPU); a number set, in the file or the
+    /// environment, is taken as it is, up to a bound.
     #[test]
-    fn worker_threads_are_one_per_cpu_unless_set() {
+    fn worker_threads_are_tokios_choice_unless_set() {
         let mut c = Config::defaults().unwrap();
-        assert_eq!(c.worker_threads, 0);
-        let by_cpus: Vec<usize> = [0, 1, 2, 16]
-            .into_iter()
-            .map(|cpus| c.worker_threads_for(cpus))
-            .collect();
-        assert_eq!(by_cpus, [1, 1, 2, 16]);
+        assert_eq!(c.worker_threads(), None);
         c.worker_threads = 4;
-        assert_eq!((c.worker_threads_for(2), c.worker_threads_for(16)), (4, 4));
+        assert_eq!(c.worker_threads(), Some(4));
         figment::Jail::expect_with(|jail| {
             jail.set_env("BOSON_WORKER_THREADS", "1");
             let c = Config::load(None).map_err(|e| e.to_string())?;
-            assert_eq!(c.worker_threads_for(8), 1);
+            assert_eq!(c.worker_threads(), Some(1));
+            jail.set_env("BOSON_WORKER_THREADS", "10000");
+            let error = format!("{:#}", Config::load(None).expect_err("too many"));
+            assert!(error.contains("worker_threads must be at most"), "{error}");
             Ok(())
         });
     }

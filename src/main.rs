@@ -69,20 +69,23 @@ async fn serve(config: boson::Config) -> anyhow::Result<()> {
     boson::run(config, listener, shutdown_signal()).await
 }
 
-/// The async runtime, with as many worker threads as `config` gives for this host's CPUs
-/// (tokio's default without a configuration: the `receive` tool).
+/// The async runtime, with the worker threads `config` sets, or tokio's default (one per CPU,
+/// or `TOKIO_WORKER_THREADS`) when it sets none or there is no configuration (the `receive`
+/// tool).
 fn runtime(config: Option<&boson::Config>) -> anyhow::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(config) = config {
-        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-        let workers = config.worker_threads_for(cpus);
-        tracing::info!(cpus, workers, "Starting the async runtime.");
+    if let Some(workers) = config.and_then(boson::Config::worker_threads) {
         builder.worker_threads(workers);
     }
-    builder
+    let runtime = builder
         .enable_all()
         .build()
-        .context("failed to start the async runtime")
+        .context("failed to start the async runtime")?;
+    if config.is_some() {
+        let workers = runtime.metrics().num_workers();
+        tracing::info!(workers, "Started the async runtime.");
+    }
+    Ok(runtime)
 }
 
 /// Completes on SIGTERM or Ctrl-C.
