@@ -13,8 +13,8 @@
 //! The node's other long-running tasks run the same way, each named by a [`Task`]: the
 //! retention prune, SQLite's WAL checkpoints, the replay driver, the catalog's listener for
 //! other nodes' changes and its follower, and the flushers of the data catalog and the
-//! per-minute metrics. Each calls
-//! [`round`] once in every round of its loop, where a test can make it panic.
+//! per-minute metrics. Each calls [`round`] once in every round of its loop, where a test can
+//! make it panic.
 //!
 //! What a restart loses beyond time: a flusher that panics while it writes loses the tally it
 //! had taken (figures for the dashboard's charts and the data catalog's counts, not events);
