@@ -98,7 +98,7 @@ pub(crate) fn panic_next_rounds(task: Task, count: usize) {
 /// measure of speed: a task that is not started again never does, and one that is does within
 /// its pause and a round or two.
 #[cfg(test)]
-const PATIENCE: Duration = Duration::from_secs(20);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
 
 /// Test-only: whether `done` answers true within [`PATIENCE`], asked every 50 ms.
 #[cfg(test)]

@@ -13,13 +13,10 @@ use crate::model::ids::{ConnectionId, OutputId};
 use crate::store::CatalogChange;
 use crate::store::backend::{Sql, args};
 use crate::store::catalog_changes::LISTENER;
-use crate::supervise::{panic_next_round, panic_pending};
+use crate::supervise::{PATIENCE, panic_next_round, panic_pending};
 
 /// How long an announcement may take to arrive (it takes milliseconds).
 const ARRIVES_WITHIN: Duration = Duration::from_secs(5);
-/// How long a listener that panicked may take to announce again: the next heartbeat, the
-/// restart's pause and a new connection (a restart is not a measure of speed).
-const RESTARTS_WITHIN: Duration = Duration::from_secs(20);
 /// How long to wait before concluding nothing more is announced.
 const QUIET_FOR: Duration = Duration::from_millis(300);
 
@@ -257,7 +254,8 @@ async fn a_listener_that_panicked_starts_again_and_reloads_everything() {
     // first), before that is passed on, so the change is not announced as itself.
     panic_next_round(LISTENER);
     db.store.insert_input(&input_row()).await.unwrap();
-    let restarted = tokio::time::timeout(RESTARTS_WITHIN, changes.recv())
+    // Within the restart's patience: the next heartbeat, the pause and a new connection.
+    let restarted = tokio::time::timeout(PATIENCE, changes.recv())
         .await
         .expect("the listener announces again in time")
         .expect("the listener is running");
