@@ -7,11 +7,12 @@
 use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgArguments, PgConnection, PgRow, Postgres};
 use sqlx::sqlite::{Sqlite, SqliteRow};
-use sqlx::{Connection, Database, Decode, FromRow, Transaction, Type};
+use sqlx::{Database, Decode, FromRow, Transaction, Type};
 
 use super::Store;
 pub(crate) use super::arg::Arg;
 use super::direct::{DirectConnection, DirectRow, DirectTx};
+use super::pg_lane::{KeptPg, LaneTx};
 use crate::model::ids::{BatchId, ConnectionId, InputId, Mpid, OutputId};
 
 /// A statement, as each backend spells it.
@@ -376,10 +377,44 @@ macro_rules! statements {
 #[derive(Debug)]
 pub(crate) enum Tx<'c> {
     Sqlite(Transaction<'c, Sqlite>),
-    Postgres(Transaction<'c, Postgres>),
+    Postgres(PgTx<'c>),
     /// The SQLite writer's own connection ([`DirectConnection`]): its statements run on the
     /// thread that awaits them, so these futures never wait for another thread.
     Direct(DirectTx<'c>),
+}
+
+/// A PostgreSQL transaction: sqlx's, on a pool connection, or a writer lane's, which the lane
+/// begins and ends itself ([`super::pg_lane`]).
+#[derive(Debug)]
+pub(crate) enum PgTx<'c> {
+    Pool(Transaction<'c, Postgres>),
+    Lane(LaneTx<'c>),
+}
+
+impl PgTx<'_> {
+    fn connection(&mut self) -> &mut PgConnection {
+        match self {
+            PgTx::Pool(tx) => tx,
+            PgTx::Lane(tx) => tx.connection(),
+        }
+    }
+
+    /// Commits; with `then`, a lane's transaction begins the next group's in the same round
+    /// trip (see [`LaneTx::commit`]). A pool's transaction has no next group.
+    async fn commit(self, then: Option<&'static str>) -> Result<(), sqlx::Error> {
+        match self {
+            PgTx::Pool(tx) => tx.commit().await,
+            PgTx::Lane(tx) => tx.commit(then).await,
+        }
+    }
+
+    #[cfg(test)]
+    async fn rollback(self) -> Result<(), sqlx::Error> {
+        match self {
+            PgTx::Pool(tx) => tx.rollback().await,
+            PgTx::Lane(tx) => tx.rollback().await,
+        }
+    }
 }
 
 /// SQLite must take the write lock up front: a transaction that reads first and writes later
@@ -398,14 +433,16 @@ impl Store {
     pub(crate) async fn begin(&self) -> Result<Tx<'static>, sqlx::Error> {
         Ok(match self {
             Store::Sqlite(pool) => Tx::Sqlite(pool.begin_with(BEGIN.sqlite).await?),
-            Store::Postgres(pool) => Tx::Postgres(pool.begin_with(BEGIN.postgres).await?),
+            Store::Postgres(pool) => {
+                Tx::Postgres(PgTx::Pool(pool.begin_with(BEGIN.postgres).await?))
+            }
         })
     }
 }
 
 statements!(Store, [&self], self, Row, Store::Sqlite(pool) => pool, Store::Postgres(pool) => pool);
 statements!(Tx<'_>, [&mut self], self, TxRow,
-    Tx::Sqlite(tx) => &mut **tx, Tx::Postgres(tx) => &mut **tx, Tx::Direct(tx) => tx);
+    Tx::Sqlite(tx) => &mut **tx, Tx::Postgres(tx) => tx.connection(), Tx::Direct(tx) => tx);
 
 /// The connection a writer lane runs its group commits on: one of its own, out of the pool, on
 /// either backend. Taking one from the pool and giving it back cost, per group, a ping (sqlx
@@ -422,7 +459,7 @@ pub(crate) enum WriterConnection {
     /// connection is replaced at the next group. A BEGIN that fails on it is tried once more on
     /// a fresh one (`group::commit`): a connection the server closed while idle costs no request
     /// its answer.
-    Postgres(Option<PgConnection>),
+    Postgres(Option<KeptPg>),
 }
 
 impl Store {
@@ -450,11 +487,39 @@ impl Store {
 /// Sent with the BEGIN (one simple query), the setting costs no round trip of its own. SQLite
 /// plans each statement from the table as it is: nothing to do. READ COMMITTED as in [`BEGIN`],
 /// for the same reasons.
-const GROUP_BEGIN_POSTGRES: &str =
-    "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL enable_seqscan = off";
+macro_rules! group_begin_postgres {
+    () => {
+        "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL enable_seqscan = off"
+    };
+}
 /// A group of ingests (an ingest lane's) also forces the generic plan ([`Plans::Generic`]).
-const INGEST_BEGIN_POSTGRES: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; \
-     SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_generic_plan";
+macro_rules! ingest_begin_postgres {
+    () => {
+        concat!(
+            group_begin_postgres!(),
+            "; SET LOCAL plan_cache_mode = force_generic_plan"
+        )
+    };
+}
+
+impl Plans {
+    /// The BEGIN of a lane's group with these plans.
+    fn begin_postgres(self) -> &'static str {
+        match self {
+            Plans::Chosen => group_begin_postgres!(),
+            Plans::Generic => ingest_begin_postgres!(),
+        }
+    }
+
+    /// A group's COMMIT followed by the next group's BEGIN with these plans (see
+    /// [`super::pg_lane`]).
+    pub(crate) fn commit_and_begin_postgres(self) -> &'static str {
+        match self {
+            Plans::Chosen => concat!("COMMIT; ", group_begin_postgres!()),
+            Plans::Generic => concat!("COMMIT; ", ingest_begin_postgres!()),
+        }
+    }
+}
 
 /// How PostgreSQL plans the statements of a group's transaction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -487,7 +552,7 @@ impl WriterConnection {
         // Each kept connection is detached: the pool opens another in its place for readers,
         // and closing the pool does not wait for the writer's.
         #[cfg(test)]
-        round_trips::count(1);
+        round_trips::count(u64::from(!self.is_begun()));
         match (self, store) {
             (WriterConnection::Sqlite(held), Store::Sqlite(pool)) => {
                 let connection = match held {
@@ -501,17 +566,16 @@ impl WriterConnection {
             (WriterConnection::Postgres(held), Store::Postgres(pool)) => {
                 let connection = match held {
                     Some(connection) => connection,
-                    None => held.insert(pool.acquire().await?.detach()),
+                    None => held.insert(KeptPg::new(pool.acquire().await?.detach())),
                 };
                 // A connection that went silent (a NAT or load balancer dropped it without a
                 // word) would hold the lane until TCP gives up, about 15 minutes; the pool's
                 // acquire had a timeout of its own. BEGIN is answered at once by a live server.
-                let begin = connection.begin_with(match plans {
-                    Plans::Chosen => GROUP_BEGIN_POSTGRES,
-                    Plans::Generic => INGEST_BEGIN_POSTGRES,
-                });
+                // A transaction the last COMMIT began is taken as it is: its plans are the last
+                // group's, and a lane's groups are alike (only a performance hint differs).
+                let begin = connection.begin(plans.begin_postgres());
                 match tokio::time::timeout(KEPT_BEGIN_TIMEOUT, begin).await {
-                    Ok(tx) => Ok(Tx::Postgres(tx?)),
+                    Ok(tx) => Ok(Tx::Postgres(PgTx::Lane(tx?))),
                     Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         "the writer's connection did not answer its BEGIN",
@@ -522,6 +586,12 @@ impl WriterConnection {
                 "a writer connection of the other backend".into(),
             )),
         }
+    }
+
+    /// Whether the last COMMIT began the next group's transaction (PostgreSQL only).
+    #[cfg(test)]
+    fn is_begun(&self) -> bool {
+        matches!(self, WriterConnection::Postgres(Some(kept)) if kept.is_begun())
     }
 
     /// Whether a connection is kept from an earlier group (the next BEGIN runs on it).
@@ -577,7 +647,7 @@ impl Tx<'_> {
         };
         #[cfg(test)]
         round_trips::count(1);
-        query.fetch_all(&mut **tx).await
+        query.fetch_all(tx.connection()).await
     }
 
     /// The first column of every row (ids, mostly).
@@ -594,6 +664,13 @@ impl Tx<'_> {
     }
 
     pub(crate) async fn commit(self) -> Result<(), sqlx::Error> {
+        self.commit_then(None).await
+    }
+
+    /// Commits; on a PostgreSQL lane's transaction with `then` (from
+    /// [`Plans::commit_and_begin_postgres`]), begins the next group's transaction in the same
+    /// round trip. Elsewhere `then` changes nothing.
+    pub(crate) async fn commit_then(self, then: Option<&'static str>) -> Result<(), sqlx::Error> {
         #[cfg(test)]
         round_trips::count(1);
         #[cfg(test)]
@@ -602,7 +679,7 @@ impl Tx<'_> {
         }
         match self {
             Tx::Sqlite(tx) => tx.commit().await,
-            Tx::Postgres(tx) => tx.commit().await,
+            Tx::Postgres(tx) => tx.commit(then).await,
             Tx::Direct(tx) => tx.commit(),
         }
     }
@@ -612,7 +689,7 @@ impl Tx<'_> {
         use super::faults::{CommitFault, commit_error};
         match (fault, self) {
             (CommitFault::AnswerLost, Tx::Sqlite(tx)) => tx.commit().await?,
-            (CommitFault::AnswerLost, Tx::Postgres(tx)) => tx.commit().await?,
+            (CommitFault::AnswerLost, Tx::Postgres(tx)) => tx.commit(None).await?,
             (CommitFault::RolledBack, Tx::Sqlite(tx)) => tx.rollback().await?,
             (CommitFault::RolledBack, Tx::Postgres(tx)) => tx.rollback().await?,
             (CommitFault::AnswerLost, Tx::Direct(tx)) => tx.commit()?,

@@ -130,18 +130,26 @@ pub(super) enum Failure {
 }
 
 /// Runs a group's commands in one transaction on the lane's `connection` and returns one `Done`
-/// per command, in order.
+/// per command, in order. `queued` answers, at the COMMIT, whether the lane's next group is
+/// already waiting: on PostgreSQL its transaction then begins with this COMMIT (see
+/// [`super::pg_lane`]).
 pub(super) async fn commit(
     store: &Store,
     connection: &mut WriterConnection,
     commands: &mut [Command],
     lease_ms: i64,
     node: &str,
+    queued: &(dyn Fn() -> bool + Sync),
 ) -> Result<Vec<Done>, Failure> {
     let mut resends = Resends::FoundByInsert;
+    let group = Group {
+        lease_ms,
+        node,
+        queued,
+    };
     loop {
         let kept = connection.is_kept();
-        let tried = match commit_once(store, connection, commands, lease_ms, node, resends).await {
+        let tried = match commit_once(store, connection, commands, &group, resends).await {
             Ok(tried) => tried,
             // A kept connection the server closed or stopped answering while the lane was idle
             // (a restart, a failover, an idle timeout) fails at its BEGIN, before anything of
@@ -150,7 +158,7 @@ pub(super) async fn commit(
             Err(error) if kept && lost_connection(&error) => {
                 tracing::info!(%error, "The writer's connection failed its BEGIN; opening another.");
                 connection.reset();
-                commit_once(store, connection, commands, lease_ms, node, resends)
+                commit_once(store, connection, commands, &group, resends)
                     .await
                     .unwrap_or_else(|error| Try::Ended(Err(rolled_back(error))))
             }
@@ -190,19 +198,27 @@ fn lost_connection(error: &sqlx::Error) -> bool {
     }
 }
 
+/// What a group's tries share: its leases' length and owner, and whether the lane's next group
+/// is queued.
+struct Group<'a> {
+    lease_ms: i64,
+    node: &'a str,
+    queued: &'a (dyn Fn() -> bool + Sync),
+}
+
 /// One try at the group on the connection as it is; the error is a BEGIN that failed.
 async fn commit_once(
     store: &Store,
     connection: &mut WriterConnection,
     commands: &mut [Command],
-    lease_ms: i64,
-    node: &str,
+    group: &Group<'_>,
     resends: Resends,
 ) -> Result<Try, sqlx::Error> {
     let started = Instant::now();
-    let mut tx = connection.begin(store, plans_for(commands)).await?;
+    let plans = plans_for(commands);
+    let mut tx = connection.begin(store, plans).await?;
     let begun = started.elapsed();
-    let steps = run_steps(&mut tx, commands, lease_ms, node, resends).await;
+    let steps = run_steps(&mut tx, commands, group.lease_ms, group.node, resends).await;
     let (done, stored) = match steps {
         Ok(ran) => ran,
         Err(StepsFailed::AResendWrote) => {
@@ -217,7 +233,9 @@ async fn commit_once(
         }
     };
     let ran = started.elapsed();
-    let committed = tx.commit().await;
+    // Asked at the COMMIT, not at the BEGIN: what arrived while the steps ran counts.
+    let then = (group.queued)().then(|| plans.commit_and_begin_postgres());
+    let committed = tx.commit_then(then).await;
     // Where a group's time goes (`RUST_LOG=boson::store::group=debug`): the BEGIN, the steps,
     // the COMMIT with its sync (on SQLite mostly the WAL's fsync). The time to a 202 at
     // saturation is mostly these (issue 16), and `retention-bench lineup` lines slow requests

@@ -25,6 +25,7 @@ mod identity_read;
 pub(crate) mod identity_sql;
 mod identity_steps;
 pub(crate) mod metrics_sql;
+mod pg_lane;
 mod private_files;
 pub(crate) mod prune_step;
 pub(crate) mod queue;

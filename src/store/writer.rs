@@ -437,7 +437,16 @@ async fn run(
         );
         #[cfg(test)]
         take_the_group_a_test_asked_for(&mut rx, &mut group).await;
-        let result = commit(&store, &mut connection, &mut group, lease_ms, &node).await;
+        let queued = || !rx.is_empty();
+        let result = commit(
+            &store,
+            &mut connection,
+            &mut group,
+            lease_ms,
+            &node,
+            &queued,
+        )
+        .await;
         if result.is_err() {
             // Whatever failed may have been the kept connection itself: the next transaction
             // starts on a fresh one.
@@ -449,7 +458,8 @@ async fn run(
                 tracing::warn!(%error, commands = group.len(), "Group commit failed; retrying its commands one by one.");
                 for mut command in std::mem::take(&mut group) {
                     let one = std::slice::from_mut(&mut command);
-                    let result = commit(&store, &mut connection, one, lease_ms, &node).await;
+                    let result =
+                        commit(&store, &mut connection, one, lease_ms, &node, &|| false).await;
                     if result.is_err() {
                         connection.reset();
                     }

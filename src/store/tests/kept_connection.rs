@@ -5,6 +5,8 @@
 //! would get an error, a group of one not being retried.
 
 use super::harness::{TestStore, batch, on_postgres};
+use crate::store::backend::{Plans, Sql, WriterConnection, round_trips};
+use crate::store::faults::{CommitFault, inject_commit_fault};
 use crate::store::group::{Command, commit};
 use tokio::sync::oneshot;
 
@@ -30,6 +32,7 @@ async fn a_lone_group_commits_after_the_server_closed_the_lanes_connection() {
         &mut one_ingest("first"),
         60_000,
         "node",
+        &|| false,
     )
     .await
     .unwrap_or_else(|_| panic!("the first group commits"));
@@ -51,10 +54,114 @@ async fn a_lone_group_commits_after_the_server_closed_the_lanes_connection() {
         &mut one_ingest("second"),
         60_000,
         "node",
+        &|| false,
     )
     .await;
     if let Err(failure) = second {
         panic!("a lone group after the lane's connection was closed: {failure:?}");
     }
     assert_eq!(db.batches().await.len(), 2);
+}
+
+/// The statements a group of one ingest sends, counted ([`round_trips`]).
+async fn trips_of(
+    db: &TestStore,
+    connection: &mut WriterConnection,
+    request: &str,
+    queued: bool,
+) -> u64 {
+    round_trips::take();
+    commit(
+        &db.store,
+        connection,
+        &mut one_ingest(request),
+        60_000,
+        "node",
+        &|| queued,
+    )
+    .await
+    .unwrap_or_else(|_| panic!("group {request} commits"));
+    round_trips::take()
+}
+
+#[tokio::test]
+async fn a_group_committed_with_the_next_one_queued_begins_it_in_the_same_round_trip() {
+    if !on_postgres() {
+        // SQLite's writer holds the one write lock from its BEGIN: it never begins early.
+        return;
+    }
+    let db = TestStore::open().await;
+    let mut connection = db.store.writer_connection();
+    // The first group opens the connection; the counts compare the groups after it.
+    trips_of(&db, &mut connection, "first", false).await;
+    let alone = trips_of(&db, &mut connection, "alone", false).await;
+    let before_queued = trips_of(&db, &mut connection, "before queued", true).await;
+    let queued = trips_of(&db, &mut connection, "queued", false).await;
+    assert_eq!(before_queued, alone, "the COMMIT carries the next BEGIN");
+    assert_eq!(
+        queued,
+        alone - 1,
+        "the queued group sends no BEGIN of its own"
+    );
+
+    // The queued group runs in that transaction: rolled back, it leaves nothing.
+    trips_of(&db, &mut connection, "before rolled back", true).await;
+    inject_commit_fault(CommitFault::RolledBack);
+    let failed = commit(
+        &db.store,
+        &mut connection,
+        &mut one_ingest("rolled back"),
+        60_000,
+        "node",
+        &|| false,
+    )
+    .await;
+    assert!(failed.is_err(), "the injected fault fails the group");
+    let stored: Vec<Option<String>> = db
+        .batches()
+        .await
+        .into_iter()
+        .map(|batch| batch.source_request_id)
+        .collect();
+    assert_eq!(stored.len(), 5, "{stored:?}");
+    assert!(
+        !stored.contains(&Some("rolled back".to_owned())),
+        "{stored:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_transaction_left_open_on_the_lanes_connection_is_rolled_back_before_the_next_group() {
+    if !on_postgres() {
+        return;
+    }
+    let db = TestStore::open().await;
+    let crate::store::Store::Postgres(pool) = &db.store else {
+        unreachable!("checked above");
+    };
+    sqlx::query("CREATE TABLE left_open (x INT)")
+        .execute(pool)
+        .await
+        .expect("a scratch table");
+    let mut connection = db.store.writer_connection();
+    {
+        // A group's transaction that ends neither way (a try given up, to run the group again).
+        let mut tx = connection
+            .begin(&db.store, Plans::Generic)
+            .await
+            .expect("begin");
+        tx.execute(Sql::postgres_only("INSERT INTO left_open VALUES (1)"), &[])
+            .await
+            .expect("insert");
+    }
+    trips_of(&db, &mut connection, "after", false).await;
+    let (left,): (i64,) = sqlx::query_as("SELECT count(*) FROM left_open")
+        .fetch_one(pool)
+        .await
+        .expect("count");
+    assert_eq!(
+        left, 0,
+        "the abandoned insert was committed with the next group"
+    );
+    assert_eq!(db.batches().await.len(), 1);
 }
