@@ -12,7 +12,7 @@ use sqlx::{Database, Decode, FromRow, Transaction, Type};
 use super::Store;
 pub(crate) use super::arg::Arg;
 use super::direct::{DirectConnection, DirectRow, DirectTx};
-use super::pg_lane::{KeptPg, LaneTx};
+use super::pg_lane::{Begin, KeptPg, LaneTx};
 use crate::model::ids::{BatchId, ConnectionId, InputId, Mpid, OutputId};
 
 /// A statement, as each backend spells it.
@@ -401,7 +401,7 @@ impl PgTx<'_> {
 
     /// Commits; with `then`, a lane's transaction begins the next group's in the same round
     /// trip (see [`LaneTx::commit`]). A pool's transaction has no next group.
-    async fn commit(self, then: Option<&'static str>) -> Result<(), sqlx::Error> {
+    async fn commit(self, then: Option<Begin>) -> Result<(), sqlx::Error> {
         match self {
             PgTx::Pool(tx) => tx.commit().await,
             PgTx::Lane(tx) => tx.commit(then).await,
@@ -503,20 +503,18 @@ macro_rules! ingest_begin_postgres {
 }
 
 impl Plans {
-    /// The BEGIN of a lane's group with these plans.
-    fn begin_postgres(self) -> &'static str {
-        match self {
-            Plans::Chosen => group_begin_postgres!(),
-            Plans::Generic => ingest_begin_postgres!(),
-        }
-    }
-
-    /// A group's COMMIT followed by the next group's BEGIN with these plans (see
+    /// The BEGIN of a lane's group with these plans, alone and after a COMMIT (see
     /// [`super::pg_lane`]).
-    pub(crate) fn commit_and_begin_postgres(self) -> &'static str {
+    pub(crate) fn begin_postgres(self) -> Begin {
         match self {
-            Plans::Chosen => concat!("COMMIT; ", group_begin_postgres!()),
-            Plans::Generic => concat!("COMMIT; ", ingest_begin_postgres!()),
+            Plans::Chosen => Begin {
+                alone: group_begin_postgres!(),
+                after_commit: concat!("COMMIT; ", group_begin_postgres!()),
+            },
+            Plans::Generic => Begin {
+                alone: ingest_begin_postgres!(),
+                after_commit: concat!("COMMIT; ", ingest_begin_postgres!()),
+            },
         }
     }
 }
@@ -668,9 +666,9 @@ impl Tx<'_> {
     }
 
     /// Commits; on a PostgreSQL lane's transaction with `then` (from
-    /// [`Plans::commit_and_begin_postgres`]), begins the next group's transaction in the same
-    /// round trip. Elsewhere `then` changes nothing.
-    pub(crate) async fn commit_then(self, then: Option<&'static str>) -> Result<(), sqlx::Error> {
+    /// [`Plans::begin_postgres`]), begins the next group's transaction in the same round trip.
+    /// Elsewhere `then` changes nothing.
+    pub(crate) async fn commit_then(self, then: Option<Begin>) -> Result<(), sqlx::Error> {
         #[cfg(test)]
         round_trips::count(1);
         #[cfg(test)]

@@ -234,7 +234,7 @@ async fn commit_once(
     };
     let ran = started.elapsed();
     // Asked at the COMMIT, not at the BEGIN: what arrived while the steps ran counts.
-    let then = (group.queued)().then(|| plans.commit_and_begin_postgres());
+    let then = (group.queued)().then(|| plans.begin_postgres());
     let committed = tx.commit_then(then).await;
     // Where a group's time goes (`RUST_LOG=boson::store::group=debug`): the BEGIN, the steps,
     // the COMMIT with its sync (on SQLite mostly the WAL's fsync). The time to a 202 at

@@ -20,12 +20,20 @@
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
+/// A BEGIN with a group's settings, alone and as it follows a COMMIT in one simple query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Begin {
+    pub(crate) alone: &'static str,
+    pub(crate) after_commit: &'static str,
+}
+
 /// The connection a PostgreSQL lane keeps between groups.
 #[derive(Debug)]
 pub(crate) struct KeptPg {
     connection: PgConnection,
-    /// A transaction is open that no group has taken yet: begun with the last COMMIT.
-    begun: bool,
+    /// A transaction is open that no group has taken yet, begun with the last COMMIT and
+    /// these settings.
+    begun: Option<Begin>,
     /// A group's transaction was taken and neither committed nor rolled back.
     open: bool,
 }
@@ -40,7 +48,7 @@ impl KeptPg {
     pub(crate) fn new(connection: PgConnection) -> Self {
         Self {
             connection,
-            begun: false,
+            begun: None,
             open: false,
         }
     }
@@ -49,20 +57,20 @@ impl KeptPg {
     /// round trip of its own.
     #[cfg(test)]
     pub(crate) fn is_begun(&self) -> bool {
-        self.begun
+        self.begun.is_some()
     }
 
-    /// The group's transaction: the one already begun, else `begin` (a BEGIN with the group's
-    /// settings) sent now, after rolling back a transaction left open.
-    pub(crate) async fn begin(&mut self, begin: &'static str) -> Result<LaneTx<'_>, sqlx::Error> {
-        if self.begun {
-            self.begun = false;
-        } else {
-            if self.open {
-                run(&mut self.connection, "ROLLBACK").await?;
+    /// The group's transaction: the one already begun with the same settings, else `begin`
+    /// sent now, after rolling back a transaction left open (or begun with other settings:
+    /// the delivery lane's groups plan differently from the rare group of ingests alone there).
+    pub(crate) async fn begin(&mut self, begin: Begin) -> Result<LaneTx<'_>, sqlx::Error> {
+        let begun = self.begun.take();
+        if begun != Some(begin) {
+            if self.open || begun.is_some() {
                 self.open = false;
+                run(&mut self.connection, "ROLLBACK").await?;
             }
-            run(&mut self.connection, begin).await?;
+            run(&mut self.connection, begin.alone).await?;
         }
         self.open = true;
         Ok(LaneTx { kept: self })
@@ -79,15 +87,16 @@ impl LaneTx<'_> {
         &mut self.kept.connection
     }
 
-    /// Commits; with `then` (`COMMIT; ` and a BEGIN with the next group's settings, one simple
-    /// query), begins the next group's transaction in the same round trip. An error leaves no
-    /// transaction begun: whether the COMMIT took effect is then for the caller to find out, as
-    /// for any failed COMMIT. A BEGIN that failed after it may have left a transaction open
-    /// (its settings refused): the next BEGIN rolls back first.
-    pub(crate) async fn commit(self, then: Option<&'static str>) -> Result<(), sqlx::Error> {
-        let done = run(&mut self.kept.connection, then.unwrap_or("COMMIT")).await;
-        self.kept.open = done.is_err() && then.is_some();
-        self.kept.begun = done.is_ok() && then.is_some();
+    /// Commits; with `next` (the next group's BEGIN), begins the next group's transaction in
+    /// the same round trip. An error leaves no transaction begun: whether the COMMIT took
+    /// effect is then for the caller to find out, as for any failed COMMIT. A BEGIN that failed
+    /// after it may have left a transaction open (its settings refused): the next BEGIN rolls
+    /// back first.
+    pub(crate) async fn commit(self, next: Option<Begin>) -> Result<(), sqlx::Error> {
+        let sql = next.map_or("COMMIT", |begin| begin.after_commit);
+        let done = run(&mut self.kept.connection, sql).await;
+        self.kept.open = done.is_err() && next.is_some();
+        self.kept.begun = next.filter(|_| done.is_ok());
         done
     }
 

@@ -165,3 +165,23 @@ async fn a_transaction_left_open_on_the_lanes_connection_is_rolled_back_before_t
     );
     assert_eq!(db.batches().await.len(), 1);
 }
+
+#[tokio::test]
+async fn a_transaction_begun_with_other_settings_is_begun_again_with_the_groups() {
+    if !on_postgres() {
+        return;
+    }
+    let db = TestStore::open().await;
+    let mut connection = db.store.writer_connection();
+    // Ingests force the generic plan; the COMMIT begins the next transaction alike.
+    trips_of(&db, &mut connection, "ingests", true).await;
+    let mut tx = connection
+        .begin(&db.store, Plans::Chosen)
+        .await
+        .expect("begin");
+    let (mode,): (String,) = tx
+        .fetch_one(Sql::postgres_only("SHOW plan_cache_mode"), &[])
+        .await
+        .expect("show");
+    assert_eq!(mode, "auto", "a delivery group plans as the server chooses");
+}
