@@ -3,6 +3,10 @@
 //! timeout), the next group must still commit: its BEGIN fails before anything was sent, so it
 //! is safe to start again on a fresh connection. Otherwise a lone request after every restart
 //! would get an error, a group of one not being retried.
+//!
+//! On PostgreSQL the lane also ends and begins its transactions itself (`store::pg_lane`): a
+//! COMMIT with the next group queued begins that group's transaction, which then runs in it;
+//! a transaction left open, or begun with other settings, is rolled back before the next BEGIN.
 
 use super::harness::{TestStore, batch, on_postgres};
 use crate::store::backend::{Plans, Sql, WriterConnection, round_trips};
