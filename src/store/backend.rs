@@ -399,12 +399,12 @@ impl PgTx<'_> {
         }
     }
 
-    /// Commits; with `then`, a lane's transaction begins the next group's in the same round
+    /// Commits; with `next`, a lane's transaction begins the next group's in the same round
     /// trip (see [`LaneTx::commit`]). A pool's transaction has no next group.
-    async fn commit(self, then: Option<Begin>) -> Result<(), sqlx::Error> {
+    async fn commit(self, next: Option<Begin>) -> Result<(), sqlx::Error> {
         match self {
             PgTx::Pool(tx) => tx.commit().await,
-            PgTx::Lane(tx) => tx.commit(then).await,
+            PgTx::Lane(tx) => tx.commit(next).await,
         }
     }
 
@@ -456,9 +456,10 @@ pub(crate) enum WriterConnection {
     /// opened again at the next group, as on PostgreSQL.
     Sqlite(Option<DirectConnection>),
     /// Taken from the pool at the first group; dropped after a group fails, so a broken
-    /// connection is replaced at the next group. A BEGIN that fails on it is tried once more on
-    /// a fresh one (`group::commit`): a connection the server closed while idle costs no request
-    /// its answer.
+    /// connection is replaced at the next group. A BEGIN that fails on it, or the first
+    /// statement of a transaction the last COMMIT began, is tried once more on a fresh one
+    /// (`group::commit`): a connection the server closed while idle costs no request its
+    /// answer. The lane begins and ends its transactions itself ([`super::pg_lane`]).
     Postgres(Option<KeptPg>),
 }
 
@@ -503,17 +504,19 @@ macro_rules! ingest_begin_postgres {
 }
 
 impl Plans {
-    /// The BEGIN of a lane's group with these plans, alone and after a COMMIT (see
-    /// [`super::pg_lane`]).
+    /// The BEGIN of a lane's group with these plans (see [`super::pg_lane`]). The texts are
+    /// macros so that `concat!` can make each variant a constant.
     pub(crate) fn begin_postgres(self) -> Begin {
         match self {
             Plans::Chosen => Begin {
                 alone: group_begin_postgres!(),
                 after_commit: concat!("COMMIT; ", group_begin_postgres!()),
+                after_rollback: concat!("ROLLBACK; ", group_begin_postgres!()),
             },
             Plans::Generic => Begin {
                 alone: ingest_begin_postgres!(),
                 after_commit: concat!("COMMIT; ", ingest_begin_postgres!()),
+                after_rollback: concat!("ROLLBACK; ", ingest_begin_postgres!()),
             },
         }
     }
@@ -550,7 +553,7 @@ impl WriterConnection {
         // Each kept connection is detached: the pool opens another in its place for readers,
         // and closing the pool does not wait for the writer's.
         #[cfg(test)]
-        round_trips::count(u64::from(!self.is_begun()));
+        round_trips::count(u64::from(!self.has_begun(plans)));
         match (self, store) {
             (WriterConnection::Sqlite(held), Store::Sqlite(pool)) => {
                 let connection = match held {
@@ -569,8 +572,8 @@ impl WriterConnection {
                 // A connection that went silent (a NAT or load balancer dropped it without a
                 // word) would hold the lane until TCP gives up, about 15 minutes; the pool's
                 // acquire had a timeout of its own. BEGIN is answered at once by a live server.
-                // A transaction the last COMMIT began is taken as it is: its plans are the last
-                // group's, and a lane's groups are alike (only a performance hint differs).
+                // A transaction the last COMMIT began with these plans is taken as it is,
+                // with no round trip.
                 let begin = connection.begin(plans.begin_postgres());
                 match tokio::time::timeout(KEPT_BEGIN_TIMEOUT, begin).await {
                     Ok(tx) => Ok(Tx::Postgres(PgTx::Lane(tx?))),
@@ -586,10 +589,10 @@ impl WriterConnection {
         }
     }
 
-    /// Whether the last COMMIT began the next group's transaction (PostgreSQL only).
-    #[cfg(test)]
-    fn is_begun(&self) -> bool {
-        matches!(self, WriterConnection::Postgres(Some(kept)) if kept.is_begun())
+    /// Whether the last COMMIT began a transaction for a group with `plans` (PostgreSQL only),
+    /// which [`Self::begin`] then takes without a round trip.
+    pub(crate) fn has_begun(&self, plans: Plans) -> bool {
+        matches!(self, WriterConnection::Postgres(Some(kept)) if kept.has_begun(plans.begin_postgres()))
     }
 
     /// Whether a connection is kept from an earlier group (the next BEGIN runs on it).
@@ -665,10 +668,10 @@ impl Tx<'_> {
         self.commit_then(None).await
     }
 
-    /// Commits; on a PostgreSQL lane's transaction with `then` (from
+    /// Commits; on a PostgreSQL lane's transaction with `next` (from
     /// [`Plans::begin_postgres`]), begins the next group's transaction in the same round trip.
-    /// Elsewhere `then` changes nothing.
-    pub(crate) async fn commit_then(self, then: Option<Begin>) -> Result<(), sqlx::Error> {
+    /// Elsewhere `next` changes nothing.
+    pub(crate) async fn commit_then(self, next: Option<Begin>) -> Result<(), sqlx::Error> {
         #[cfg(test)]
         round_trips::count(1);
         #[cfg(test)]
@@ -677,7 +680,7 @@ impl Tx<'_> {
         }
         match self {
             Tx::Sqlite(tx) => tx.commit().await,
-            Tx::Postgres(tx) => tx.commit(then).await,
+            Tx::Postgres(tx) => tx.commit(next).await,
             Tx::Direct(tx) => tx.commit(),
         }
     }
@@ -698,8 +701,9 @@ impl Tx<'_> {
 }
 
 /// Test-only: how many statements this thread's code sent to the database (a statement, BEGIN
-/// with the pool's ping if the connection came from the pool, COMMIT), so a test can see what a
-/// group commit costs. Through sqlx each is a round trip: to a PostgreSQL backend, or to the
+/// with the pool's ping if the connection came from the pool, COMMIT; on a PostgreSQL lane a
+/// COMMIT that begins the next transaction counts once, and a group that takes that transaction
+/// counts no BEGIN), so a test can see what a group commit costs. Through sqlx each is a round trip: to a PostgreSQL backend, or to the
 /// SQLite connection's worker thread. The SQLite writer runs its statements on its own thread
 /// ([`DirectTx`]), where each costs SQLite's work but no wake-up; they are counted alike, so
 /// the count is the statements a group needs on either backend. Per thread, as

@@ -153,8 +153,10 @@ pub(super) async fn commit(
             Ok(tried) => tried,
             // A kept connection the server closed or stopped answering while the lane was idle
             // (a restart, a failover, an idle timeout) fails at its BEGIN, before anything of
-            // the group was sent: start again once on a fresh one, or a lone request would get
-            // the error (a group of one is not retried).
+            // the group was sent, or at the first statement of a transaction the last COMMIT
+            // began, whose work the server then dropped with the connection: start again once
+            // on a fresh one, or a lone request would get the error (a group of one is not
+            // retried).
             Err(error) if kept && lost_connection(&error) => {
                 tracing::info!(%error, "The writer's connection failed its BEGIN; opening another.");
                 connection.reset();
@@ -206,7 +208,8 @@ struct Group<'a> {
     queued: &'a (dyn Fn() -> bool + Sync),
 }
 
-/// One try at the group on the connection as it is; the error is a BEGIN that failed.
+/// One try at the group on the connection as it is; the error is a BEGIN that failed (with
+/// the ROLLBACK it may carry), or the connection lost in a transaction the last COMMIT began.
 async fn commit_once(
     store: &Store,
     connection: &mut WriterConnection,
@@ -216,6 +219,7 @@ async fn commit_once(
 ) -> Result<Try, sqlx::Error> {
     let started = Instant::now();
     let plans = plans_for(commands);
+    let begun_early = connection.has_begun(plans);
     let mut tx = connection.begin(store, plans).await?;
     let begun = started.elapsed();
     let steps = run_steps(&mut tx, commands, group.lease_ms, group.node, resends).await;
@@ -229,6 +233,9 @@ async fn commit_once(
         }
         Err(StepsFailed::Sql(error)) => {
             identity_sql::new_run_after(&error);
+            if begun_early && lost_connection(&error) {
+                return Err(error);
+            }
             return Ok(Try::Ended(Err(rolled_back(error))));
         }
     };

@@ -6,25 +6,31 @@
 //! as a round trip of its own, right after the lane had answered the committed group's
 //! requests, and took 0.35–0.6 ms a group on a two-core machine (more than the COMMIT with its
 //! WAL flush): the answer waited behind the burst of responses those requests wrote. One simple
-//! query `COMMIT; BEGIN …` ends the group and opens the next transaction in one round trip,
-//! while the lane answers. PostgreSQL runs the statements of a simple query in order and stops
-//! at the first that fails, so the BEGIN runs only after a COMMIT that succeeded. When nothing
-//! is queued the lane commits alone and the next group begins as before: a transaction is
-//! never left open while the lane waits for work (it would stay "idle in transaction" for as
-//! long as the node is quiet, which a server's `idle_in_transaction_session_timeout` ends).
+//! query `COMMIT; BEGIN …` ends the group and opens the next transaction in one round trip.
+//! PostgreSQL runs the statements of a simple query in order and stops at the first that fails,
+//! so the BEGIN runs only after a COMMIT that succeeded; the COMMIT's own outcome is read from
+//! its own answer, so a BEGIN that fails after it does not make a committed group look failed.
+//! When nothing is queued the lane commits alone and the next group begins as before: a
+//! transaction is never left open while the lane waits for work (it would stay "idle in
+//! transaction" for as long as the node is quiet, which a server's
+//! `idle_in_transaction_session_timeout` ends).
 //!
-//! A transaction that ends neither way (a group run again, a step that failed and the lane
-//! reset the connection; a panic drops the connection with it) is rolled back before the next
-//! BEGIN on the same connection, as sqlx's `Transaction` does when dropped.
+//! A transaction that ends neither way (a try given up so the group can run again) is rolled
+//! back in the same round trip as the next BEGIN, as sqlx's `Transaction` queued its ROLLBACK
+//! when dropped; so is one begun with other settings than the next group's. A lane that fails a
+//! group drops the connection instead (`store::writer`), which ends its transaction too.
 
+use futures_util::TryStreamExt as _;
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
-/// A BEGIN with a group's settings, alone and as it follows a COMMIT in one simple query.
+/// A BEGIN with a group's settings: alone, after a COMMIT, and after a ROLLBACK, each one
+/// simple query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Begin {
     pub(crate) alone: &'static str,
     pub(crate) after_commit: &'static str,
+    pub(crate) after_rollback: &'static str,
 }
 
 /// The connection a PostgreSQL lane keeps between groups.
@@ -34,7 +40,8 @@ pub(crate) struct KeptPg {
     /// A transaction is open that no group has taken yet, begun with the last COMMIT and
     /// these settings.
     begun: Option<Begin>,
-    /// A group's transaction was taken and neither committed nor rolled back.
+    /// A transaction may be open that no group will end (taken and dropped, or a BEGIN whose
+    /// settings failed).
     open: bool,
 }
 
@@ -53,24 +60,25 @@ impl KeptPg {
         }
     }
 
-    /// Whether the next [`Self::begin`] takes the transaction the last COMMIT began, with no
-    /// round trip of its own.
-    #[cfg(test)]
-    pub(crate) fn is_begun(&self) -> bool {
-        self.begun.is_some()
+    /// Whether [`Self::begin`] with `begin` takes the transaction the last COMMIT began, with
+    /// no round trip of its own.
+    pub(crate) fn has_begun(&self, begin: Begin) -> bool {
+        self.begun == Some(begin)
     }
 
     /// The group's transaction: the one already begun with the same settings, else `begin`
-    /// sent now, after rolling back a transaction left open (or begun with other settings:
-    /// the delivery lane's groups plan differently from the rare group of ingests alone there).
+    /// sent now (after a ROLLBACK of whatever transaction is open, in the same round trip).
     pub(crate) async fn begin(&mut self, begin: Begin) -> Result<LaneTx<'_>, sqlx::Error> {
         let begun = self.begun.take();
         if begun != Some(begin) {
-            if self.open || begun.is_some() {
-                self.open = false;
-                run(&mut self.connection, "ROLLBACK").await?;
-            }
-            run(&mut self.connection, begin.alone).await?;
+            let sql = if self.open || begun.is_some() {
+                begin.after_rollback
+            } else {
+                begin.alone
+            };
+            // Open from here: a BEGIN whose settings then fail leaves its transaction open.
+            self.open = true;
+            run(&mut self.connection, sql).await?;
         }
         self.open = true;
         Ok(LaneTx { kept: self })
@@ -88,16 +96,25 @@ impl LaneTx<'_> {
     }
 
     /// Commits; with `next` (the next group's BEGIN), begins the next group's transaction in
-    /// the same round trip. An error leaves no transaction begun: whether the COMMIT took
-    /// effect is then for the caller to find out, as for any failed COMMIT. A BEGIN that failed
-    /// after it may have left a transaction open (its settings refused): the next BEGIN rolls
-    /// back first.
+    /// the same round trip. The answer is the COMMIT's: a BEGIN that fails after a COMMIT that
+    /// succeeded leaves nothing begun (and perhaps a transaction open, which the next BEGIN
+    /// rolls back), and the group is still committed.
     pub(crate) async fn commit(self, next: Option<Begin>) -> Result<(), sqlx::Error> {
-        let sql = next.map_or("COMMIT", |begin| begin.after_commit);
-        let done = run(&mut self.kept.connection, sql).await;
-        self.kept.open = done.is_err() && next.is_some();
-        self.kept.begun = next.filter(|_| done.is_ok());
-        done
+        let Some(begin) = next else {
+            self.kept.open = false;
+            return run(&mut self.kept.connection, "COMMIT").await;
+        };
+        let (committed, begun) = {
+            let mut answers =
+                sqlx::raw_sql(begin.after_commit).execute_many(&mut self.kept.connection);
+            // The first answer is the COMMIT's; the rest are the BEGIN's and its settings'.
+            let committed = answers.try_next().await.map(drop);
+            let begun = committed.is_ok() && answers.try_collect::<Vec<_>>().await.is_ok();
+            (committed, begun)
+        };
+        self.kept.begun = begun.then_some(begin);
+        self.kept.open = committed.is_ok() && !begun;
+        committed
     }
 
     #[cfg(test)]

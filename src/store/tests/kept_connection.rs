@@ -108,6 +108,28 @@ async fn a_group_committed_with_the_next_one_queued_begins_it_in_the_same_round_
         "the queued group sends no BEGIN of its own"
     );
 
+    // On the server: a lane that committed alone is idle; one whose COMMIT began the next
+    // group's transaction waits in it, with the group's settings.
+    assert_eq!(lane_sessions_in_a_transaction(&db).await, 0);
+    trips_of(&db, &mut connection, "before settings", true).await;
+    assert_eq!(lane_sessions_in_a_transaction(&db).await, 1);
+    let mut tx = connection
+        .begin(&db.store, Plans::Generic)
+        .await
+        .expect("begin");
+    for (setting, expected) in [
+        ("SHOW plan_cache_mode", "force_generic_plan"),
+        ("SHOW transaction_isolation", "read committed"),
+        ("SHOW enable_seqscan", "off"),
+    ] {
+        let (value,): (String,) = tx
+            .fetch_one(Sql::postgres_only(setting), &[])
+            .await
+            .expect(setting);
+        assert_eq!(value, expected, "{setting}");
+    }
+    drop(tx);
+
     // The queued group runs in that transaction: rolled back, it leaves nothing.
     trips_of(&db, &mut connection, "before rolled back", true).await;
     inject_commit_fault(CommitFault::RolledBack);
@@ -127,7 +149,7 @@ async fn a_group_committed_with_the_next_one_queued_begins_it_in_the_same_round_
         .into_iter()
         .map(|batch| batch.source_request_id)
         .collect();
-    assert_eq!(stored.len(), 5, "{stored:?}");
+    assert_eq!(stored.len(), 6, "{stored:?}");
     assert!(
         !stored.contains(&Some("rolled back".to_owned())),
         "{stored:?}"
@@ -188,4 +210,52 @@ async fn a_transaction_begun_with_other_settings_is_begun_again_with_the_groups(
         .await
         .expect("show");
     assert_eq!(mode, "auto", "a delivery group plans as the server chooses");
+}
+
+/// The sessions of the test's database, other than this one, inside a transaction.
+async fn lane_sessions_in_a_transaction(db: &TestStore) -> i64 {
+    let crate::store::Store::Postgres(pool) = &db.store else {
+        unreachable!("PostgreSQL only");
+    };
+    let (count,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("count");
+    count
+}
+
+#[tokio::test]
+async fn a_group_in_a_transaction_begun_early_commits_after_the_server_closed_the_connection() {
+    if !on_postgres() {
+        return;
+    }
+    let db = TestStore::open().await;
+    let mut connection = db.store.writer_connection();
+    trips_of(&db, &mut connection, "first", true).await;
+    let crate::store::Store::Postgres(pool) = &db.store else {
+        unreachable!("checked above");
+    };
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(pool)
+    .await
+    .expect("terminate the other sessions");
+    let second = commit(
+        &db.store,
+        &mut connection,
+        &mut one_ingest("second"),
+        60_000,
+        "node",
+        &|| false,
+    )
+    .await;
+    if let Err(failure) = second {
+        panic!("a lone group in a transaction begun early, its connection closed: {failure:?}");
+    }
+    assert_eq!(db.batches().await.len(), 2);
 }
