@@ -16,7 +16,8 @@ use std::sync::Mutex;
 
 use crate::model::attempt::AttemptOutcome;
 use crate::model::ids::{BatchId, ConnectionId, InputId, OutputId};
-use crate::store::backend::{Sql, Tx, args};
+use crate::store::backend::{Sql, Tx, WriterConnection, args};
+use crate::store::group::{Command, Done, Failure, commit};
 use crate::store::queue::{
     AttemptRecord, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, NewJob,
 };
@@ -91,6 +92,15 @@ fn database_url(server: &str, name: &str) -> String {
 const STAY_IDLE: Sql = Sql::postgres_only("SET LOCAL idle_in_transaction_session_timeout = 0");
 
 impl TestStore {
+    /// Commits `commands` as one group on a lane's `connection`, nothing queued behind it.
+    pub(in crate::store) async fn commit_alone(
+        &self,
+        connection: &mut WriterConnection,
+        commands: &mut [Command],
+    ) -> Result<Vec<Done>, Failure> {
+        commit(&self.store, connection, commands, 60_000, "node", &|| false).await
+    }
+
     /// Opens a fresh store. Panics when `TEST_DATABASE_URL` is set but its server cannot be
     /// used: a PostgreSQL run that quietly tested nothing would be worse than a failure.
     pub(crate) async fn open() -> Self {

@@ -30,20 +30,17 @@ async fn a_lone_group_commits_after_the_server_closed_the_lanes_connection() {
     }
     let db = TestStore::open().await;
     let mut connection = db.store.writer_connection();
-    commit(
-        &db.store,
-        &mut connection,
-        &mut one_ingest("first"),
-        60_000,
-        "node",
-        &|| false,
-    )
-    .await
-    .unwrap_or_else(|_| panic!("the first group commits"));
-    // Every other session of this database ends, the lane's kept connection among them, as
-    // in a server restart.
+    db.commit_alone(&mut connection, &mut one_ingest("first"))
+        .await
+        .unwrap_or_else(|_| panic!("the first group commits"));
+    a_lone_group_commits_after_a_restart(&db, &mut connection).await;
+}
+
+/// Every other session of the test's database ends, the lane's kept connection among them, as
+/// in a server restart; then a lone group must still commit on the lane.
+async fn a_lone_group_commits_after_a_restart(db: &TestStore, connection: &mut WriterConnection) {
     let crate::store::Store::Postgres(pool) = &db.store else {
-        unreachable!("checked above");
+        unreachable!("PostgreSQL only");
     };
     sqlx::query(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
@@ -52,15 +49,7 @@ async fn a_lone_group_commits_after_the_server_closed_the_lanes_connection() {
     .execute(pool)
     .await
     .expect("terminate the other sessions");
-    let second = commit(
-        &db.store,
-        &mut connection,
-        &mut one_ingest("second"),
-        60_000,
-        "node",
-        &|| false,
-    )
-    .await;
+    let second = db.commit_alone(connection, &mut one_ingest("second")).await;
     if let Err(failure) = second {
         panic!("a lone group after the lane's connection was closed: {failure:?}");
     }
@@ -133,15 +122,9 @@ async fn a_group_committed_with_the_next_one_queued_begins_it_in_the_same_round_
     // The queued group runs in that transaction: rolled back, it leaves nothing.
     trips_of(&db, &mut connection, "before rolled back", true).await;
     inject_commit_fault(CommitFault::RolledBack);
-    let failed = commit(
-        &db.store,
-        &mut connection,
-        &mut one_ingest("rolled back"),
-        60_000,
-        "node",
-        &|| false,
-    )
-    .await;
+    let failed = db
+        .commit_alone(&mut connection, &mut one_ingest("rolled back"))
+        .await;
     assert!(failed.is_err(), "the injected fault fails the group");
     let stored: Vec<Option<String>> = db
         .batches()
@@ -235,27 +218,5 @@ async fn a_group_in_a_transaction_begun_early_commits_after_the_server_closed_th
     let db = TestStore::open().await;
     let mut connection = db.store.writer_connection();
     trips_of(&db, &mut connection, "first", true).await;
-    let crate::store::Store::Postgres(pool) = &db.store else {
-        unreachable!("checked above");
-    };
-    sqlx::query(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-         WHERE datname = current_database() AND pid <> pg_backend_pid()",
-    )
-    .execute(pool)
-    .await
-    .expect("terminate the other sessions");
-    let second = commit(
-        &db.store,
-        &mut connection,
-        &mut one_ingest("second"),
-        60_000,
-        "node",
-        &|| false,
-    )
-    .await;
-    if let Err(failure) = second {
-        panic!("a lone group in a transaction begun early, its connection closed: {failure:?}");
-    }
-    assert_eq!(db.batches().await.len(), 2);
+    a_lone_group_commits_after_a_restart(&db, &mut connection).await;
 }

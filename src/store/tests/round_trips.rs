@@ -13,7 +13,7 @@ use super::harness::{TestStore, batch, on_postgres};
 use crate::model::ids::ConnectionId;
 use crate::model::ids::Mpid;
 use crate::store::backend::{Plans, Sql, round_trips};
-use crate::store::group::{ClaimOf, Command, Done, commit, plans_for};
+use crate::store::group::{ClaimOf, Command, Done, plans_for};
 use crate::store::queue::{IngestOutcome, ProfileUpdate, Unresolved};
 
 /// The answers a test keeps so that the writer's replies have somewhere to go.
@@ -50,29 +50,16 @@ async fn a_group_of_ingests_costs_the_same_few_round_trips_whatever_its_size() {
     let mut connection = db.store.writer_connection();
     // A first group, so the second finds its connection as a running lane does.
     let (mut warm, _answers) = requests(0, 3);
-    commit(
-        &db.store,
-        &mut connection,
-        &mut warm,
-        60_000,
-        "node",
-        &|| false,
-    )
-    .await
-    .unwrap_or_else(|_| panic!("first group"));
+    db.commit_alone(&mut connection, &mut warm)
+        .await
+        .unwrap_or_else(|_| panic!("first group"));
     round_trips::take();
     // 45 batches: the old power-of-two chunks sent 4 inserts (32 + 8 + 4 + 1).
     let (mut group, _answers) = requests(100, 45);
-    let done = commit(
-        &db.store,
-        &mut connection,
-        &mut group,
-        60_000,
-        "node",
-        &|| false,
-    )
-    .await
-    .unwrap_or_else(|_| panic!("the group commits"));
+    let done = db
+        .commit_alone(&mut connection, &mut group)
+        .await
+        .unwrap_or_else(|_| panic!("the group commits"));
     let trips = round_trips::take();
     assert_eq!(done.len(), 45);
     assert_eq!(db.batches().await.len(), 48, "every batch is stored");
@@ -126,11 +113,12 @@ const USERS: Sql = Sql::shared("SELECT COUNT(*) FROM users");
 async fn round_trips_of(warm: &mut [Command], group: &mut [Command]) -> (u64, i64) {
     let db = TestStore::open().await;
     let mut connection = db.store.writer_connection();
-    commit(&db.store, &mut connection, warm, 60_000, "node", &|| false)
+    db.commit_alone(&mut connection, warm)
         .await
         .unwrap_or_else(|_| panic!("first group"));
     round_trips::take();
-    let done = commit(&db.store, &mut connection, group, 60_000, "node", &|| false)
+    let done = db
+        .commit_alone(&mut connection, group)
         .await
         .unwrap_or_else(|_| panic!("the group commits"));
     let trips = round_trips::take();
@@ -185,31 +173,18 @@ async fn with_a_resend_naming(who: &str) -> (u64, i64, TestStore) {
     let db = TestStore::open().await;
     let mut connection = db.store.writer_connection();
     let (mut warm, _warm) = unnamed_requests(0, 3, |n| format!("first-{n}"));
-    commit(
-        &db.store,
-        &mut connection,
-        &mut warm,
-        60_000,
-        "node",
-        &|| false,
-    )
-    .await
-    .unwrap_or_else(|_| panic!("first group"));
+    db.commit_alone(&mut connection, &mut warm)
+        .await
+        .unwrap_or_else(|_| panic!("first group"));
     let (mut group, mut answers) = unnamed_requests(100, 45, |n| format!("new-{n}"));
     let (resend, resend_answer) = unnamed_requests(0, 1, |_| who.to_owned());
     group.extend(resend);
     answers.extend(resend_answer);
     round_trips::take();
-    let done = commit(
-        &db.store,
-        &mut connection,
-        &mut group,
-        60_000,
-        "node",
-        &|| false,
-    )
-    .await
-    .unwrap_or_else(|_| panic!("the group commits"));
+    let done = db
+        .commit_alone(&mut connection, &mut group)
+        .await
+        .unwrap_or_else(|_| panic!("the group commits"));
     let trips = round_trips::take();
     assert_eq!(done.len(), 46);
     let Some(Done::Ingest(outcomes, _)) = done.last() else {

@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 
 use crate::store::Store;
 use crate::store::backend::{Plans, Sql, Tx};
-use crate::store::group::{ClaimOf, Command, commit};
+use crate::store::group::{ClaimOf, Command};
 use crate::store::queue::{IngestOutcome, ProfileUpdate, Unresolved};
 
 use super::harness::{TestStore, batch, on_postgres};
@@ -127,16 +127,10 @@ async fn a_group_commits_without_waiting_for_another_thread() {
     let (first, _first) = ingest(vec![batch("in_a", Some("r1"), 1_000, &["conn_a"])]);
     let mut group = vec![first];
     // The first group also opens the connection.
-    let done = commit(
-        &db.store,
-        &mut connection,
-        &mut group,
-        60_000,
-        "node",
-        &|| false,
-    )
-    .now_or_never()
-    .expect("the first group commits within one poll, without waiting for another thread");
+    let done = db
+        .commit_alone(&mut connection, &mut group)
+        .now_or_never()
+        .expect("the first group commits within one poll, without waiting for another thread");
     assert!(done.is_ok(), "the first group commits");
 
     let mut known = batch("in_a", Some("r2"), 2_000, &["conn_a"]);
@@ -182,16 +176,10 @@ async fn a_group_commits_without_waiting_for_another_thread() {
         reply,
     };
     let mut group = vec![second, again, claim];
-    let done = commit(
-        &db.store,
-        &mut connection,
-        &mut group,
-        60_000,
-        "node",
-        &|| false,
-    )
-    .now_or_never()
-    .expect("the second group commits within one poll, without waiting for another thread");
+    let done = db
+        .commit_alone(&mut connection, &mut group)
+        .now_or_never()
+        .expect("the second group commits within one poll, without waiting for another thread");
     assert!(done.is_ok(), "the second group commits");
     connection.close().await;
     let stored = db.batches().await;
