@@ -703,10 +703,11 @@ impl Tx<'_> {
 /// Test-only: how many statements this thread's code sent to the database (a statement, BEGIN
 /// with the pool's ping if the connection came from the pool, COMMIT; on a PostgreSQL lane a
 /// COMMIT that begins the next transaction counts once, and a group that takes that transaction
-/// counts no BEGIN), so a test can see what a group commit costs. Through sqlx each is a round trip: to a PostgreSQL backend, or to the
-/// SQLite connection's worker thread. The SQLite writer runs its statements on its own thread
-/// ([`DirectTx`]), where each costs SQLite's work but no wake-up; they are counted alike, so
-/// the count is the statements a group needs on either backend. Per thread, as
+/// counts no BEGIN), so a test can see what a group commit costs. Through sqlx each is a round
+/// trip: to a PostgreSQL backend, or to the SQLite connection's worker thread. The SQLite
+/// writer runs its statements on its own thread ([`DirectTx`]), where each costs SQLite's work
+/// but no wake-up; they are counted alike, so the count is the statements a group needs on
+/// either backend. Per thread, as
 /// `#[tokio::test]` runs a test and the tasks it spawns on one thread.
 #[cfg(test)]
 pub(crate) mod round_trips {

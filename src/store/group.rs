@@ -158,7 +158,7 @@ pub(super) async fn commit(
             // on a fresh one, or a lone request would get the error (a group of one is not
             // retried).
             Err(error) if kept && lost_connection(&error) => {
-                tracing::info!(%error, "The writer's connection failed its BEGIN; opening another.");
+                tracing::info!(%error, "The writer's connection was lost before its group's first answer; opening another.");
                 connection.reset();
                 commit_once(store, connection, commands, &group, resends)
                     .await
@@ -241,8 +241,8 @@ async fn commit_once(
     };
     let ran = started.elapsed();
     // Asked at the COMMIT, not at the BEGIN: what arrived while the steps ran counts.
-    let then = (group.queued)().then(|| plans.begin_postgres());
-    let committed = tx.commit_then(then).await;
+    let next = (group.queued)().then(|| plans.begin_postgres());
+    let committed = tx.commit_then(next).await;
     // Where a group's time goes (`RUST_LOG=boson::store::group=debug`): the BEGIN, the steps,
     // the COMMIT with its sync (on SQLite mostly the WAL's fsync). The time to a 202 at
     // saturation is mostly these (issue 16), and `retention-bench lineup` lines slow requests
