@@ -70,17 +70,17 @@ impl KeptPg {
     /// sent now (after a ROLLBACK of whatever transaction is open, in the same round trip).
     pub(crate) async fn begin(&mut self, begin: Begin) -> Result<LaneTx<'_>, sqlx::Error> {
         let begun = self.begun.take();
+        let left_open = self.open || begun.is_some();
+        // Open from here: a BEGIN whose settings then fail leaves its transaction open.
+        self.open = true;
         if begun != Some(begin) {
-            let sql = if self.open || begun.is_some() {
+            let sql = if left_open {
                 begin.after_rollback
             } else {
                 begin.alone
             };
-            // Open from here: a BEGIN whose settings then fail leaves its transaction open.
-            self.open = true;
             run(&mut self.connection, sql).await?;
         }
-        self.open = true;
         Ok(LaneTx { kept: self })
     }
 

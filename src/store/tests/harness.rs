@@ -98,7 +98,21 @@ impl TestStore {
         connection: &mut WriterConnection,
         commands: &mut [Command],
     ) -> Result<Vec<Done>, Failure> {
-        commit(&self.store, connection, commands, 60_000, "node", &|| false).await
+        self.commit_group(connection, commands, false).await
+    }
+
+    /// Commits `commands` as one group on a lane's `connection`; `queued`: with the lane's next
+    /// group waiting behind it.
+    pub(in crate::store) async fn commit_group(
+        &self,
+        connection: &mut WriterConnection,
+        commands: &mut [Command],
+        queued: bool,
+    ) -> Result<Vec<Done>, Failure> {
+        commit(&self.store, connection, commands, 60_000, "node", &|| {
+            queued
+        })
+        .await
     }
 
     /// Opens a fresh store. Panics when `TEST_DATABASE_URL` is set but its server cannot be

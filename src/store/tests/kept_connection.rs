@@ -9,9 +9,9 @@
 //! a transaction left open, or begun with other settings, is rolled back before the next BEGIN.
 
 use super::harness::{TestStore, batch, on_postgres};
-use crate::store::backend::{Plans, Sql, WriterConnection, round_trips};
+use crate::store::backend::{Plans, Sql, Tx, WriterConnection, round_trips};
 use crate::store::faults::{CommitFault, inject_commit_fault};
-use crate::store::group::{Command, commit};
+use crate::store::group::Command;
 use tokio::sync::oneshot;
 
 fn one_ingest(request: &str) -> Vec<Command> {
@@ -64,17 +64,19 @@ async fn trips_of(
     queued: bool,
 ) -> u64 {
     round_trips::take();
-    commit(
-        &db.store,
-        connection,
-        &mut one_ingest(request),
-        60_000,
-        "node",
-        &|| queued,
-    )
-    .await
-    .unwrap_or_else(|_| panic!("group {request} commits"));
+    db.commit_group(connection, &mut one_ingest(request), queued)
+        .await
+        .unwrap_or_else(|_| panic!("group {request} commits"));
     round_trips::take()
+}
+
+/// A setting of `tx`'s session, as `SHOW` answers it.
+async fn setting(tx: &mut Tx<'_>, show: &'static str) -> String {
+    let (value,): (String,) = tx
+        .fetch_one(Sql::postgres_only(show), &[])
+        .await
+        .expect(show);
+    value
 }
 
 #[tokio::test]
@@ -106,16 +108,12 @@ async fn a_group_committed_with_the_next_one_queued_begins_it_in_the_same_round_
         .begin(&db.store, Plans::Generic)
         .await
         .expect("begin");
-    for (setting, expected) in [
+    for (show, expected) in [
         ("SHOW plan_cache_mode", "force_generic_plan"),
         ("SHOW transaction_isolation", "read committed"),
         ("SHOW enable_seqscan", "off"),
     ] {
-        let (value,): (String,) = tx
-            .fetch_one(Sql::postgres_only(setting), &[])
-            .await
-            .expect(setting);
-        assert_eq!(value, expected, "{setting}");
+        assert_eq!(setting(&mut tx, show).await, expected, "{show}");
     }
     drop(tx);
 
@@ -188,11 +186,11 @@ async fn a_transaction_begun_with_other_settings_is_begun_again_with_the_groups(
         .begin(&db.store, Plans::Chosen)
         .await
         .expect("begin");
-    let (mode,): (String,) = tx
-        .fetch_one(Sql::postgres_only("SHOW plan_cache_mode"), &[])
-        .await
-        .expect("show");
-    assert_eq!(mode, "auto", "a delivery group plans as the server chooses");
+    assert_eq!(
+        setting(&mut tx, "SHOW plan_cache_mode").await,
+        "auto",
+        "a delivery group plans as the server chooses"
+    );
 }
 
 /// The sessions of the test's database, other than this one, inside a transaction.
