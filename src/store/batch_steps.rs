@@ -8,15 +8,18 @@
 //! trip that wakes a backend and the writer, and where the node, the server and the load share
 //! two cores those wake-ups were a large part of the CPU per event. (SQLite's writer runs its
 //! statements on its own thread, `direct`; through sqlx each was a round trip to the
-//! connection's thread.)
+//! connection's thread.) So on PostgreSQL the insert also carries the group's profile upsert
+//! ([`insert_batches_with_profiles`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use sqlx::postgres::Postgres;
 
-use super::backend::{Arg, Sql, Tx};
+use super::backend::{Arg, Sql, Tx, json};
 use super::queue::NewBatch;
-use crate::model::ids::BatchId;
+use super::steps::{self, ProfileRow};
+use crate::model::ids::{BatchId, Mpid};
 
 /// Inserts `batches`; returns the id given to each, in order (increasing), and the ids stored
 /// (a batch whose `source_request_id` its input already used, before or earlier in the same
@@ -35,6 +38,91 @@ pub(super) async fn insert_batches(
         postgres_insert(tx, batches).await
     }
 }
+
+/// The group's profile upsert, to go with its batches where the backend can (see
+/// [`insert_batches_with_profiles`]).
+pub(super) struct ProfilesAlong<'a> {
+    /// One row per user, as the group's batches give them if every batch is stored.
+    pub(super) rows: &'a [ProfileRow],
+    pub(super) now: i64,
+    /// Whether the upsert answers the users' consent as merged.
+    pub(super) consent: bool,
+}
+
+/// What [`insert_batches_with_profiles`] did.
+pub(super) struct Inserted {
+    /// The id given to each batch, in order.
+    pub(super) ids: Vec<BatchId>,
+    /// The ids stored.
+    pub(super) stored: HashSet<BatchId>,
+    /// Whether the profiles were upserted too, and then the consent of their users if asked
+    /// (else empty). `None`: the profiles are still to be upserted, those of the stored
+    /// batches only.
+    pub(super) profiles: Option<HashMap<Mpid, Arc<serde_json::Value>>>,
+}
+
+/// [`insert_batches`], and on PostgreSQL the profile upsert `along` in the same statement when
+/// every batch turns out stored (one round trip fewer a group: a group's statements bound the
+/// rate a lane commits at, issue 16 item 2). SQLite has no round trip to save (`direct`), so
+/// there the profiles are always left to the caller.
+pub(super) async fn insert_batches_with_profiles(
+    tx: &mut Tx<'_>,
+    batches: &[&NewBatch],
+    along: ProfilesAlong<'_>,
+) -> Result<Inserted, sqlx::Error> {
+    if tx.is_sqlite() || batches.is_empty() || along.rows.is_empty() {
+        let (ids, stored) = insert_batches(tx, batches).await?;
+        let profiles = along.rows.is_empty().then(HashMap::new);
+        return Ok(Inserted {
+            ids,
+            stored,
+            profiles,
+        });
+    }
+    let columns = Columns::of(batches);
+    let query = sqlx::query_as::<Postgres, InsertedRow>(INSERT_WITH_PROFILES_POSTGRES);
+    let query = columns
+        .bind(query)
+        .bind(json(along.rows))
+        .bind(along.now)
+        .bind(along.consent);
+    let mut ids = Vec::with_capacity(batches.len());
+    let mut stored = HashSet::with_capacity(batches.len());
+    let mut consents = Vec::new();
+    for row in tx.fetch_all_postgres(query).await? {
+        match row {
+            (Some(_), Some(id), Some(kept), None, None) => {
+                ids.push(id);
+                if kept {
+                    stored.insert(id);
+                }
+            }
+            (None, None, None, Some(mpid), Some(consent)) => consents.push((mpid, consent)),
+            _ => {
+                return Err(sqlx::Error::Protocol(
+                    "a batch insert answered a row it does not make".into(),
+                ));
+            }
+        }
+    }
+    check_answered(batches.len(), ids.len())?;
+    let upserted = stored.len() == batches.len();
+    Ok(Inserted {
+        ids,
+        stored,
+        profiles: upserted.then(|| steps::consents_of(consents)),
+    })
+}
+
+/// One row of [`INSERT_WITH_PROFILES_POSTGRES`]: a batch's (place, id, stored), or a profiled
+/// user's (MPID, consent).
+type InsertedRow = (
+    Option<i64>,
+    Option<BatchId>,
+    Option<bool>,
+    Option<Mpid>,
+    Option<String>,
+);
 
 /// The order in which a group's batches take their unique keys (input, `source_request_id`) on
 /// PostgreSQL: key order, so two nodes (or lanes) storing the same retried requests wait for
@@ -55,55 +143,117 @@ pub(super) fn lock_order(batches: &[&NewBatch]) -> Vec<usize> {
 /// `nextval` ran in; the insert takes the rows in lock order; the answer is every id in request
 /// order, and whether its row was stored. (It replaced an id allocation and power-of-two chunks
 /// of `VALUES` rows: 5 round trips for a group of 45 batches, now one.)
-const INSERT_POSTGRES: &str = "WITH fresh AS MATERIALIZED ( \
-     SELECT row_number() OVER (ORDER BY id) AS place, id FROM ( \
-     SELECT nextval(s.sequence) AS id \
-     FROM (SELECT pg_get_serial_sequence('batches', 'id') AS sequence) AS s, \
-     generate_series(1, cardinality($6::int8[]))) AS drawn), \
-     stored AS (INSERT INTO batches \
-     (id, input_id, source_request_id, received_at, event_count, body) OVERRIDING SYSTEM VALUE \
-     SELECT fresh.id, r.input_id, r.source_request_id, r.received_at, r.event_count, r.body \
-     FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::bytea[], $6::int8[]) \
-     WITH ORDINALITY AS r(input_id, source_request_id, received_at, event_count, body, place, k) \
-     JOIN fresh ON fresh.place = r.place ORDER BY r.k \
-     ON CONFLICT (input_id, source_request_id) DO NOTHING RETURNING id) \
-     SELECT fresh.id, fresh.id IN (SELECT id FROM stored) FROM fresh ORDER BY fresh.place";
+macro_rules! insert_postgres_ctes {
+    () => {
+        "WITH fresh AS MATERIALIZED ( \
+         SELECT row_number() OVER (ORDER BY id) AS place, id FROM ( \
+         SELECT nextval(s.sequence) AS id \
+         FROM (SELECT pg_get_serial_sequence('batches', 'id') AS sequence) AS s, \
+         generate_series(1, cardinality($6::int8[]))) AS drawn), \
+         stored AS (INSERT INTO batches \
+         (id, input_id, source_request_id, received_at, event_count, body) OVERRIDING SYSTEM VALUE \
+         SELECT fresh.id, r.input_id, r.source_request_id, r.received_at, r.event_count, r.body \
+         FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::bytea[], $6::int8[]) \
+         WITH ORDINALITY AS r(input_id, source_request_id, received_at, event_count, body, place, k) \
+         JOIN fresh ON fresh.place = r.place ORDER BY r.k \
+         ON CONFLICT (input_id, source_request_id) DO NOTHING RETURNING id)"
+    };
+}
+const INSERT_POSTGRES: &str = concat!(
+    insert_postgres_ctes!(),
+    " SELECT fresh.id, fresh.id IN (SELECT id FROM stored) FROM fresh ORDER BY fresh.place"
+);
+/// The same with the group's profile upsert (`$7` its rows, `$8` now; with `$9`, answering the
+/// users' consent after the batches' rows): one round trip where there were two. The upsert
+/// runs only if every batch was stored, as nearly always; a group holding a resend upserts
+/// its stored batches' profiles on its own after (a resend's attributes must not be merged
+/// again over later ones). Reading `stored` first also keeps the lock order of the group
+/// (batch keys, then profiles: see [`super::group`]): the upsert takes no row before every
+/// batch's key is taken.
+const INSERT_WITH_PROFILES_POSTGRES: &str = concat!(
+    insert_postgres_ctes!(),
+    ", profiled AS (",
+    super::steps::upsert_profiles_postgres!(
+        "$7",
+        "$8",
+        "WHERE (SELECT count(*) FROM stored) = cardinality($6::int8[])"
+    ),
+    " RETURNING mpid, consent) \
+     SELECT fresh.place, fresh.id, fresh.id IN (SELECT id FROM stored), NULL::int8, NULL::text \
+     FROM fresh UNION ALL SELECT NULL, NULL, NULL, mpid, consent FROM profiled WHERE $9 \
+     ORDER BY 1"
+);
+
+/// A group's batches as PostgreSQL's insert binds them: one array per column, in lock order,
+/// with each row's place among the requests (from 1).
+struct Columns<'a> {
+    input_ids: Vec<&'a str>,
+    requests: Vec<Option<&'a str>>,
+    received: Vec<i64>,
+    events: Vec<i64>,
+    bodies: Vec<&'a [u8]>,
+    places: Vec<i64>,
+}
+
+impl<'a> Columns<'a> {
+    fn of(batches: &[&'a NewBatch]) -> Self {
+        let order = lock_order(batches);
+        let mut columns = Self {
+            input_ids: Vec::with_capacity(order.len()),
+            requests: Vec::with_capacity(order.len()),
+            received: Vec::with_capacity(order.len()),
+            events: Vec::with_capacity(order.len()),
+            bodies: Vec::with_capacity(order.len()),
+            places: Vec::with_capacity(order.len()),
+        };
+        for &index in &order {
+            let batch = batches[index];
+            columns.input_ids.push(batch.input_id.as_str());
+            columns.requests.push(batch.source_request_id.as_deref());
+            columns.received.push(batch.received_at);
+            columns.events.push(batch.event_count);
+            columns.bodies.push(&*batch.body);
+            columns
+                .places
+                .push(i64::try_from(index).unwrap_or(i64::MAX) + 1);
+        }
+        columns
+    }
+
+    /// Binds `$1` to `$6`.
+    fn bind<R>(
+        self,
+        query: sqlx::query::QueryAs<'a, Postgres, R, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::QueryAs<'a, Postgres, R, sqlx::postgres::PgArguments> {
+        query
+            .bind(self.input_ids)
+            .bind(self.requests)
+            .bind(self.received)
+            .bind(self.events)
+            .bind(self.bodies)
+            .bind(self.places)
+    }
+}
+
+/// A batch insert answers one id per batch.
+fn check_answered(batches: usize, ids: usize) -> Result<(), sqlx::Error> {
+    if ids == batches {
+        return Ok(());
+    }
+    Err(sqlx::Error::Protocol(format!(
+        "inserted {batches} batches, got {ids} ids"
+    )))
+}
 
 async fn postgres_insert(
     tx: &mut Tx<'_>,
     batches: &[&NewBatch],
 ) -> Result<(Vec<BatchId>, HashSet<BatchId>), sqlx::Error> {
-    let order = lock_order(batches);
-    let mut input_ids = Vec::with_capacity(order.len());
-    let mut requests = Vec::with_capacity(order.len());
-    let mut received = Vec::with_capacity(order.len());
-    let mut events = Vec::with_capacity(order.len());
-    let mut bodies = Vec::with_capacity(order.len());
-    let mut places = Vec::with_capacity(order.len());
-    for &index in &order {
-        let batch = batches[index];
-        input_ids.push(batch.input_id.as_str());
-        requests.push(batch.source_request_id.as_deref());
-        received.push(batch.received_at);
-        events.push(batch.event_count);
-        bodies.push(&*batch.body);
-        places.push(i64::try_from(index).unwrap_or(i64::MAX) + 1);
-    }
-    let query = sqlx::query_as::<Postgres, (BatchId, bool)>(INSERT_POSTGRES)
-        .bind(input_ids)
-        .bind(requests)
-        .bind(received)
-        .bind(events)
-        .bind(bodies)
-        .bind(places);
-    let rows = tx.fetch_all_postgres(query).await?;
-    if rows.len() != batches.len() {
-        return Err(sqlx::Error::Protocol(format!(
-            "inserted {} batches, got {} ids",
-            batches.len(),
-            rows.len()
-        )));
-    }
+    let query = sqlx::query_as::<Postgres, (BatchId, bool)>(INSERT_POSTGRES);
+    let rows = tx
+        .fetch_all_postgres(Columns::of(batches).bind(query))
+        .await?;
+    check_answered(batches.len(), rows.len())?;
     let stored = rows
         .iter()
         .filter(|(_, stored)| *stored)

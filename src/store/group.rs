@@ -30,9 +30,12 @@
 //!
 //! The order matters: lease renewals first, so a release in the same group wins; then job
 //! updates, before claims, so a job finished in this group can never be claimed in it again;
-//! then the users of batches that came without one; then the group's batches, the new users
-//! with their profiles (rows nobody else can hold) and the identities given to them, the
-//! profiles of the other users and their jobs. A batch needs its own answer (stored, or a duplicate
+//! then the users of batches that came without one; then the group's batches, with, on
+//! PostgreSQL and when every batch was stored, the profiles of the users already known in the
+//! same statement (see [`batch_steps`]); the new users with their profiles (rows nobody else can
+//! hold) and the identities given to them (whose advisory locks the group holds, so they wait
+//! for nobody); the known users' profiles where the insert left them; their jobs. A batch needs
+//! its own answer (stored, or a duplicate
 //! `source_request_id`) and `RETURNING` promises no order, so each batch's id is drawn before
 //! its row is inserted (in the same statement: see [`batch_steps`]): the ids that come back are
 //! the batches stored.
@@ -44,6 +47,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::backend::{Plans, Tx, WriterConnection};
+use super::batch_steps::{Inserted, ProfilesAlong};
 use super::identity_steps::Resends;
 use super::prune_step::{self, PruneChunk};
 use super::queue::{
@@ -332,22 +336,12 @@ async fn run_steps(
         commands.iter_mut().flat_map(Command::batches_mut).collect();
     let decided = identity_steps::resolve_batches(tx, &mut resolving, resends).await?;
     let commands = &*commands;
-    let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();
-    let (ids, stored) = batch_steps::insert_batches(tx, &batches).await?;
-    if resends == Resends::FoundByInsert && decided.a_resend_wrote(&ids, &stored) {
-        return Err(StepsFailed::AResendWrote);
-    }
-    let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, lease_until, node);
-    let (fresh, profiles): (Vec<ProfileRow>, Vec<ProfileRow>) = profile_rows(commands, &outcomes)
-        .into_iter()
-        .partition(|row| decided.is_new(row.mpid));
-    let handing = hands_over_consent(commands);
-    let mut consents = identity_steps::write(tx, &decided, &fresh, now, handing).await?;
-    if handing {
-        consents.extend(steps::upsert_profiles_returning_consent(tx, &profiles, now).await?);
-    } else {
-        steps::upsert_profiles(tx, &profiles, now).await?;
-    }
+    let BatchesStored {
+        outcomes,
+        new_jobs,
+        consents,
+        stored,
+    } = store_batches(tx, commands, &decided, resends, (now, lease_until), node).await?;
     let job_ids = steps::insert_jobs(tx, &new_jobs).await?;
     let chunks = commands.iter().filter_map(Command::prune_chunk);
     let pruned = prune_step::delete_chunks(tx, chunks).await?;
@@ -358,6 +352,70 @@ async fn run_steps(
     };
     let done = answers(commands, (claims, pruned), outcomes, &handed, &renewed);
     Ok((done, stored))
+}
+
+/// What storing a group's batches leaves to the steps after it.
+struct BatchesStored<'a> {
+    /// Each command's outcomes, in order.
+    outcomes: Vec<Vec<IngestOutcome>>,
+    /// The job rows of the stored batches.
+    new_jobs: Vec<JobRow<'a>>,
+    /// The consent of the users whose jobs read it (see [`hands_over_consent`]).
+    consents: HashMap<Mpid, Arc<serde_json::Value>>,
+    /// The ids of the batches stored.
+    stored: HashSet<BatchId>,
+}
+
+/// Stores the group's batches, then the new users, identities and device pointers their
+/// decisions made and the profiles of the other users. On PostgreSQL the profiles go with the
+/// insert, as every batch stored gives them, and are upserted on their own only when the
+/// insert found a resend (see [`batch_steps::insert_batches_with_profiles`]). `at` is the
+/// group's time and its leases' end.
+async fn store_batches<'a>(
+    tx: &mut Tx<'_>,
+    commands: &'a [Command],
+    decided: &identity_steps::Decided,
+    resends: Resends,
+    (now, lease_until): (i64, i64),
+    node: &'a str,
+) -> Result<BatchesStored<'a>, StepsFailed> {
+    let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();
+    let split = |rows: Vec<ProfileRow>| -> (Vec<ProfileRow>, Vec<ProfileRow>) {
+        rows.into_iter().partition(|row| decided.is_new(row.mpid))
+    };
+    let (mut fresh, mut profiles) = split(profile_rows(commands, None));
+    let handing = hands_over_consent(commands);
+    let along = ProfilesAlong {
+        rows: &profiles,
+        now,
+        consent: handing,
+    };
+    let Inserted {
+        ids,
+        stored,
+        profiles: upserted,
+    } = batch_steps::insert_batches_with_profiles(tx, &batches, along).await?;
+    if resends == Resends::FoundByInsert && decided.a_resend_wrote(&ids, &stored) {
+        return Err(StepsFailed::AResendWrote);
+    }
+    let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, lease_until, node);
+    if stored.len() < batches.len() {
+        (fresh, profiles) = split(profile_rows(commands, Some(&outcomes)));
+    }
+    let mut consents = identity_steps::write(tx, decided, &fresh, now, handing).await?;
+    match upserted {
+        Some(answered) => consents.extend(answered),
+        None if handing => {
+            consents.extend(steps::upsert_profiles_returning_consent(tx, &profiles, now).await?);
+        }
+        None => steps::upsert_profiles(tx, &profiles, now).await?,
+    }
+    Ok(BatchesStored {
+        outcomes,
+        new_jobs,
+        consents,
+        stored,
+    })
 }
 
 /// A COMMIT that reported an error may have taken effect all the same: the connection can drop
@@ -591,18 +649,22 @@ fn settle_batches<'a>(
     (outcomes, jobs)
 }
 
-/// One profile update per user of the group's stored batches, later batches' attributes and
-/// consent purposes over earlier ones. (One row per user: PostgreSQL cannot update a row twice
-/// in one statement.)
-fn profile_rows(commands: &[Command], outcomes: &[Vec<IngestOutcome>]) -> Vec<ProfileRow> {
+/// One profile update per user of the group's stored batches (each command's `outcomes`;
+/// `None`: every batch stored), later batches' attributes and consent purposes over earlier
+/// ones. (One row per user: PostgreSQL cannot update a row twice in one statement.)
+fn profile_rows(commands: &[Command], outcomes: Option<&[Vec<IngestOutcome>]>) -> Vec<ProfileRow> {
     // Sorted by MPID so concurrent group commits (several nodes) lock users in one order.
     let mut by_user: BTreeMap<Mpid, ProfileRow> = BTreeMap::new();
-    for (command, outcomes) in commands.iter().zip(outcomes) {
+    for (k, command) in commands.iter().enumerate() {
         let Command::Ingest { batches, .. } = command else {
             continue;
         };
-        for (batch, outcome) in batches.iter().zip(outcomes) {
-            if let (Some(update), IngestOutcome::Stored { .. }) = (&batch.profile, outcome) {
+        for (i, batch) in batches.iter().enumerate() {
+            let stored = outcomes.is_none_or(|all| {
+                let outcome = all.get(k).and_then(|command| command.get(i));
+                matches!(outcome, Some(IngestOutcome::Stored { .. }))
+            });
+            if let (Some(update), true) = (&batch.profile, stored) {
                 let row = by_user.entry(update.mpid).or_insert_with(|| ProfileRow {
                     mpid: update.mpid,
                     patch: serde_json::Map::new(),

@@ -301,12 +301,22 @@ macro_rules! upsert_profiles_sqlite {
          FROM json_each(excluded.consent, '$.ccpa'))))), excluded.consent)"
     };
 }
+/// PostgreSQL's upsert of the profile rows in parameter `$rows` at time `$now`, the rows kept by
+/// `$filter` (a `WHERE`, or nothing); also the tail of the batch insert's statement
+/// (`super::batch_steps`).
 macro_rules! upsert_profiles_postgres {
-    () => {
-        "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
-         SELECT mpid, $2, $2, patch::text, consent::text \
-         FROM jsonb_to_recordset($1::jsonb) AS x(mpid bigint, patch jsonb, consent jsonb) \
-         ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
+    ($rows:literal, $now:literal, $filter:literal) => {
+        concat!(
+            "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
+         SELECT mpid, ",
+            $now,
+            ", ",
+            $now,
+            ", patch::text, consent::text FROM jsonb_to_recordset(",
+            $rows,
+            "::jsonb) AS x(mpid bigint, patch jsonb, consent jsonb) ",
+            $filter,
+            " ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
          user_attributes = jsonb_strip_nulls(users.user_attributes::jsonb \
          || excluded.user_attributes::jsonb)::text, \
          consent = jsonb_build_object( \
@@ -314,13 +324,21 @@ macro_rules! upsert_profiles_postgres {
          || COALESCE(excluded.consent::jsonb -> 'gdpr', '{}'::jsonb), \
          'ccpa', COALESCE(users.consent::jsonb -> 'ccpa', '{}'::jsonb) \
          || COALESCE(excluded.consent::jsonb -> 'ccpa', '{}'::jsonb))::text"
+        )
     };
 }
-const UPSERT_PROFILES: Sql = Sql::each(upsert_profiles_sqlite!(), upsert_profiles_postgres!());
+pub(super) use upsert_profiles_postgres;
+const UPSERT_PROFILES: Sql = Sql::each(
+    upsert_profiles_sqlite!(),
+    upsert_profiles_postgres!("$1", "$2", ""),
+);
 /// The same, answering each user's consent as merged (for jobs handed to delivery with it).
 const UPSERT_PROFILES_RETURNING_CONSENT: Sql = Sql::each(
     concat!(upsert_profiles_sqlite!(), " RETURNING mpid, consent"),
-    concat!(upsert_profiles_postgres!(), " RETURNING mpid, consent"),
+    concat!(
+        upsert_profiles_postgres!("$1", "$2", ""),
+        " RETURNING mpid, consent"
+    ),
 );
 /// A job with a user whose earlier job of the same connection is still in the table is not
 /// leased (`lease_until` 0): it waits for a claim, which takes it only once the earlier one is
@@ -535,10 +553,16 @@ pub(super) async fn upsert_profiles_returning_consent(
             args![json(profiles).as_str(), now],
         )
         .await?;
-    Ok(rows
-        .into_iter()
+    Ok(consents_of(rows))
+}
+
+/// The users' consent as an upsert answered it, `(mpid, consent as stored)` rows.
+pub(super) fn consents_of(
+    rows: impl IntoIterator<Item = (Mpid, String)>,
+) -> HashMap<Mpid, Arc<serde_json::Value>> {
+    rows.into_iter()
         .map(|(mpid, stored)| (mpid, Arc::new(consent::state(&stored))))
-        .collect())
+        .collect()
 }
 
 /// Inserts jobs; returns `(job id, batch id, connection id, lease end)` of each (a lease end of
