@@ -287,6 +287,11 @@ const CLAIM_DRAIN: Sql = Sql::each(
 // Consent merges per purpose (a stated purpose replaces the stored one whole). SQLite's
 // json_patch merges at every depth, so the stated purposes are first patched to `null`
 // (removed), then patched in; PostgreSQL's `||` is shallow, so it merges each regulation.
+// PostgreSQL skips the merge when the batch states no consent or, as an SDK sends its whole
+// consent state with every upload, exactly the one stored (both texts are `jsonb`'s output, so
+// equal states read the same): the merge's four parses of stored text were about 10 µs a
+// user, a third of the upsert (issue 16, item 2). A consent of `{}` reads as every regulation
+// empty (`consent::state`).
 macro_rules! upsert_profiles_sqlite {
     () => {
         "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
@@ -319,11 +324,12 @@ macro_rules! upsert_profiles_postgres {
             " ON CONFLICT (mpid) DO UPDATE SET last_seen_at = excluded.last_seen_at, \
          user_attributes = jsonb_strip_nulls(users.user_attributes::jsonb \
          || excluded.user_attributes::jsonb)::text, \
-         consent = jsonb_build_object( \
+         consent = CASE WHEN excluded.consent IN ('{}', users.consent) THEN users.consent \
+         ELSE jsonb_build_object( \
          'gdpr', COALESCE(users.consent::jsonb -> 'gdpr', '{}'::jsonb) \
          || COALESCE(excluded.consent::jsonb -> 'gdpr', '{}'::jsonb), \
          'ccpa', COALESCE(users.consent::jsonb -> 'ccpa', '{}'::jsonb) \
-         || COALESCE(excluded.consent::jsonb -> 'ccpa', '{}'::jsonb))::text"
+         || COALESCE(excluded.consent::jsonb -> 'ccpa', '{}'::jsonb))::text END"
         )
     };
 }

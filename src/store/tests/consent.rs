@@ -69,6 +69,31 @@ async fn a_stated_purpose_replaces_the_stored_one_and_the_others_stay() {
 }
 
 #[tokio::test]
+async fn restating_the_stored_consent_or_none_keeps_it_and_a_change_after_still_merges() {
+    // As an SDK sends it: the whole consent state with every upload, mostly unchanged.
+    let db = TestStore::open().await;
+    let whole = json!({"gdpr": {"marketing": purpose(true, 1), "analytics": purpose(true, 1)},
+                       "ccpa": {"data_sale_opt_out": purpose(false, 1)}});
+    upsert_each(&db, vec![whole.clone(), whole.clone(), json!({})]).await;
+    assert_eq!(
+        db.store.user_consent(USER).await.expect("read"),
+        Some(whole.clone())
+    );
+    upsert_each(
+        &db,
+        vec![json!({"gdpr": {"marketing": purpose(false, 4)}}), json!({})],
+    )
+    .await;
+    assert_eq!(
+        db.store.user_consent(USER).await.expect("read"),
+        Some(
+            json!({"gdpr": {"marketing": purpose(false, 4), "analytics": purpose(true, 1)},
+                    "ccpa": {"data_sale_opt_out": purpose(false, 1)}})
+        )
+    );
+}
+
+#[tokio::test]
 async fn a_user_without_stated_consent_has_empty_regulations_and_a_stranger_none() {
     let db = TestStore::open().await;
     upsert_each(&db, vec![json!({})]).await;
