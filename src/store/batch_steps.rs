@@ -55,10 +55,9 @@ pub(super) struct Inserted {
     pub(super) ids: Vec<BatchId>,
     /// The ids stored.
     pub(super) stored: HashSet<BatchId>,
-    /// Whether the profiles were upserted too, and then the consent of their users if asked
-    /// (else empty). `None`: the profiles are still to be upserted, those of the stored
-    /// batches only.
-    pub(super) profiles: Option<HashMap<Mpid, Arc<serde_json::Value>>>,
+    /// Whether the profiles were upserted too, and then their users' consent if asked (else
+    /// empty). `None`: they are still to be upserted, those of the stored batches only.
+    pub(super) upserted: Option<HashMap<Mpid, Arc<serde_json::Value>>>,
 }
 
 /// [`insert_batches`], and on PostgreSQL the profile upsert `along` in the same statement when
@@ -72,50 +71,31 @@ pub(super) async fn insert_batches_with_profiles(
 ) -> Result<Inserted, sqlx::Error> {
     if tx.is_sqlite() || batches.is_empty() || along.rows.is_empty() {
         let (ids, stored) = insert_batches(tx, batches).await?;
-        let profiles = along.rows.is_empty().then(HashMap::new);
+        let upserted = along.rows.is_empty().then(HashMap::new);
         return Ok(Inserted {
             ids,
             stored,
-            profiles,
+            upserted,
         });
     }
-    let columns = Columns::of(batches);
     let query = sqlx::query_as::<Postgres, InsertedRow>(INSERT_WITH_PROFILES_POSTGRES);
-    let query = columns
+    let query = Columns::of(batches)
         .bind(query)
         .bind(json(along.rows))
         .bind(along.now)
         .bind(along.consent);
-    let mut ids = Vec::with_capacity(batches.len());
-    let mut stored = HashSet::with_capacity(batches.len());
-    let mut consents = Vec::new();
-    for row in tx.fetch_all_postgres(query).await? {
-        match row {
-            (Some(_), Some(id), Some(kept), None, None) => {
-                ids.push(id);
-                if kept {
-                    stored.insert(id);
-                }
-            }
-            (None, None, None, Some(mpid), Some(consent)) => consents.push((mpid, consent)),
-            _ => {
-                return Err(sqlx::Error::Protocol(
-                    "a batch insert answered a row it does not make".into(),
-                ));
-            }
-        }
-    }
-    check_answered(batches.len(), ids.len())?;
-    let upserted = stored.len() == batches.len();
+    let answer = Answer::read(tx.fetch_all_postgres(query).await?)?;
+    check_answered(batches.len(), answer.ids.len())?;
     Ok(Inserted {
-        ids,
-        stored,
-        profiles: upserted.then(|| steps::consents_of(consents)),
+        ids: answer.ids,
+        stored: answer.stored,
+        // Each upserted user answers a row: none, the statement found a resend.
+        upserted: (answer.profiled > 0).then(|| steps::consents_of(answer.consents)),
     })
 }
 
-/// One row of [`INSERT_WITH_PROFILES_POSTGRES`]: a batch's (place, id, stored), or a profiled
-/// user's (MPID, consent).
+/// One row of [`INSERT_WITH_PROFILES_POSTGRES`]: a batch's (place, id, stored), or an upserted
+/// user's MPID and, if asked, consent.
 type InsertedRow = (
     Option<i64>,
     Option<BatchId>,
@@ -123,6 +103,48 @@ type InsertedRow = (
     Option<Mpid>,
     Option<String>,
 );
+
+/// [`INSERT_WITH_PROFILES_POSTGRES`]'s rows, read.
+struct Answer {
+    ids: Vec<BatchId>,
+    stored: HashSet<BatchId>,
+    /// How many users the statement upserted.
+    profiled: usize,
+    consents: Vec<(Mpid, String)>,
+}
+
+impl Answer {
+    fn read(rows: Vec<InsertedRow>) -> Result<Self, sqlx::Error> {
+        let mut answer = Self {
+            ids: Vec::with_capacity(rows.len()),
+            stored: HashSet::with_capacity(rows.len()),
+            profiled: 0,
+            consents: Vec::new(),
+        };
+        for row in rows {
+            match row {
+                (Some(_), Some(id), Some(kept), None, None) => {
+                    answer.ids.push(id);
+                    if kept {
+                        answer.stored.insert(id);
+                    }
+                }
+                (None, None, None, Some(mpid), consent) => {
+                    answer.profiled += 1;
+                    answer
+                        .consents
+                        .extend(consent.map(|consent| (mpid, consent)));
+                }
+                _ => {
+                    return Err(sqlx::Error::Protocol(
+                        "a batch insert answered a row it does not make".into(),
+                    ));
+                }
+            }
+        }
+        Ok(answer)
+    }
+}
 
 /// The order in which a group's batches take their unique keys (input, `source_request_id`) on
 /// PostgreSQL: key order, so two nodes (or lanes) storing the same retried requests wait for
@@ -136,13 +158,10 @@ pub(super) fn lock_order(batches: &[&NewBatch]) -> Vec<usize> {
     order
 }
 
-/// PostgreSQL: the whole group in one statement, whatever its size. The rows travel as one
+/// PostgreSQL's batch insert (see [`INSERT_POSTGRES`]), up to its answer.
 /// array per column, in lock order ([`lock_order`]), with each row's place among the requests
 /// (`$6`, from 1). `fresh` draws one id per row from the table's sequence and gives the k-th
 /// smallest to the k-th request, so ids increase in the order the requests came whatever order
-/// `nextval` ran in; the insert takes the rows in lock order; the answer is every id in request
-/// order, and whether its row was stored. (It replaced an id allocation and power-of-two chunks
-/// of `VALUES` rows: 5 round trips for a group of 45 batches, now one.)
 macro_rules! insert_postgres_ctes {
     () => {
         "WITH fresh AS MATERIALIZED ( \
@@ -159,17 +178,24 @@ macro_rules! insert_postgres_ctes {
          ON CONFLICT (input_id, source_request_id) DO NOTHING RETURNING id)"
     };
 }
+/// PostgreSQL: the whole group in one statement, whatever its size. The rows travel as one
+/// array per column, in lock order ([`lock_order`]), with each row's place among the requests
+/// (`$6`, from 1). `fresh` draws one id per row from the table's sequence and gives the k-th
+/// smallest to the k-th request, so ids increase in the order the requests came whatever order
+/// `nextval` ran in; the insert takes the rows in lock order; the answer is every id in request
+/// order, and whether its row was stored. (It replaced an id allocation and power-of-two chunks
+/// of `VALUES` rows: 5 round trips for a group of 45 batches, now one.)
 const INSERT_POSTGRES: &str = concat!(
     insert_postgres_ctes!(),
     " SELECT fresh.id, fresh.id IN (SELECT id FROM stored) FROM fresh ORDER BY fresh.place"
 );
-/// The same with the group's profile upsert (`$7` its rows, `$8` now; with `$9`, answering the
-/// users' consent after the batches' rows): one round trip where there were two. The upsert
-/// runs only if every batch was stored, as nearly always; a group holding a resend upserts
-/// its stored batches' profiles on its own after (a resend's attributes must not be merged
-/// again over later ones). Reading `stored` first also keeps the lock order of the group
-/// (batch keys, then profiles: see [`super::group`]): the upsert takes no row before every
-/// batch's key is taken.
+/// The same with the group's profile upsert (`$7` its rows, `$8` now), whose users are
+/// answered after the batches' rows, with their consent if `$9`: one round trip where there
+/// were two. The upsert runs only if every batch was stored, as nearly always; a group holding
+/// a resend upserts its stored batches' profiles on its own after (a resend's attributes must
+/// not be merged again over later ones). Counting `stored` first also keeps the lock order of
+/// the group (batch keys, then profiles: see [`super::group`]): the upsert takes no row before
+/// every batch's key is taken.
 const INSERT_WITH_PROFILES_POSTGRES: &str = concat!(
     insert_postgres_ctes!(),
     ", profiled AS (",
@@ -180,7 +206,8 @@ const INSERT_WITH_PROFILES_POSTGRES: &str = concat!(
     ),
     " RETURNING mpid, consent) \
      SELECT fresh.place, fresh.id, fresh.id IN (SELECT id FROM stored), NULL::int8, NULL::text \
-     FROM fresh UNION ALL SELECT NULL, NULL, NULL, mpid, consent FROM profiled WHERE $9 \
+     FROM fresh UNION ALL SELECT NULL, NULL, NULL, mpid, CASE WHEN $9 THEN consent END \
+     FROM profiled \
      ORDER BY 1"
 );
 

@@ -199,3 +199,72 @@ async fn a_group_is_one_insert_and_empty_rows_store_nothing() {
         "the 45 batches and the later one, no empty row"
     );
 }
+
+/// A profile row for `mpid` setting `plan`, with consent to `marketing`.
+fn profile(mpid: i64, plan: &str) -> ProfileRow {
+    let consent = serde_json::json!({"gdpr": {"marketing": {"consented": true}}});
+    let serde_json::Value::Object(consent) = consent else {
+        unreachable!("an object");
+    };
+    ProfileRow {
+        mpid: Mpid::new(mpid),
+        patch: serde_json::Map::from_iter([("plan".to_owned(), serde_json::json!(plan))]),
+        consent,
+    }
+}
+
+const PLAN: Sql = Sql::shared("SELECT user_attributes FROM users WHERE mpid = $1");
+
+#[tokio::test]
+async fn profiles_go_with_the_insert_on_postgresql_only_if_every_batch_is_stored() {
+    let db = TestStore::open().await;
+    let mut tx = db.store.begin().await.expect("begin");
+    let first = batch("in_1", Some("r1"));
+    let rows = [profile(7, "gold")];
+    let along = |consent| ProfilesAlong {
+        rows: &rows,
+        now: 1_000,
+        consent,
+    };
+    let inserted = insert_batches_with_profiles(&mut tx, &[&first], along(true))
+        .await
+        .expect("insert");
+    assert_eq!(inserted.stored.len(), 1);
+    // A resend of r1 beside a new batch: the insert stores only r2 and upserts nothing.
+    let resend = batch("in_1", Some("r1"));
+    let second = batch("in_1", Some("r2"));
+    let rows = [profile(7, "free")];
+    let again = ProfilesAlong {
+        rows: &rows,
+        now: 2_000,
+        consent: true,
+    };
+    let after_resend = insert_batches_with_profiles(&mut tx, &[&resend, &second], again)
+        .await
+        .expect("insert again");
+    let plan: Option<(String,)> = tx.fetch_optional(PLAN, args![7_i64]).await.expect("read");
+    let plan = plan.map(|(plan,)| plan);
+    tx.commit().await.expect("commit");
+
+    assert_eq!(after_resend.stored.len(), 1, "r2 only");
+    assert!(after_resend.upserted.is_none(), "left to the caller");
+    if on_postgres() {
+        let consents = inserted.upserted.expect("upserted with the batch");
+        assert_eq!(
+            consents
+                .get(&Mpid::new(7))
+                .map(|c| c["gdpr"]["marketing"]["consented"].clone()),
+            Some(serde_json::json!(true)),
+            "the user's consent, answered"
+        );
+        assert_eq!(
+            plan.as_deref(),
+            Some(r#"{"plan": "gold"}"#),
+            "not the resend's group's"
+        );
+    } else {
+        // SQLite leaves every upsert to the caller.
+        assert!(inserted.upserted.is_none());
+        assert_eq!(plan, None);
+    }
+}

@@ -35,10 +35,9 @@
 //! same statement (see [`batch_steps`]); the new users with their profiles (rows nobody else can
 //! hold) and the identities given to them (whose advisory locks the group holds, so they wait
 //! for nobody); the known users' profiles where the insert left them; their jobs. A batch needs
-//! its own answer (stored, or a duplicate
-//! `source_request_id`) and `RETURNING` promises no order, so each batch's id is drawn before
-//! its row is inserted (in the same statement: see [`batch_steps`]): the ids that come back are
-//! the batches stored.
+//! its own answer (stored, or a duplicate `source_request_id`) and `RETURNING` promises no
+//! order, so each batch's id is drawn before its row is inserted (in the same statement: see
+//! [`batch_steps`]): the ids that come back are the batches stored.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -369,8 +368,8 @@ struct BatchesStored<'a> {
 /// Stores the group's batches, then the new users, identities and device pointers their
 /// decisions made and the profiles of the other users. On PostgreSQL the profiles go with the
 /// insert, as every batch stored gives them, and are upserted on their own only when the
-/// insert found a resend (see [`batch_steps::insert_batches_with_profiles`]). `at` is the
-/// group's time and its leases' end.
+/// insert found a resend (see [`batch_steps::insert_batches_with_profiles`]). With the group's
+/// time and its leases' end.
 async fn store_batches<'a>(
     tx: &mut Tx<'_>,
     commands: &'a [Command],
@@ -393,7 +392,7 @@ async fn store_batches<'a>(
     let Inserted {
         ids,
         stored,
-        profiles: upserted,
+        upserted,
     } = batch_steps::insert_batches_with_profiles(tx, &batches, along).await?;
     if resends == Resends::FoundByInsert && decided.a_resend_wrote(&ids, &stored) {
         return Err(StepsFailed::AResendWrote);

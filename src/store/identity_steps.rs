@@ -37,8 +37,7 @@ use super::backend::{Sql, Tx, args, json};
 use super::identity_read::{self, Known};
 use super::identity_sql::new_mpid;
 use super::queue::{NewBatch, ProfileUpdate, Unresolved};
-use super::steps::ProfileRow;
-use crate::model::consent;
+use super::steps::{self, ProfileRow};
 use crate::model::identity::resolve::{Call, Lookup, Target, decide};
 use crate::model::identity::types::IdentityType;
 use crate::model::ids::{BatchId, Mpid};
@@ -396,7 +395,7 @@ fn decide_one<'a>(
 
 /// Writes what [`resolve_batches`] decided, once the group's batches are stored: the new users
 /// first, each with `profiles`' row of it (the new users' rows of the group's profile update,
-/// which the profile upsert then leaves out), bare if none of its batches was stored; then the
+/// which the profile upsert leaves out), bare if none of its batches was stored; then the
 /// identities and devices, which refer to them. With `returning`, answers the new users'
 /// consent as stored, as the profile upsert does for the others.
 pub(super) async fn write(
@@ -422,13 +421,6 @@ fn bare_users(decided: &Decided, profiles: &[ProfileRow]) -> Vec<Mpid> {
     decided.users.difference(&profiled).copied().collect()
 }
 
-/// The consent of each user as stored, from `(mpid, consent)` rows.
-fn consents(rows: Vec<(Mpid, String)>) -> HashMap<Mpid, Arc<serde_json::Value>> {
-    rows.into_iter()
-        .map(|(mpid, stored)| (mpid, Arc::new(consent::state(&stored))))
-        .collect()
-}
-
 /// [`write()`] on PostgreSQL: one statement, `WRITE_POSTGRES`.
 async fn write_postgres(
     tx: &mut Tx<'_>,
@@ -447,7 +439,7 @@ async fn write_postgres(
     }
     let query = sqlx::query_as::<Postgres, (Mpid, String)>(WRITE_POSTGRES);
     let query = bind_writes(query, decided, json(profiles), now, bare, returning);
-    Ok(consents(tx.fetch_all_postgres(query).await?))
+    Ok(steps::consents_of(tx.fetch_all_postgres(query).await?))
 }
 
 /// `WRITE_POSTGRES`'s parameters, bound to `query` (the statement, or a test's EXPLAIN of it).
@@ -486,7 +478,7 @@ async fn write_sqlite(
                 args![json(profiles).as_str(), now],
             )
             .await?;
-        stored = consents(rows);
+        stored = steps::consents_of(rows);
     } else if !profiles.is_empty() {
         tx.execute(INSERT_NEW_PROFILES, args![json(profiles).as_str(), now])
             .await?;

@@ -74,7 +74,12 @@ async fn restating_the_stored_consent_or_none_keeps_it_and_a_change_after_still_
     let db = TestStore::open().await;
     let whole = json!({"gdpr": {"marketing": purpose(true, 1), "analytics": purpose(true, 1)},
                        "ccpa": {"data_sale_opt_out": purpose(false, 1)}});
-    upsert_each(&db, vec![whole.clone(), whole.clone(), json!({})]).await;
+    // First none (a stored `{}`), which the first statement must still merge into.
+    upsert_each(
+        &db,
+        vec![json!({}), whole.clone(), whole.clone(), json!({})],
+    )
+    .await;
     assert_eq!(
         db.store.user_consent(USER).await.expect("read"),
         Some(whole.clone())
