@@ -44,23 +44,32 @@ fn requests(first: usize, count: usize) -> (Vec<Command>, Answers) {
     (commands, answers)
 }
 
-#[tokio::test]
-async fn a_group_of_ingests_costs_the_same_few_round_trips_whatever_its_size() {
-    let db = TestStore::open().await;
+/// Commits `warm`, then `group`, on one lane's connection (so the second finds it as a running
+/// lane does); answers the second's answers and round trips.
+async fn commit_counting(
+    db: &TestStore,
+    warm: &mut [Command],
+    group: &mut [Command],
+) -> (Vec<Done>, u64) {
     let mut connection = db.store.writer_connection();
-    // A first group, so the second finds its connection as a running lane does.
-    let (mut warm, _answers) = requests(0, 3);
-    db.commit_alone(&mut connection, &mut warm)
+    db.commit_alone(&mut connection, warm)
         .await
         .unwrap_or_else(|_| panic!("first group"));
     round_trips::take();
-    // 45 batches: the old power-of-two chunks sent 4 inserts (32 + 8 + 4 + 1).
-    let (mut group, _answers) = requests(100, 45);
     let done = db
-        .commit_alone(&mut connection, &mut group)
+        .commit_alone(&mut connection, group)
         .await
         .unwrap_or_else(|_| panic!("the group commits"));
-    let trips = round_trips::take();
+    (done, round_trips::take())
+}
+
+#[tokio::test]
+async fn a_group_of_ingests_costs_the_same_few_round_trips_whatever_its_size() {
+    let db = TestStore::open().await;
+    let (mut warm, _answers) = requests(0, 3);
+    // 45 batches: the old power-of-two chunks sent 4 inserts (32 + 8 + 4 + 1).
+    let (mut group, _answers) = requests(100, 45);
+    let (done, trips) = commit_counting(&db, &mut warm, &mut group).await;
     assert_eq!(done.len(), 45);
     assert_eq!(db.batches().await.len(), 48, "every batch is stored");
     // BEGIN on the lane's own connection, one insert allocating the ids, the profiles, the
@@ -75,14 +84,10 @@ const ATTRIBUTES: Sql = Sql::shared("SELECT user_attributes FROM users WHERE mpi
 #[tokio::test]
 async fn a_resend_in_a_group_leaves_its_users_profile_as_the_stored_batches_give_it() {
     let db = TestStore::open().await;
-    let mut connection = db.store.writer_connection();
     // req-0, then a group of req-8 (the same user, 8 % 8) and a resend of req-0 after it: were
     // the resend's attributes merged, the later one's `n` would be undone, and an attribute
     // only the resend names would appear.
     let (mut warm, _warm) = requests(0, 1);
-    db.commit_alone(&mut connection, &mut warm)
-        .await
-        .unwrap_or_else(|_| panic!("first group"));
     let (mut group, _answers) = requests(8, 1);
     let (mut resend, _resend) = requests(0, 1);
     if let Some(Command::Ingest { batches, .. }) = resend.first_mut()
@@ -93,12 +98,7 @@ async fn a_resend_in_a_group_leaves_its_users_profile_as_the_stored_batches_give
             .insert("resent".to_owned(), serde_json::json!(true));
     }
     group.extend(resend);
-    round_trips::take();
-    let done = db
-        .commit_alone(&mut connection, &mut group)
-        .await
-        .unwrap_or_else(|_| panic!("the group commits"));
-    let trips = round_trips::take();
+    let (done, trips) = commit_counting(&db, &mut warm, &mut group).await;
     let Some(Done::Ingest(outcomes, _)) = done.last() else {
         panic!("an ingest's answer");
     };
@@ -162,16 +162,7 @@ const USERS: Sql = Sql::shared("SELECT COUNT(*) FROM users");
 /// stored then; asserts every batch of both was stored.
 async fn round_trips_of(warm: &mut [Command], group: &mut [Command]) -> (u64, i64) {
     let db = TestStore::open().await;
-    let mut connection = db.store.writer_connection();
-    db.commit_alone(&mut connection, warm)
-        .await
-        .unwrap_or_else(|_| panic!("first group"));
-    round_trips::take();
-    let done = db
-        .commit_alone(&mut connection, group)
-        .await
-        .unwrap_or_else(|_| panic!("the group commits"));
-    let trips = round_trips::take();
+    let (done, trips) = commit_counting(&db, warm, group).await;
     assert_eq!(done.len(), group.len());
     assert_eq!(db.batches().await.len(), warm.len() + group.len());
     let (users,): (i64,) = db.store.fetch_one(USERS, &[]).await.expect("users");
