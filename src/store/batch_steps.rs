@@ -159,9 +159,6 @@ pub(super) fn lock_order(batches: &[&NewBatch]) -> Vec<usize> {
 }
 
 /// PostgreSQL's batch insert (see [`INSERT_POSTGRES`]), up to its answer.
-/// array per column, in lock order ([`lock_order`]), with each row's place among the requests
-/// (`$6`, from 1). `fresh` draws one id per row from the table's sequence and gives the k-th
-/// smallest to the k-th request, so ids increase in the order the requests came whatever order
 macro_rules! insert_postgres_ctes {
     () => {
         "WITH fresh AS MATERIALIZED ( \
