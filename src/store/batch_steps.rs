@@ -9,7 +9,7 @@
 //! two cores those wake-ups were a large part of the CPU per event. (SQLite's writer runs its
 //! statements on its own thread, `direct`; through sqlx each was a round trip to the
 //! connection's thread.) So on PostgreSQL the insert also carries the group's profile upsert
-//! ([`insert_batches_with_profiles`]).
+//! and its new users' writes ([`insert_batches_with_profiles`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use std::sync::Arc;
 use sqlx::postgres::Postgres;
 
 use super::backend::{Arg, Sql, Tx, json};
+use super::identity_steps::{Writing, write_postgres_ctes};
 use super::queue::NewBatch;
 use super::steps::{self, ProfileRow};
 use crate::model::ids::{BatchId, Mpid};
@@ -39,14 +40,22 @@ pub(super) async fn insert_batches(
     }
 }
 
-/// The group's profile upsert, to go with its batches where the backend can (see
+/// The group's user writes, to go with its batches where the backend can (see
 /// [`insert_batches_with_profiles`]).
 pub(super) struct ProfilesAlong<'a> {
-    /// One row per user, as the group's batches give them if every batch is stored.
+    /// One row per known user, as the group's batches give them if every batch is stored.
     pub(super) rows: &'a [ProfileRow],
+    /// The new users' writes, likewise ([`Writing`]), if the group made or changed any.
+    pub(super) new_users: Option<Writing<'a>>,
     pub(super) now: i64,
-    /// Whether the upsert answers the users' consent as merged.
+    /// Whether the users' consent is answered as stored.
     pub(super) consent: bool,
+}
+
+impl ProfilesAlong<'_> {
+    fn is_empty(&self) -> bool {
+        self.rows.is_empty() && self.new_users.is_none()
+    }
 }
 
 /// What [`insert_batches_with_profiles`] did.
@@ -55,50 +64,60 @@ pub(super) struct Inserted {
     pub(super) ids: Vec<BatchId>,
     /// The ids stored.
     pub(super) stored: HashSet<BatchId>,
-    /// Whether the profiles were upserted too, and then their users' consent if asked (else
-    /// empty). `None`: they are still to be upserted, those of the stored batches only.
-    pub(super) upserted: Option<HashMap<Mpid, Arc<serde_json::Value>>>,
+    /// Whether the users' writes went too (or there were none), and then their users' consent
+    /// if asked (else empty). `None`: they are still to be written, as the stored batches
+    /// give them.
+    pub(super) written: Option<HashMap<Mpid, Arc<serde_json::Value>>>,
 }
 
-/// [`insert_batches`], and on PostgreSQL the profile upsert `along` in the same statement when
-/// every batch turns out stored (one round trip fewer a group: a group's statements bound the
-/// rate a lane commits at, issue 16 item 2). SQLite has no round trip to save (`direct`), so
-/// there the profiles are always left to the caller.
+/// [`insert_batches`], and on PostgreSQL the user writes `along` (the known users' profile
+/// upsert, the new users' rows, identities and devices) in the same statement when every batch
+/// turns out stored: up to two round trips fewer a group (a group's statements bound the rate a
+/// lane commits at, issue 16 items 2 and 4). SQLite has no round trip to save (`direct`), so
+/// there the writes are always left to the caller.
 pub(super) async fn insert_batches_with_profiles(
     tx: &mut Tx<'_>,
     batches: &[&NewBatch],
     along: ProfilesAlong<'_>,
 ) -> Result<Inserted, sqlx::Error> {
-    if tx.is_sqlite() || batches.is_empty() || along.rows.is_empty() {
+    if tx.is_sqlite() || batches.is_empty() || along.is_empty() {
         let (ids, stored) = insert_batches(tx, batches).await?;
-        let upserted = along.rows.is_empty().then(HashMap::new);
+        let written = along.is_empty().then(HashMap::new);
         return Ok(Inserted {
             ids,
             stored,
-            upserted,
+            written,
         });
     }
-    let query = sqlx::query_as::<Postgres, InsertedRow>(INSERT_WITH_PROFILES_POSTGRES);
+    let text = match along.new_users {
+        Some(_) => INSERT_WITH_USERS_POSTGRES,
+        None => INSERT_WITH_PROFILES_POSTGRES,
+    };
+    let query = sqlx::query_as::<Postgres, InsertedRow>(text);
     let query = Columns::of(batches)
         .bind(query)
         .bind(json(along.rows))
         .bind(along.now)
         .bind(along.consent);
+    let query = match along.new_users {
+        Some(writing) => writing.bind(query),
+        None => query,
+    };
     let answer = Answer::read(tx.fetch_all_postgres(query).await?)?;
     check_answered(batches.len(), answer.ids.len())?;
     Ok(Inserted {
         ids: answer.ids,
         stored: answer.stored,
-        // Each upserted user answers a row: none, the statement found a resend.
-        upserted: (answer.profiled > 0).then(|| steps::consents_of(answer.consents)),
+        written: answer.whole.then(|| steps::consents_of(answer.consents)),
     })
 }
 
-/// One row of [`INSERT_WITH_PROFILES_POSTGRES`]: a batch's (place, id, stored), or an upserted
-/// user's MPID and, if asked, consent.
+/// One row of [`INSERT_WITH_PROFILES_POSTGRES`]: a batch's (place, id, stored, whether every
+/// batch was), or a written user's MPID and consent.
 type InsertedRow = (
     Option<i64>,
     Option<BatchId>,
+    Option<bool>,
     Option<bool>,
     Option<Mpid>,
     Option<String>,
@@ -108,8 +127,8 @@ type InsertedRow = (
 struct Answer {
     ids: Vec<BatchId>,
     stored: HashSet<BatchId>,
-    /// How many users the statement upserted.
-    profiled: usize,
+    /// Whether every batch was stored, so the users were written.
+    whole: bool,
     consents: Vec<(Mpid, String)>,
 }
 
@@ -118,22 +137,20 @@ impl Answer {
         let mut answer = Self {
             ids: Vec::with_capacity(rows.len()),
             stored: HashSet::with_capacity(rows.len()),
-            profiled: 0,
+            whole: false,
             consents: Vec::new(),
         };
         for row in rows {
             match row {
-                (Some(_), Some(id), Some(kept), None, None) => {
+                (Some(_), Some(id), Some(kept), Some(whole), None, None) => {
                     answer.ids.push(id);
+                    answer.whole = whole;
                     if kept {
                         answer.stored.insert(id);
                     }
                 }
-                (None, None, None, Some(mpid), consent) => {
-                    answer.profiled += 1;
-                    answer
-                        .consents
-                        .extend(consent.map(|consent| (mpid, consent)));
+                (None, None, None, None, Some(mpid), Some(consent)) => {
+                    answer.consents.push((mpid, consent));
                 }
                 _ => {
                     return Err(sqlx::Error::Protocol(
@@ -186,25 +203,67 @@ const INSERT_POSTGRES: &str = concat!(
     insert_postgres_ctes!(),
     " SELECT fresh.id, fresh.id IN (SELECT id FROM stored) FROM fresh ORDER BY fresh.place"
 );
+/// The condition on which the user writes go with the insert: every batch stored.
+macro_rules! every_batch_stored {
+    () => {
+        "(SELECT count(*) FROM stored) = cardinality($6::int8[])"
+    };
+}
+/// The user writes' filter: [`every_batch_stored`].
+macro_rules! if_every_batch_stored {
+    () => {
+        concat!("WHERE ", every_batch_stored!())
+    };
+}
+/// The batch rows' answer, after the user writes' parts.
+macro_rules! answer_batches {
+    () => {
+        concat!(
+            " SELECT fresh.place, fresh.id, fresh.id IN (SELECT id FROM stored), ",
+            every_batch_stored!(),
+            ", NULL::int8, NULL::text FROM fresh"
+        )
+    };
+}
 /// The same with the group's profile upsert (`$7` its rows, `$8` now), whose users are
-/// answered after the batches' rows, with their consent if `$9`: one round trip where there
-/// were two. The upsert runs only if every batch was stored, as nearly always; a group holding
-/// a resend upserts its stored batches' profiles on its own after (a resend's attributes must
-/// not be merged again over later ones). Counting `stored` first also keeps the lock order of
-/// the group (batch keys, then profiles: see [`super::group`]): the upsert takes no row before
-/// every batch's key is taken.
+/// answered after the batches' rows, with their consent, if `$9`: one round trip where there
+/// were two. The upsert runs only if every batch was stored, as nearly always, and each batch's
+/// row says whether it ran; a group holding a resend upserts its stored batches' profiles on
+/// its own after (a resend's attributes must not be merged again over later ones). Counting
+/// `stored` first also keeps the lock order of the group (batch keys, then profiles: see
+/// [`super::group`]): the upsert takes no row before every batch's key is taken.
 const INSERT_WITH_PROFILES_POSTGRES: &str = concat!(
     insert_postgres_ctes!(),
     ", profiled AS (",
-    super::steps::upsert_profiles_postgres!(
-        "$7",
+    super::steps::upsert_profiles_postgres!("$7", "$8", if_every_batch_stored!()),
+    " RETURNING mpid, consent)",
+    answer_batches!(),
+    " UNION ALL SELECT NULL, NULL, NULL, NULL, mpid, consent FROM profiled WHERE $9 \
+     ORDER BY 1"
+);
+/// The same with the new users' writes too ([`write_postgres_ctes`], `$10` to `$15` as
+/// [`Writing::bind`] binds them), on the same condition: one round trip fewer for a group that
+/// made users or gave identities. The new users' rows and identities wait for nobody (nobody
+/// else can hold a new MPID's row, and the group holds each identity's and device's advisory
+/// lock), so where they go in the statement changes no lock order.
+const INSERT_WITH_USERS_POSTGRES: &str = concat!(
+    insert_postgres_ctes!(),
+    ", profiled AS (",
+    super::steps::upsert_profiles_postgres!("$7", "$8", if_every_batch_stored!()),
+    " RETURNING mpid, consent), ",
+    write_postgres_ctes!(
+        "$10",
+        "$11",
+        "$12",
+        "$13",
+        "$14",
+        "$15",
         "$8",
-        "WHERE (SELECT count(*) FROM stored) = cardinality($6::int8[])"
+        if_every_batch_stored!()
     ),
-    " RETURNING mpid, consent) \
-     SELECT fresh.place, fresh.id, fresh.id IN (SELECT id FROM stored), NULL::int8, NULL::text \
-     FROM fresh UNION ALL SELECT NULL, NULL, NULL, mpid, CASE WHEN $9 THEN consent END \
-     FROM profiled \
+    answer_batches!(),
+    " UNION ALL SELECT NULL, NULL, NULL, NULL, mpid, consent FROM profiled WHERE $9 \
+     UNION ALL SELECT NULL, NULL, NULL, NULL, mpid, consent FROM made WHERE $9 \
      ORDER BY 1"
 );
 

@@ -223,6 +223,7 @@ async fn profiles_go_with_the_insert_on_postgresql_only_if_every_batch_is_stored
     let rows = [profile(7, "gold")];
     let along = |consent| ProfilesAlong {
         rows: &rows,
+        new_users: None,
         now: 1_000,
         consent,
     };
@@ -236,6 +237,7 @@ async fn profiles_go_with_the_insert_on_postgresql_only_if_every_batch_is_stored
     let rows = [profile(7, "free")];
     let again = ProfilesAlong {
         rows: &rows,
+        new_users: None,
         now: 2_000,
         consent: true,
     };
@@ -247,9 +249,9 @@ async fn profiles_go_with_the_insert_on_postgresql_only_if_every_batch_is_stored
     tx.commit().await.expect("commit");
 
     assert_eq!(after_resend.stored.len(), 1, "r2 only");
-    assert!(after_resend.upserted.is_none(), "left to the caller");
+    assert!(after_resend.written.is_none(), "left to the caller");
     if on_postgres() {
-        let consents = inserted.upserted.expect("upserted with the batch");
+        let consents = inserted.written.expect("upserted with the batch");
         assert_eq!(
             consents
                 .get(&Mpid::new(7))
@@ -264,7 +266,7 @@ async fn profiles_go_with_the_insert_on_postgresql_only_if_every_batch_is_stored
         );
     } else {
         // SQLite leaves every upsert to the caller.
-        assert!(inserted.upserted.is_none());
+        assert!(inserted.written.is_none());
         assert_eq!(plan, None);
     }
 }

@@ -31,10 +31,10 @@
 //! The order matters: lease renewals first, so a release in the same group wins; then job
 //! updates, before claims, so a job finished in this group can never be claimed in it again;
 //! then the users of batches that came without one; then the group's batches, with, on
-//! PostgreSQL and when every batch was stored, the profiles of the users already known in the
-//! same statement (see [`batch_steps`]); the new users with their profiles (rows nobody else can
-//! hold) and the identities given to them (whose advisory locks the group holds, so they wait
-//! for nobody); the known users' profiles where the insert left them; their jobs. A batch needs
+//! PostgreSQL and when every batch was stored, the rest of the users' writes in the same
+//! statement (see [`batch_steps`]); where the insert left them, the new users with their
+//! profiles (rows nobody else can hold) and the identities given to them (whose advisory locks
+//! the group holds, so they wait for nobody), and the known users' profiles; their jobs. A batch needs
 //! its own answer (stored, or a duplicate `source_request_id`) and `RETURNING` promises no
 //! order, so each batch's id is drawn before its row is inserted (in the same statement: see
 //! [`batch_steps`]): the ids that come back are the batches stored.
@@ -366,10 +366,10 @@ struct BatchesStored<'a> {
 }
 
 /// Stores the group's batches, then the new users, identities and device pointers their
-/// decisions made and the profiles of the other users. On PostgreSQL the profiles go with the
-/// insert, as every batch stored gives them, and are upserted on their own only when the
-/// insert found a resend (see [`batch_steps::insert_batches_with_profiles`]). With the group's
-/// time and its leases' end.
+/// decisions made and the profiles of the other users. On PostgreSQL those writes go with the
+/// insert, as every batch stored gives them, and are made on their own only when the insert
+/// found a resend (see [`batch_steps::insert_batches_with_profiles`]). With the group's time
+/// and its leases' end.
 async fn store_batches<'a>(
     tx: &mut Tx<'_>,
     commands: &'a [Command],
@@ -386,35 +386,53 @@ async fn store_batches<'a>(
     let handing = hands_over_consent(commands);
     let along = ProfilesAlong {
         rows: &profiles,
+        new_users: identity_steps::Writing::of(decided, &fresh),
         now,
         consent: handing,
     };
     let Inserted {
         ids,
         stored,
-        upserted,
+        written,
     } = batch_steps::insert_batches_with_profiles(tx, &batches, along).await?;
     if resends == Resends::FoundByInsert && decided.a_resend_wrote(&ids, &stored) {
         return Err(StepsFailed::AResendWrote);
     }
     let (outcomes, new_jobs) = settle_batches(commands, &ids, &stored, lease_until, node);
-    if stored.len() < batches.len() {
-        (fresh, profiles) = split(profile_rows(commands, Some(&outcomes)));
-    }
-    let mut consents = identity_steps::write(tx, decided, &fresh, now, handing).await?;
-    match upserted {
-        Some(answered) => consents.extend(answered),
-        None if handing => {
-            consents.extend(steps::upsert_profiles_returning_consent(tx, &profiles, now).await?);
+    let consents = match written {
+        Some(consents) => consents,
+        None => {
+            if stored.len() < batches.len() {
+                (fresh, profiles) = split(profile_rows(commands, Some(&outcomes)));
+            }
+            write_users(tx, decided, (&fresh, &profiles), now, handing).await?
         }
-        None => steps::upsert_profiles(tx, &profiles, now).await?,
-    }
+    };
     Ok(BatchesStored {
         outcomes,
         new_jobs,
         consents,
         stored,
     })
+}
+
+/// The new users' rows (`fresh`), the identities and devices `decided` gives, then the known
+/// users' `profiles`, each in statements of their own; with `handing`, answers the users'
+/// consent as stored.
+async fn write_users(
+    tx: &mut Tx<'_>,
+    decided: &identity_steps::Decided,
+    (fresh, profiles): (&[ProfileRow], &[ProfileRow]),
+    now: i64,
+    handing: bool,
+) -> Result<HashMap<Mpid, Arc<serde_json::Value>>, sqlx::Error> {
+    let mut consents = identity_steps::write(tx, decided, fresh, now, handing).await?;
+    if handing {
+        consents.extend(steps::upsert_profiles_returning_consent(tx, profiles, now).await?);
+    } else {
+        steps::upsert_profiles(tx, profiles, now).await?;
+    }
+    Ok(consents)
 }
 
 /// A COMMIT that reported an error may have taken effect all the same: the connection can drop

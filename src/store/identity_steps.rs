@@ -13,7 +13,8 @@
 //! inserted once, with the profile the group's stored batches give it, instead of inserted
 //! bare here and updated by the profile upsert (each new user cost about five more B-tree
 //! writes than a batch with an MPID; this is one of them). Its identities and device pointer
-//! follow it, since they refer to it.
+//! follow it, since they refer to it. On PostgreSQL they usually go in the batch insert's
+//! statement itself ([`Writing`], [`super::batch_steps`]).
 //!
 //! Locks: on PostgreSQL the group takes the advisory lock of every identity and device it resolves,
 //! in key order, as [`Store::resolve_identity`](super::Store::resolve_identity) does for IDSync, so
@@ -88,11 +89,14 @@ const POINT_DEVICES: Sql = Sql::sqlite_only(
      SELECT value ->> 'd', value ->> 'mpid', $2 FROM jsonb_each($1) WHERE true \
      ON CONFLICT (device) DO UPDATE SET mpid = excluded.mpid, updated_at = excluded.updated_at",
 );
-/// PostgreSQL: every write above in one statement (four round trips were one each): `$1` the
-/// new users' profile rows, `$2` now, `$3` the new users without one, `$4`, `$5`, `$6` the
-/// identities given (types, values, MPIDs: arrays, which arrive parsed, where a JSON text was
-/// parsed once per part that read it), `$7` `PointDevice` rows; with `$8`, answers the profiled
-/// users' consent. Data-modifying `WITH` parts always run to completion, read or not.
+/// PostgreSQL: every write above as the parts of one statement (four round trips were one
+/// each), each part's rows kept by `$filter` (a `WHERE`, or nothing): `$profiles` the new users'
+/// profile rows, `$bare` the new users without one, `$types`, `$values`, `$mpids` the identities
+/// given (arrays, which arrive parsed, where a JSON text was parsed once per part that read it),
+/// `$devices` `PointDevice` rows, `$now` the time. `made` answers the profiled users' consent.
+/// Data-modifying `WITH` parts always run to completion, read or not. The parts go in their own
+/// statement ([`WRITE_POSTGRES`]) or, on the lane's usual path, in the batch insert's (see
+/// [`super::batch_steps`]), whose numbering the parameters then take.
 ///
 /// The identities go in with a plain INSERT: no other owner can appear, since the group holds
 /// every attached identity's advisory lock and read the owners after taking it (IDSync and
@@ -102,24 +106,40 @@ const POINT_DEVICES: Sql = Sql::sqlite_only(
 /// there a conflict all the same, the group fails and is retried one by one, and the batch's
 /// request is answered an error to retry: nothing is given twice. The identities, devices
 /// and history refer to users without a foreign key (migration 0030).
-const WRITE_POSTGRES: &str = "WITH profiled AS ( \
-     INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
-     SELECT mpid, $2, $2, jsonb_strip_nulls('{}'::jsonb || patch)::text, jsonb_build_object( \
-     'gdpr', '{}'::jsonb || COALESCE(consent -> 'gdpr', '{}'::jsonb), \
-     'ccpa', '{}'::jsonb || COALESCE(consent -> 'ccpa', '{}'::jsonb))::text \
-     FROM jsonb_to_recordset($1::jsonb) AS x(mpid bigint, patch jsonb, consent jsonb) \
-     RETURNING mpid, consent), \
-     bare AS (INSERT INTO users (mpid, created_at, last_seen_at) \
-     SELECT unnest($3::int8[]), $2, $2), \
-     attached AS (INSERT INTO user_identities (identity_type, identity, mpid, created_at) \
-     SELECT t, v, mpid, $2 FROM unnest($4::text[], $5::text[], $6::int8[]) AS x(t, v, mpid)), \
-     recorded AS (INSERT INTO identity_changes \
-     (mpid, identity_type, old_value, new_value, changed_at) \
-     SELECT mpid, t, NULL, v, $2 FROM unnest($4::text[], $5::text[], $6::int8[]) AS x(t, v, mpid)), \
-     pointed AS (INSERT INTO device_users (device, mpid, updated_at) \
-     SELECT d, mpid, $2 FROM jsonb_to_recordset($7::jsonb) AS x(d text, mpid bigint) \
-     ON CONFLICT (device) DO UPDATE SET mpid = excluded.mpid, updated_at = excluded.updated_at) \
-     SELECT mpid, consent FROM profiled WHERE $8";
+macro_rules! write_postgres_ctes {
+    ($profiles:literal, $bare:literal, $types:literal, $values:literal, $mpids:literal,
+     $devices:literal, $now:literal, $filter:expr) => {
+        concat!(
+            "made AS (INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
+             SELECT mpid, ", $now, ", ", $now, ", jsonb_strip_nulls('{}'::jsonb || patch)::text, \
+             jsonb_build_object('gdpr', '{}'::jsonb || COALESCE(consent -> 'gdpr', '{}'::jsonb), \
+             'ccpa', '{}'::jsonb || COALESCE(consent -> 'ccpa', '{}'::jsonb))::text \
+             FROM jsonb_to_recordset(", $profiles, "::jsonb) AS x(mpid bigint, patch jsonb, consent jsonb) ",
+            $filter, " RETURNING mpid, consent), \
+             bare AS (INSERT INTO users (mpid, created_at, last_seen_at) \
+             SELECT unnest(", $bare, "::int8[]), ", $now, ", ", $now, " ", $filter, "), \
+             attached AS (INSERT INTO user_identities (identity_type, identity, mpid, created_at) \
+             SELECT t, v, mpid, ", $now, " FROM unnest(", $types, "::text[], ", $values, "::text[], ",
+            $mpids, "::int8[]) AS x(t, v, mpid) ", $filter, "), \
+             recorded AS (INSERT INTO identity_changes \
+             (mpid, identity_type, old_value, new_value, changed_at) \
+             SELECT mpid, t, NULL, v, ", $now, " FROM unnest(", $types, "::text[], ", $values,
+            "::text[], ", $mpids, "::int8[]) AS x(t, v, mpid) ", $filter, "), \
+             pointed AS (INSERT INTO device_users (device, mpid, updated_at) \
+             SELECT d, mpid, ", $now, " FROM jsonb_to_recordset(", $devices,
+            "::jsonb) AS x(d text, mpid bigint) ", $filter, " \
+             ON CONFLICT (device) DO UPDATE SET mpid = excluded.mpid, updated_at = excluded.updated_at)"
+        )
+    };
+}
+pub(super) use write_postgres_ctes;
+/// The writes on their own ([`write_postgres_ctes`]): `$1` to `$6` as [`Writing::bind`] binds
+/// them, `$7` now; with `$8`, answers the profiled users' consent.
+const WRITE_POSTGRES: &str = concat!(
+    "WITH ",
+    write_postgres_ctes!("$1", "$2", "$3", "$4", "$5", "$6", "$7", ""),
+    " SELECT mpid, consent FROM made WHERE $8"
+);
 
 /// An identity given to a user.
 #[derive(Debug, Serialize)]
@@ -429,37 +449,60 @@ async fn write_postgres(
     now: i64,
     returning: bool,
 ) -> Result<HashMap<Mpid, Arc<serde_json::Value>>, sqlx::Error> {
-    let bare: Vec<i64> = bare_users(decided, profiles)
-        .into_iter()
-        .map(Mpid::get)
-        .collect();
-    let nothing = decided.attached.types.is_empty() && decided.devices.is_none();
-    if profiles.is_empty() && bare.is_empty() && nothing {
+    let Some(writing) = Writing::of(decided, profiles) else {
         return Ok(HashMap::new());
-    }
+    };
     let query = sqlx::query_as::<Postgres, (Mpid, String)>(WRITE_POSTGRES);
-    let query = bind_writes(query, decided, json(profiles), now, bare, returning);
+    let query = writing.bind(query).bind(now).bind(returning);
     Ok(steps::consents_of(tx.fetch_all_postgres(query).await?))
 }
 
-/// `WRITE_POSTGRES`'s parameters, bound to `query` (the statement, or a test's EXPLAIN of it).
-fn bind_writes<'q, O>(
-    query: QueryAs<'q, Postgres, O, PgArguments>,
-    decided: &'q Decided,
-    profiles: String,
-    now: i64,
+/// What a group's decisions write on PostgreSQL, ready to bind: the parts of
+/// [`write_postgres_ctes`], in their own statement or in the batch insert's.
+pub(super) struct Writing<'a> {
+    decided: &'a Decided,
+    /// The new users' profile rows.
+    profiles: &'a [ProfileRow],
+    /// The new users without one.
     bare: Vec<i64>,
-    returning: bool,
-) -> QueryAs<'q, Postgres, O, PgArguments> {
-    query
-        .bind(profiles)
-        .bind(now)
-        .bind(bare)
-        .bind(&decided.attached.types)
-        .bind(&decided.attached.values)
-        .bind(&decided.attached.mpids)
-        .bind(decided.devices.as_deref().unwrap_or("[]"))
-        .bind(returning)
+}
+
+impl<'a> Writing<'a> {
+    /// The writes of `decided` with `profiles`, its new users' rows of the group's profile
+    /// update (see [`write()`]); `None` when there is nothing to write.
+    pub(super) fn of(decided: &'a Decided, profiles: &'a [ProfileRow]) -> Option<Self> {
+        let bare: Vec<i64> = bare_users(decided, profiles)
+            .into_iter()
+            .map(Mpid::get)
+            .collect();
+        let nothing = decided.attached.types.is_empty() && decided.devices.is_none();
+        if profiles.is_empty() && bare.is_empty() && nothing {
+            return None;
+        }
+        Some(Self {
+            decided,
+            profiles,
+            bare,
+        })
+    }
+
+    /// Binds the writes' six rows parameters (profiles, bare users, the identities' types,
+    /// values and MPIDs, devices) to `query` (a statement, or a test's EXPLAIN of one).
+    pub(super) fn bind<'q, O>(
+        self,
+        query: QueryAs<'q, Postgres, O, PgArguments>,
+    ) -> QueryAs<'q, Postgres, O, PgArguments>
+    where
+        'a: 'q,
+    {
+        query
+            .bind(json(self.profiles))
+            .bind(self.bare)
+            .bind(&self.decided.attached.types)
+            .bind(&self.decided.attached.values)
+            .bind(&self.decided.attached.mpids)
+            .bind(self.decided.devices.as_deref().unwrap_or("[]"))
+    }
 }
 
 /// [`write()`] on SQLite: a statement per kind of row.

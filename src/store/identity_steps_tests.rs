@@ -367,6 +367,75 @@ async fn a_duplicate_resolves_nothing_stored_before_or_earlier_in_its_group() {
     assert!(group[1].profile.is_some());
 }
 
+/// `batches` resolved (resends found by the insert) and inserted with their new users' writes
+/// along, as the group commit does; whether the writes went with the insert, and the batches
+/// stored.
+async fn inserted_with_new_users(store: &Store, batches: &mut [NewBatch]) -> (bool, usize) {
+    use crate::store::batch_steps::{ProfilesAlong, insert_batches_with_profiles};
+    let mut tx = store.begin().await.expect("begin");
+    let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
+    let decided = resolve_batches(&mut tx, &mut refs, Resends::FoundByInsert)
+        .await
+        .expect("resolve");
+    let rows: Vec<ProfileRow> = (batches.iter().filter_map(|b| b.profile.as_ref()))
+        .map(|p| ProfileRow {
+            mpid: p.mpid,
+            patch: p.patch.clone(),
+            consent: p.consent.clone(),
+        })
+        .collect();
+    let along = ProfilesAlong {
+        rows: &[],
+        new_users: Writing::of(&decided, &rows),
+        now: 1_000,
+        consent: false,
+    };
+    let batches: Vec<&NewBatch> = batches.iter().collect();
+    let inserted = insert_batches_with_profiles(&mut tx, &batches, along)
+        .await
+        .expect("insert");
+    tx.commit().await.expect("commit");
+    (inserted.written.is_some(), inserted.stored.len())
+}
+
+/// PostgreSQL writes a group's new users, their identities and history in its batch insert's
+/// statement, and only when every batch was stored: a resend's decision must not be written,
+/// and the caller then writes what the stored batches decided on its own. SQLite always
+/// leaves the writes to the caller.
+#[tokio::test]
+async fn new_users_go_with_the_insert_only_if_every_batch_is_stored() {
+    let db = TestStore::open().await;
+    let (along, stored) = inserted_with_new_users(&db.store, &mut [keyed("a@x", "r1")]).await;
+    assert_eq!((along, stored), (on_postgres(), 1));
+    let owned = owners(&db.store, &HashMap::new()).await;
+    let expected = i64::from(on_postgres());
+    assert_eq!(owned.len() as i64, expected, "identities given: {owned:?}");
+    assert_eq!(users(&db.store).await, expected);
+    if on_postgres() {
+        const TIER: Sql = Sql::shared("SELECT user_attributes FROM users");
+        let (tier,): (String,) = db.store.fetch_one(TIER, &[]).await.expect("user");
+        assert_eq!(tier, r#"{"tier": "gold"}"#, "the new user's profile");
+        assert_eq!(count(&db.store, HISTORY, "a@x").await, 1);
+    }
+    // A resend of r1 naming someone else beside a new batch: nothing of either is written.
+    let mut group = [keyed("b@x", "r1"), keyed("c@x", "r2")];
+    let (along, stored) = inserted_with_new_users(&db.store, &mut group).await;
+    assert_eq!((along, stored), (false, 1));
+    let owned = owners(&db.store, &HashMap::new()).await;
+    assert_eq!(owned.len() as i64, expected, "identities given: {owned:?}");
+    assert_eq!(users(&db.store).await, expected, "a user made");
+    assert_eq!(count(&db.store, HISTORY, "c@x").await, 0);
+}
+
+/// `query`'s count for the email `value`.
+async fn count(store: &Store, query: Sql, value: &str) -> i64 {
+    let (n,): (i64,) = store
+        .fetch_one(query, args!["email", value])
+        .await
+        .expect("count");
+    n
+}
+
 /// New users' MPIDs grow in the order they are made, so their rows and the `mpid` indexes of
 /// identities and history append at the right edge of their B-trees instead of landing on a
 /// random page each (issue 16, item 4); in one group, across groups, and from IDSync.
@@ -626,8 +695,9 @@ async fn a_new_user_costs_twelve_wal_records_and_no_foreign_key_check() {
         .expect("resolve");
     let explain = format!("EXPLAIN (ANALYZE, WAL, COSTS OFF) {WRITE_POSTGRES}");
     let query = sqlx::query_as::<Postgres, (String,)>(sqlx::AssertSqlSafe(explain));
-    let bare: Vec<i64> = decided.users.iter().map(|m| m.get()).collect();
-    let query = bind_writes(query, &decided, "[]".to_owned(), 1_000, bare, false);
+    // No profile rows: every new user is inserted bare.
+    let writing = Writing::of(&decided, &[]).expect("writes");
+    let query = writing.bind(query).bind(1_000_i64).bind(false);
     let plan: Vec<String> = tx
         .fetch_all_postgres(query)
         .await

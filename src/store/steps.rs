@@ -310,7 +310,7 @@ macro_rules! upsert_profiles_sqlite {
 /// upsert of 30 users in `pgbench` (issue 16, item 2). A stored `{}` reads as every regulation
 /// empty (`consent::state`), as the merge would have written it.
 macro_rules! upsert_profiles_postgres {
-    ($rows:literal, $now:literal, $filter:literal) => {
+    ($rows:literal, $now:literal, $filter:expr) => {
         concat!(
             "INSERT INTO users (mpid, created_at, last_seen_at, user_attributes, consent) \
          SELECT mpid, ",
