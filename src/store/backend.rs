@@ -632,6 +632,15 @@ impl Tx<'_> {
         matches!(self, Tx::Sqlite(_) | Tx::Direct(_))
     }
 
+    /// What a PostgreSQL lane remembers of the identities its groups knew (see
+    /// [`super::identity_known`]); `None` on any other transaction, which reads instead.
+    pub(super) fn remembered(&mut self) -> Option<&mut super::identity_known::Known> {
+        match self {
+            Tx::Postgres(PgTx::Lane(tx)) => Some(tx.remembered()),
+            _ => None,
+        }
+    }
+
     /// PostgreSQL only: every row of a query built with sqlx's own binds, for parameters SQLite
     /// has no type for (arrays: a whole group's rows in one statement).
     pub(crate) async fn fetch_all_postgres<R>(

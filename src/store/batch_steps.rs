@@ -14,10 +14,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use sqlx::postgres::Postgres;
+use sqlx::postgres::{PgArguments, Postgres};
+use sqlx::query::QueryAs;
 
 use super::backend::{Arg, Sql, Tx, json};
-use super::identity_steps::{Writing, write_postgres_ctes};
+use super::identity_read::Row;
+use super::identity_steps::{Guessed, Writing, write_postgres_ctes};
 use super::queue::NewBatch;
 use super::steps::{self, ProfileRow};
 use crate::model::ids::{BatchId, Mpid};
@@ -47,6 +49,9 @@ pub(super) struct ProfilesAlong<'a> {
     pub(super) rows: &'a [ProfileRow],
     /// The new users' writes, likewise ([`Writing`]), if the group made or changed any.
     pub(super) new_users: Option<Writing<'a>>,
+    /// The read the group was decided without, guessed instead (PostgreSQL lanes only): the
+    /// insert reads it and stores nothing unless it finds what was guessed.
+    pub(super) guessed: Option<&'a Guessed>,
     pub(super) now: i64,
     /// Whether the users' consent is answered as stored.
     pub(super) consent: bool,
@@ -68,32 +73,39 @@ pub(super) struct Inserted {
     /// if asked (else empty). `None`: they are still to be written, as the stored batches
     /// give them.
     pub(super) written: Option<HashMap<Mpid, Arc<serde_json::Value>>>,
+    /// A guess the insert found wrong (so it stored nothing), with the rows it read instead.
+    pub(super) found_instead: Option<Vec<Row>>,
 }
 
 /// [`insert_batches`], and on PostgreSQL the user writes `along` (the known users' profile
 /// upsert, the new users' rows, identities and devices) in the same statement when every batch
 /// turns out stored: up to two round trips fewer a group (a group's statements bound the rate a
 /// lane commits at, issue 16 items 2 and 4). SQLite has no round trip to save (`direct`), so
-/// there the writes are always left to the caller.
+/// there the writes are always left to the caller. A group decided against a guess of its
+/// identity read is checked here first (see `insert_guessed_ctes!`).
 pub(super) async fn insert_batches_with_profiles(
     tx: &mut Tx<'_>,
     batches: &[&NewBatch],
     along: ProfilesAlong<'_>,
 ) -> Result<Inserted, sqlx::Error> {
-    if tx.is_sqlite() || batches.is_empty() || along.is_empty() {
+    let guessed = along.guessed.filter(|_| !batches.is_empty());
+    if guessed.is_none() && (tx.is_sqlite() || batches.is_empty() || along.is_empty()) {
         let (ids, stored) = insert_batches(tx, batches).await?;
         let written = along.is_empty().then(HashMap::new);
         return Ok(Inserted {
             ids,
             stored,
             written,
+            found_instead: None,
         });
     }
-    let text = match along.new_users {
-        Some(_) => INSERT_WITH_USERS_POSTGRES,
-        None => INSERT_WITH_PROFILES_POSTGRES,
+    let text = match (guessed, &along.new_users) {
+        (Some(_), Some(_)) => INSERT_GUESSED_USERS_POSTGRES,
+        (Some(_), None) => INSERT_GUESSED_PROFILES_POSTGRES,
+        (None, Some(_)) => INSERT_WITH_USERS_POSTGRES,
+        (None, None) => INSERT_WITH_PROFILES_POSTGRES,
     };
-    let query = sqlx::query_as::<Postgres, InsertedRow>(text);
+    let query = sqlx::query_as::<Postgres, AnswerRow>(text);
     let query = Columns::of(batches)
         .bind(query)
         .bind(json(along.rows))
@@ -101,56 +113,102 @@ pub(super) async fn insert_batches_with_profiles(
         .bind(along.consent);
     let query = match along.new_users {
         Some(writing) => writing.bind(query),
+        None if guessed.is_some() => Writing::bind_none(query),
+        None => query,
+    };
+    let query = match guessed {
+        Some(guessed) => bind_guess(guessed, query),
         None => query,
     };
     let answer = Answer::read(tx.fetch_all_postgres(query).await?)?;
     check_answered(batches.len(), answer.ids.len())?;
+    let found_instead = (answer.guessed == Some(false)).then_some(answer.found);
     Ok(Inserted {
         ids: answer.ids,
         stored: answer.stored,
         written: answer.whole.then(|| steps::consents_of(answer.consents)),
+        found_instead,
     })
 }
 
-/// One row of [`INSERT_WITH_PROFILES_POSTGRES`]: a batch's (place, id, stored, whether every
-/// batch was), or a written user's MPID and consent.
-type InsertedRow = (
+/// Binds what a guessed group's insert reads (`$16` to `$20`, see
+/// [`super::identity_read::Asked::bind`]) and the rows
+/// it must find (`$21` to `$25`, a column each).
+fn bind_guess<'q, O>(
+    guessed: &'q Guessed,
+    query: QueryAs<'q, Postgres, O, PgArguments>,
+) -> QueryAs<'q, Postgres, O, PgArguments> {
+    let found = &guessed.found;
+    guessed
+        .asked
+        .bind(query)
+        .bind(&found.kinds)
+        .bind(&found.a)
+        .bind(&found.b)
+        .bind(&found.mpids)
+        .bind(&found.logged_in)
+}
+
+/// One row of the answer of the statements that write users with the batches: a kind, then
+/// two numbers, two flags and two texts, whose meaning the kind gives:
+/// - `b`, a batch: its place and id, whether it was stored and whether every batch was;
+/// - `c`, a user written: its MPID and its consent;
+/// - `g`, a guessed group's check: whether the read found what was guessed;
+/// - `o` or `d`, a row that read found when it was not (an identity's owner or a device's
+///   user: see [`super::identity_read`]): the MPID, whether it has a login, the identity's
+///   type and value or the device.
+type AnswerRow = (
+    String,
     Option<i64>,
-    Option<BatchId>,
+    Option<i64>,
     Option<bool>,
     Option<bool>,
-    Option<Mpid>,
+    Option<String>,
     Option<String>,
 );
 
-/// [`INSERT_WITH_PROFILES_POSTGRES`]'s rows, read.
+/// The answer's rows, read.
+#[derive(Default)]
 struct Answer {
     ids: Vec<BatchId>,
     stored: HashSet<BatchId>,
     /// Whether every batch was stored, so the users were written.
     whole: bool,
     consents: Vec<(Mpid, String)>,
+    /// A guessed group's check.
+    guessed: Option<bool>,
+    found: Vec<Row>,
 }
 
 impl Answer {
-    fn read(rows: Vec<InsertedRow>) -> Result<Self, sqlx::Error> {
+    fn read(rows: Vec<AnswerRow>) -> Result<Self, sqlx::Error> {
         let mut answer = Self {
             ids: Vec::with_capacity(rows.len()),
             stored: HashSet::with_capacity(rows.len()),
-            whole: false,
-            consents: Vec::new(),
+            ..Self::default()
         };
         for row in rows {
             match row {
-                (Some(_), Some(id), Some(kept), Some(whole), None, None) => {
+                (kind, Some(_), Some(id), Some(kept), Some(whole), None, None) if kind == "b" => {
+                    let id = BatchId::new(id);
                     answer.ids.push(id);
                     answer.whole = whole;
                     if kept {
                         answer.stored.insert(id);
                     }
                 }
-                (None, None, None, None, Some(mpid), Some(consent)) => {
-                    answer.consents.push((mpid, consent));
+                (kind, Some(mpid), None, None, None, Some(consent), None) if kind == "c" => {
+                    answer.consents.push((Mpid::new(mpid), consent));
+                }
+                (kind, None, None, Some(right), None, None, None) if kind == "g" => {
+                    answer.guessed = Some(right);
+                }
+                (kind, Some(mpid), None, Some(logged_in), None, Some(a), b)
+                    if kind == "o" || kind == "d" =>
+                {
+                    answer
+                        .found
+                        .push((kind, a, b, Some(Mpid::new(mpid)), logged_in));
                 }
                 _ => {
                     return Err(sqlx::Error::Protocol(
@@ -175,21 +233,29 @@ pub(super) fn lock_order(batches: &[&NewBatch]) -> Vec<usize> {
     order
 }
 
-/// PostgreSQL's batch insert (see [`INSERT_POSTGRES`]), up to its answer.
+/// PostgreSQL's batch insert (see [`INSERT_POSTGRES`]), up to its answer: `$before`, parts to
+/// run first (or nothing), and `$filter`, whether the rows go in at all (a `WHERE`, or
+/// nothing).
 macro_rules! insert_postgres_ctes {
-    () => {
-        "WITH fresh AS MATERIALIZED ( \
-         SELECT row_number() OVER (ORDER BY id) AS place, id FROM ( \
-         SELECT nextval(s.sequence) AS id \
-         FROM (SELECT pg_get_serial_sequence('batches', 'id') AS sequence) AS s, \
-         generate_series(1, cardinality($6::int8[]))) AS drawn), \
-         stored AS (INSERT INTO batches \
-         (id, input_id, source_request_id, received_at, event_count, body) OVERRIDING SYSTEM VALUE \
-         SELECT fresh.id, r.input_id, r.source_request_id, r.received_at, r.event_count, r.body \
-         FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::bytea[], $6::int8[]) \
-         WITH ORDINALITY AS r(input_id, source_request_id, received_at, event_count, body, place, k) \
-         JOIN fresh ON fresh.place = r.place ORDER BY r.k \
-         ON CONFLICT (input_id, source_request_id) DO NOTHING RETURNING id)"
+    ($before:expr, $filter:expr) => {
+        concat!(
+            "WITH ",
+            $before,
+            "fresh AS MATERIALIZED ( \
+             SELECT row_number() OVER (ORDER BY id) AS place, id FROM ( \
+             SELECT nextval(s.sequence) AS id \
+             FROM (SELECT pg_get_serial_sequence('batches', 'id') AS sequence) AS s, \
+             generate_series(1, cardinality($6::int8[]))) AS drawn), \
+             stored AS (INSERT INTO batches \
+             (id, input_id, source_request_id, received_at, event_count, body) OVERRIDING SYSTEM VALUE \
+             SELECT fresh.id, r.input_id, r.source_request_id, r.received_at, r.event_count, r.body \
+             FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::bytea[], $6::int8[]) \
+             WITH ORDINALITY AS r(input_id, source_request_id, received_at, event_count, body, place, k) \
+             JOIN fresh ON fresh.place = r.place ",
+            $filter,
+            " ORDER BY r.k \
+             ON CONFLICT (input_id, source_request_id) DO NOTHING RETURNING id)"
+        )
     };
 }
 /// PostgreSQL: the whole group in one statement, whatever its size. The rows travel as one
@@ -200,7 +266,7 @@ macro_rules! insert_postgres_ctes {
 /// order, and whether its row was stored. (It replaced an id allocation and power-of-two chunks
 /// of `VALUES` rows: 5 round trips for a group of 45 batches, now one.)
 const INSERT_POSTGRES: &str = concat!(
-    insert_postgres_ctes!(),
+    insert_postgres_ctes!("", ""),
     " SELECT fresh.id, fresh.id IN (SELECT id FROM stored) FROM fresh ORDER BY fresh.place"
 );
 /// The condition on which the user writes go with the insert: every batch stored.
@@ -215,56 +281,118 @@ macro_rules! if_every_batch_stored {
         concat!("WHERE ", every_batch_stored!())
     };
 }
-/// The batch rows' answer, after the user writes' parts.
-macro_rules! answer_batches {
+/// The profile upsert's part, on the same condition (`$7` its rows, `$8` now).
+macro_rules! profiled {
     () => {
         concat!(
-            " SELECT fresh.place, fresh.id, fresh.id IN (SELECT id FROM stored), ",
-            every_batch_stored!(),
-            ", NULL::int8, NULL::text FROM fresh"
+            ", profiled AS (",
+            super::steps::upsert_profiles_postgres!("$7", "$8", if_every_batch_stored!()),
+            " RETURNING mpid, consent)"
         )
     };
 }
-/// The same with the group's profile upsert (`$7` its rows, `$8` now), whose users are
-/// answered after the batches' rows, with their consent, if `$9`: one round trip where there
-/// were two. The upsert runs only if every batch was stored, as nearly always, and each batch's
-/// row says whether it ran; a group holding a resend upserts its stored batches' profiles on
-/// its own after (a resend's attributes must not be merged again over later ones). Counting
-/// `stored` first also keeps the lock order of the group (batch keys, then profiles: see
-/// [`super::group`]): the upsert takes no row before every batch's key is taken.
+/// The answer's batch rows and, if `$9`, the consent of the users the profile upsert wrote (see
+/// [`AnswerRow`]).
+macro_rules! answer_batches {
+    () => {
+        concat!(
+            " SELECT 'b', fresh.place, fresh.id, fresh.id IN (SELECT id FROM stored), ",
+            every_batch_stored!(),
+            ", NULL::text, NULL::text FROM fresh \
+             UNION ALL SELECT 'c', mpid, NULL, NULL, NULL, consent, NULL FROM profiled WHERE $9"
+        )
+    };
+}
+/// The new users' writes' part (`$10` to `$15` as [`Writing::bind`] binds them), on the same
+/// condition, and their consent for the answer.
+macro_rules! new_users {
+    () => {
+        concat!(
+            ", ",
+            write_postgres_ctes!(
+                "$10",
+                "$11",
+                "$12",
+                "$13",
+                "$14",
+                "$15",
+                "$8",
+                if_every_batch_stored!()
+            )
+        )
+    };
+}
+/// The same with the group's profile upsert, whose users are answered after the batches' rows,
+/// with their consent, if `$9`: one round trip where there were two. The upsert runs only if
+/// every batch was stored, as nearly always, and each batch's row says whether it ran; a group
+/// holding a resend upserts its stored batches' profiles on its own after (a resend's
+/// attributes must not be merged again over later ones). Counting `stored` first also keeps the
+/// lock order of the group (batch keys, then profiles: see [`super::group`]): the upsert takes
+/// no row before every batch's key is taken.
 const INSERT_WITH_PROFILES_POSTGRES: &str = concat!(
-    insert_postgres_ctes!(),
-    ", profiled AS (",
-    super::steps::upsert_profiles_postgres!("$7", "$8", if_every_batch_stored!()),
-    " RETURNING mpid, consent)",
+    insert_postgres_ctes!("", ""),
+    profiled!(),
     answer_batches!(),
-    " UNION ALL SELECT NULL, NULL, NULL, NULL, mpid, consent FROM profiled WHERE $9 \
-     ORDER BY 1"
+    " ORDER BY 1, 2"
 );
-/// The same with the new users' writes too ([`write_postgres_ctes`], `$10` to `$15` as
-/// [`Writing::bind`] binds them), on the same condition: one round trip fewer for a group that
-/// made users or gave identities. The new users' rows and identities wait for nobody (nobody
-/// else can hold a new MPID's row, and the group holds each identity's and device's advisory
-/// lock), so where they go in the statement changes no lock order.
+/// The same with the new users' writes too ([`write_postgres_ctes`]): one round trip fewer for
+/// a group that made users or gave identities. The new users' rows and identities wait for
+/// nobody (nobody else can hold a new MPID's row, and the group holds each identity's and
+/// device's advisory lock), so where they go in the statement changes no lock order.
 const INSERT_WITH_USERS_POSTGRES: &str = concat!(
-    insert_postgres_ctes!(),
-    ", profiled AS (",
-    super::steps::upsert_profiles_postgres!("$7", "$8", if_every_batch_stored!()),
-    " RETURNING mpid, consent), ",
-    write_postgres_ctes!(
-        "$10",
-        "$11",
-        "$12",
-        "$13",
-        "$14",
-        "$15",
-        "$8",
-        if_every_batch_stored!()
-    ),
+    insert_postgres_ctes!("", ""),
+    profiled!(),
+    new_users!(),
     answer_batches!(),
-    " UNION ALL SELECT NULL, NULL, NULL, NULL, mpid, consent FROM profiled WHERE $9 \
-     UNION ALL SELECT NULL, NULL, NULL, NULL, mpid, consent FROM made WHERE $9 \
-     ORDER BY 1"
+    " UNION ALL SELECT 'c', mpid, NULL, NULL, NULL, consent, NULL FROM made WHERE $9 ORDER BY 1, 2"
+);
+/// The batch insert's parts for a group decided against a guess of its identity read
+/// ([`Guessed`]): first the read itself (`found`: `boson_group_identities` with `$16` to `$20`,
+/// taking the identities' advisory locks and reading after them, as [`super::identity_read`]
+/// does), then the check that it found exactly the rows guessed (`$21` to `$25`), and the
+/// batches go in only if it did; the users' writes follow them as above. A wrong guess stores
+/// nothing and answers the rows read, against which the group is decided again: the read's
+/// round trip saved when the guess is right, none added when it is wrong. The check runs before
+/// any batch key is taken, so the group's lock order is kept (identities, batch keys,
+/// profiles).
+macro_rules! insert_guessed_ctes {
+    () => {
+        insert_postgres_ctes!(
+            "found AS MATERIALIZED (SELECT kind, a, b, mpid, logged_in FROM boson_group_identities( \
+             $16::text[], '{}'::text[], '{}'::text[], $17::text[], $18::text[], $19::text[], $20::text)), \
+             expected AS MATERIALIZED (SELECT * FROM unnest($21::text[], $22::text[], $23::text[], \
+             $24::int8[], $25::bool[]) AS e(kind, a, b, mpid, logged_in)), \
+             guessed AS MATERIALIZED (SELECT NOT EXISTS (SELECT * FROM found EXCEPT SELECT * FROM expected) \
+             AND NOT EXISTS (SELECT * FROM expected EXCEPT SELECT * FROM found) AS held), ",
+            "WHERE (SELECT held FROM guessed)"
+        )
+    };
+}
+/// A guessed group's check and, if it failed, the rows read.
+macro_rules! answer_guess {
+    () => {
+        " UNION ALL SELECT 'g', NULL, NULL, held, NULL, NULL, NULL FROM guessed \
+         UNION ALL SELECT kind, mpid, NULL, logged_in, NULL, a, b FROM found \
+         WHERE NOT (SELECT held FROM guessed) \
+         ORDER BY 1, 2"
+    };
+}
+/// `insert_guessed_ctes!` for a group whose decisions write nothing (its users all known):
+/// `$10` to `$15` are bound but not read.
+const INSERT_GUESSED_PROFILES_POSTGRES: &str = concat!(
+    insert_guessed_ctes!(),
+    profiled!(),
+    answer_batches!(),
+    answer_guess!()
+);
+/// `insert_guessed_ctes!` for a group whose decisions made users or gave identities.
+const INSERT_GUESSED_USERS_POSTGRES: &str = concat!(
+    insert_guessed_ctes!(),
+    profiled!(),
+    new_users!(),
+    answer_batches!(),
+    " UNION ALL SELECT 'c', mpid, NULL, NULL, NULL, consent, NULL FROM made WHERE $9",
+    answer_guess!()
 );
 
 /// A group's batches as PostgreSQL's insert binds them: one array per column, in lock order,

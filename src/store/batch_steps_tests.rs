@@ -224,6 +224,7 @@ async fn profiles_go_with_the_insert_on_postgresql_only_if_every_batch_is_stored
     let along = |consent| ProfilesAlong {
         rows: &rows,
         new_users: None,
+        guessed: None,
         now: 1_000,
         consent,
     };
@@ -238,6 +239,7 @@ async fn profiles_go_with_the_insert_on_postgresql_only_if_every_batch_is_stored
     let again = ProfilesAlong {
         rows: &rows,
         new_users: None,
+        guessed: None,
         now: 2_000,
         consent: true,
     };

@@ -10,7 +10,10 @@
 //!
 //! The identities of the group's batches without an MPID come between the job rows and the
 //! batch keys: their advisory locks in key order, taken in the same round trip as the reads
-//! that follow them (see [`super::identity_read`]). Those reads do not look for resends: the
+//! that follow them (see [`super::identity_read`]); on a PostgreSQL lane that round trip is the
+//! batch insert's, which takes the locks and reads before any batch key, to check what the
+//! group was decided against (a guess: see [`super::identity_known`]; a wrong one stores
+//! nothing, and the group is decided again against the rows read). Those reads do not look for resends: the
 //! batch insert finds them, and a group in which a batch the identity step resolved was one is
 //! rolled back and run once more, reading the stored keys first (see [`Resends`]).
 //!
@@ -47,7 +50,7 @@ use tokio::sync::oneshot;
 
 use super::backend::{Plans, Tx, WriterConnection};
 use super::batch_steps::{Inserted, ProfilesAlong};
-use super::identity_steps::Resends;
+use super::identity_steps::{Reading, Resends};
 use super::prune_step::{self, PruneChunk};
 use super::queue::{
     ClaimedJob, DeadLetter, IngestOutcome, Job, JobKey, JobUpdate, NewBatch, Renewed,
@@ -331,16 +334,37 @@ async fn run_steps(
             }
         }
     }
-    let mut resolving: Vec<&mut NewBatch> =
-        commands.iter_mut().flat_map(Command::batches_mut).collect();
-    let decided = identity_steps::resolve_batches(tx, &mut resolving, resends).await?;
+    let mut reading = match resends {
+        Resends::FoundByInsert => Reading::Guess,
+        Resends::Read => Reading::Read(resends),
+    };
+    // At most twice: a group decided against a guess its insert found wrong is decided again
+    // against the rows that insert read, which guesses nothing.
+    let (decided, insertion) = loop {
+        let mut resolving: Vec<&mut NewBatch> =
+            commands.iter_mut().flat_map(Command::batches_mut).collect();
+        let decided = identity_steps::resolve_batches_by(tx, &mut resolving, reading).await?;
+        let mut insertion = insert_batches(tx, commands, &decided, now).await?;
+        match insertion.inserted.found_instead.take() {
+            Some(rows) => reading = Reading::Found(rows),
+            None => break (decided, insertion),
+        }
+    };
     let commands = &*commands;
     let BatchesStored {
         outcomes,
         new_jobs,
         consents,
         stored,
-    } = store_batches(tx, commands, &decided, resends, (now, lease_until), node).await?;
+    } = store_batches(
+        tx,
+        commands,
+        &decided,
+        insertion,
+        resends,
+        (lease_until, node),
+    )
+    .await?;
     let job_ids = steps::insert_jobs(tx, &new_jobs).await?;
     let chunks = commands.iter().filter_map(Command::prune_chunk);
     let pruned = prune_step::delete_chunks(tx, chunks).await?;
@@ -365,36 +389,79 @@ struct BatchesStored<'a> {
     stored: HashSet<BatchId>,
 }
 
-/// Stores the group's batches, then the new users, identities and device pointers their
-/// decisions made and the profiles of the other users. On PostgreSQL those writes go with the
-/// insert, as every batch stored gives them, and are made on their own only when the insert
-/// found a resend (see [`batch_steps::insert_batches_with_profiles`]). With the group's time
-/// and its leases' end.
-async fn store_batches<'a>(
+/// A group's batch insert, and what it leaves to [`store_batches`].
+struct Insertion {
+    inserted: Inserted,
+    /// The new users' profile rows and the known users', as the group's batches give them if
+    /// every batch is stored.
+    fresh: Vec<ProfileRow>,
+    profiles: Vec<ProfileRow>,
+    /// Whether the users' consent is handed over (see [`hands_over_consent`]).
+    handing: bool,
+    now: i64,
+}
+
+/// Inserts the group's batches, with, on PostgreSQL, the new users, identities and device
+/// pointers their decisions made and the profiles of the other users, as every batch stored
+/// gives them (see [`batch_steps::insert_batches_with_profiles`]); at `now`.
+async fn insert_batches(
     tx: &mut Tx<'_>,
-    commands: &'a [Command],
+    commands: &[Command],
     decided: &identity_steps::Decided,
-    resends: Resends,
-    (now, lease_until): (i64, i64),
-    node: &'a str,
-) -> Result<BatchesStored<'a>, StepsFailed> {
+    now: i64,
+) -> Result<Insertion, StepsFailed> {
     let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();
-    let split = |rows: Vec<ProfileRow>| -> (Vec<ProfileRow>, Vec<ProfileRow>) {
-        rows.into_iter().partition(|row| decided.is_new(row.mpid))
-    };
-    let (mut fresh, mut profiles) = split(profile_rows(commands, None));
+    let (fresh, profiles) = split_profiles(decided, profile_rows(commands, None));
     let handing = hands_over_consent(commands);
     let along = ProfilesAlong {
         rows: &profiles,
         new_users: identity_steps::Writing::of(decided, &fresh),
+        guessed: decided.guessed.as_ref(),
         now,
         consent: handing,
     };
-    let Inserted {
-        ids,
-        stored,
-        written,
-    } = batch_steps::insert_batches_with_profiles(tx, &batches, along).await?;
+    let inserted = batch_steps::insert_batches_with_profiles(tx, &batches, along).await?;
+    Ok(Insertion {
+        inserted,
+        fresh,
+        profiles,
+        handing,
+        now,
+    })
+}
+
+/// The group's profile rows split into the new users' and the known users'.
+fn split_profiles(
+    decided: &identity_steps::Decided,
+    rows: Vec<ProfileRow>,
+) -> (Vec<ProfileRow>, Vec<ProfileRow>) {
+    rows.into_iter().partition(|row| decided.is_new(row.mpid))
+}
+
+/// Settles the group's batches as `insertion` stored them, and makes the users' writes it left
+/// (a group holding a resend, or SQLite), for the stored batches only. With the group's leases'
+/// end and owner.
+async fn store_batches<'a>(
+    tx: &mut Tx<'_>,
+    commands: &'a [Command],
+    decided: &identity_steps::Decided,
+    insertion: Insertion,
+    resends: Resends,
+    (lease_until, node): (i64, &'a str),
+) -> Result<BatchesStored<'a>, StepsFailed> {
+    let Insertion {
+        inserted:
+            Inserted {
+                ids,
+                stored,
+                written,
+                found_instead: _,
+            },
+        mut fresh,
+        mut profiles,
+        handing,
+        now,
+    } = insertion;
     if resends == Resends::FoundByInsert && decided.a_resend_wrote(&ids, &stored) {
         return Err(StepsFailed::AResendWrote);
     }
@@ -402,8 +469,9 @@ async fn store_batches<'a>(
     let consents = match written {
         Some(consents) => consents,
         None => {
-            if stored.len() < batches.len() {
-                (fresh, profiles) = split(profile_rows(commands, Some(&outcomes)));
+            if stored.len() < ids.len() {
+                (fresh, profiles) =
+                    split_profiles(decided, profile_rows(commands, Some(&outcomes)));
             }
             write_users(tx, decided, (&fresh, &profiles), now, handing).await?
         }

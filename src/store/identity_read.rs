@@ -11,23 +11,27 @@
 //! identity). It replaced four or five round trips (locks, stored keys, owners, devices,
 //! logins), whose plans, kept for the connection, could be hash joins over a whole table or
 //! index per group (1.6–4.5 ms a group, issue 16 item 4); each key is one index probe in the
-//! function. SQLite's writer holds the only write lock, so it takes none and reads as it did.
+//! function. On a PostgreSQL lane the call usually goes in the batch insert's statement instead,
+//! to check a guess ([`Asked`], [`super::identity_known`]). SQLite's writer holds the only write
+//! lock, so it takes none and reads as it did.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use serde::Serialize;
-use sqlx::postgres::Postgres;
+use sqlx::postgres::{PgArguments, Postgres};
+use sqlx::query::QueryAs;
 
 use super::backend::{Sql, Tx, args, json};
+use super::identity_known::Known;
 use super::identity_sql::{device_lock_key, identity_lock_key, sorted};
 use super::queue::Unresolved;
-use crate::model::identity::resolve::UserSummary;
 use crate::model::identity::types::IdentityType;
 use crate::model::ids::Mpid;
 
 /// PostgreSQL: the locks and reads in one call (see the module's comment).
+/// `$1`, `$2` the batch keys to look for (inputs, `source_request_id`s), then [`Asked`]'s five.
 const GROUP_IDENTITIES_POSTGRES: &str = "SELECT kind, a, b, mpid, logged_in \
-     FROM boson_group_identities($1, $2, $3, $4, $5, $6, $7)";
+     FROM boson_group_identities($3, $1, $2, $4, $5, $6, $7)";
 
 // SQLite's reads (PostgreSQL's are the function's: no text for it here). Object rows are walked
 // with `jsonb_each`, so each `->>` reads SQLite's binary JSON (see `super::steps`).
@@ -51,24 +55,6 @@ const LOGGED_IN: Sql = Sql::sqlite_only(
     "SELECT DISTINCT mpid FROM user_identities \
      WHERE identity_type = $2 AND mpid IN (SELECT value FROM json_each($1))",
 );
-
-/// What the identity store holds for the group, as read and then as the group's earlier
-/// batches changed it.
-#[derive(Debug, Default)]
-pub(super) struct Known {
-    pub(super) owners: HashMap<(String, String), Mpid>,
-    pub(super) devices: HashMap<String, Mpid>,
-    pub(super) logged_in: HashSet<Mpid>,
-}
-
-impl Known {
-    pub(super) fn summary(&self, mpid: Mpid) -> UserSummary {
-        UserSummary {
-            mpid,
-            logged_in: self.logged_in.contains(&mpid),
-        }
-    }
-}
 
 /// The stored batch keys among `keys` (input, `source_request_id`; none looked for when empty),
 /// and what is known of the identities and devices of `candidates`, read after their locks.
@@ -99,7 +85,46 @@ fn lock_keys(candidates: &[&Unresolved]) -> Vec<String> {
 }
 
 /// One row of `boson_group_identities`: (kind, a, b, mpid, has a login).
-type Row = (String, String, Option<String>, Option<Mpid>, bool);
+pub(super) type Row = (String, String, Option<String>, Option<Mpid>, bool);
+
+/// What the PostgreSQL read asks about a group's candidates, owned (the group's decisions keep
+/// it when they were made against a guess, for the batch insert to read and check: see
+/// [`super::identity_known`]): the lock keys in key order, the identities as a column each, the
+/// devices.
+#[derive(Debug)]
+pub(super) struct Asked {
+    lock_keys: Vec<String>,
+    types: Vec<String>,
+    values: Vec<String>,
+    devices: Vec<String>,
+}
+
+impl Asked {
+    pub(super) fn of(candidates: &[&Unresolved]) -> Self {
+        let identities = candidates.iter().flat_map(|u| u.identities.iter());
+        let (types, values) = identities.cloned().unzip();
+        Self {
+            lock_keys: lock_keys(candidates),
+            types,
+            values,
+            devices: candidates.iter().filter_map(|u| u.device.clone()).collect(),
+        }
+    }
+
+    /// Binds the lock keys, the identities' types and values, the devices and the login type:
+    /// five parameters.
+    pub(super) fn bind<'q, O>(
+        &'q self,
+        query: QueryAs<'q, Postgres, O, PgArguments>,
+    ) -> QueryAs<'q, Postgres, O, PgArguments> {
+        query
+            .bind(&self.lock_keys)
+            .bind(&self.types)
+            .bind(&self.values)
+            .bind(&self.devices)
+            .bind(IdentityType::CustomerId.as_str())
+    }
+}
 
 async fn read_postgres(
     tx: &mut Tx<'_>,
@@ -107,24 +132,19 @@ async fn read_postgres(
     candidates: &[&Unresolved],
 ) -> Result<(HashSet<(String, String)>, Known), sqlx::Error> {
     let (inputs, requests): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
-    let identities = candidates.iter().flat_map(|u| u.identities.iter());
-    let (types, values): (Vec<&str>, Vec<&str>) =
-        identities.map(|(t, v)| (t.as_str(), v.as_str())).unzip();
-    let devices: Vec<&str> = candidates
-        .iter()
-        .filter_map(|u| u.device.as_deref())
-        .collect();
+    let asked = Asked::of(candidates);
     let query = sqlx::query_as::<Postgres, Row>(GROUP_IDENTITIES_POSTGRES)
-        .bind(lock_keys(candidates))
         .bind(inputs)
-        .bind(requests)
-        .bind(types)
-        .bind(values)
-        .bind(devices)
-        .bind(IdentityType::CustomerId.as_str());
+        .bind(requests);
+    let rows = tx.fetch_all_postgres(asked.bind(query)).await?;
+    known_of(rows)
+}
+
+/// The stored keys and what is known, from the read's rows.
+pub(super) fn known_of(rows: Vec<Row>) -> Result<(HashSet<(String, String)>, Known), sqlx::Error> {
     let mut stored = HashSet::new();
     let mut known = Known::default();
-    for (kind, a, b, mpid, logged_in) in tx.fetch_all_postgres(query).await? {
+    for (kind, a, b, mpid, logged_in) in rows {
         match (kind.as_str(), b, mpid) {
             ("s", Some(request), _) => {
                 stored.insert((a, request));

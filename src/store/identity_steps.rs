@@ -3,7 +3,9 @@
 //! profiles and jobs that carry it are written. The rules are the pure
 //! [`decide`], as for IDSync's identify; what changes
 //! is the cost: what the store knows of the whole group's identities and devices is read at
-//! once ([`super::identity_read`]: one round trip on PostgreSQL, locks included), the group's
+//! once ([`super::identity_read`]: one round trip on PostgreSQL, locks included; on a PostgreSQL
+//! lane none, as the lane guesses it and the batch insert reads it and checks the guess:
+//! [`super::identity_known`]), the group's
 //! batches are decided in order against what was read plus what the earlier batches decided,
 //! and the new users, identities, history rows and device pointers are written in one
 //! statement on PostgreSQL (one per kind of row on SQLite). One transaction per batch was a
@@ -35,7 +37,8 @@ use sqlx::postgres::{PgArguments, Postgres};
 use sqlx::query::QueryAs;
 
 use super::backend::{Sql, Tx, args, json};
-use super::identity_read::{self, Known};
+use super::identity_known::{Found, Known};
+use super::identity_read::{self, Asked, Row};
 use super::identity_sql::new_mpid;
 use super::queue::{NewBatch, ProfileUpdate, Unresolved};
 use super::steps::{self, ProfileRow};
@@ -180,6 +183,28 @@ pub(super) struct Decided {
     /// user, gave an identity or pointed a device (only such a decision changes what later
     /// batches of the group are decided against).
     wrote: Vec<bool>,
+    /// Decided against a guess, not a read: what the batch insert must read and find.
+    pub(super) guessed: Option<Guessed>,
+}
+
+/// A group decided against a guess of its read ([`super::identity_known`]): what to read, under
+/// the locks, in the batch insert, and the rows the guess expects it to find.
+#[derive(Debug)]
+pub(super) struct Guessed {
+    pub(super) asked: Asked,
+    pub(super) found: Found,
+}
+
+/// How the identity step learns what the store holds for the group.
+#[derive(Debug)]
+pub(super) enum Reading {
+    /// Reads it, with the stored keys if [`Resends::Read`].
+    Read(Resends),
+    /// Guesses it from what a PostgreSQL lane remembers; reads it as `Read(FoundByInsert)` on
+    /// any other transaction.
+    Guess,
+    /// The read's rows, as a batch insert that found a wrong guess answered them.
+    Found(Vec<Row>),
 }
 
 /// Identities given to users, as columns: the i-th of each is one identity.
@@ -213,12 +238,13 @@ impl Attached {
 }
 
 impl Decided {
-    fn of(writes: &Writes<'_>, wrote: Vec<bool>) -> Self {
+    fn of(writes: &Writes<'_>, wrote: Vec<bool>, guessed: Option<Guessed>) -> Self {
         Self {
             users: writes.users.iter().copied().collect(),
             attached: Attached::of(&writes.attach),
             devices: (!writes.devices.is_empty()).then(|| json(&writes.devices)),
             wrote,
+            guessed,
         }
     }
 
@@ -252,9 +278,21 @@ pub(super) enum Resends {
     Read,
 }
 
-/// Gives every batch of `batches` that arrived without an MPID its user, in order, and answers the
-/// writes the decisions call for, for [`write()`] once the batches are stored. A batch that would
-/// need a new user where it may not make one keeps none. A duplicate taken by an earlier batch
+/// [`resolve_batches_by`] with a read: the shorthand of the step's own tests.
+#[cfg(test)]
+pub(super) async fn resolve_batches(
+    tx: &mut Tx<'_>,
+    batches: &mut [&mut NewBatch],
+    resends: Resends,
+) -> Result<Decided, sqlx::Error> {
+    resolve_batches_by(tx, batches, Reading::Read(resends)).await
+}
+
+/// Gives every batch of `batches` that arrived without an MPID its user, in order, learning
+/// what the store holds by `reading`, and answers the writes the decisions call for, for
+/// [`write()`] once the batches are stored (or for the batch insert, which on PostgreSQL also
+/// checks a guess: [`Reading::Guess`]). A batch that would need a new user where it may not
+/// make one keeps none. A duplicate taken by an earlier batch
 /// of the group, or, with [`Resends::Read`], whose `source_request_id` is already stored, is
 /// stored as nothing, so it resolves nothing and writes nothing. A resend racing its
 /// uncommitted original on another lane or node is found by the insert, which waits for the
@@ -262,10 +300,10 @@ pub(super) enum Resends {
 /// without a lock on them, so another resend racing its own original there (no identity or
 /// device in common, so no advisory lock between them) still resolves before its insert finds
 /// the duplicate.
-pub(super) async fn resolve_batches(
+pub(super) async fn resolve_batches_by(
     tx: &mut Tx<'_>,
     batches: &mut [&mut NewBatch],
-    resends: Resends,
+    reading: Reading,
 ) -> Result<Decided, sqlx::Error> {
     if !batches.iter().any(|b| b.unresolved.is_some()) {
         return Ok(Decided::default());
@@ -276,18 +314,27 @@ pub(super) async fn resolve_batches(
         settle_all(batches, &resolving, Vec::new());
         return Ok(Decided::default());
     }
-    // The locks first (in the read): a resend racing its original on another node (the same
-    // identities) waits there until the original commits, and the read then finds it stored.
-    let keys: Vec<(&str, &str)> = match resends {
-        Resends::FoundByInsert => Vec::new(),
-        Resends::Read => batches
-            .iter()
-            .zip(&resolving)
-            .filter(|(_, resolve)| **resolve)
-            .filter_map(|(b, _)| batch_key(b))
-            .collect(),
+    let (stored, mut known, guessed) = match reading {
+        Reading::Read(resends) => {
+            let (stored, known) = read(tx, batches, &resolving, &candidates, resends).await?;
+            (stored, known, None)
+        }
+        Reading::Guess => match tx.remembered() {
+            Some(remembered) => {
+                let (known, guessed) = guess(remembered, &candidates);
+                (HashSet::new(), known, Some(guessed))
+            }
+            None => {
+                let resends = Resends::FoundByInsert;
+                let (stored, known) = read(tx, batches, &resolving, &candidates, resends).await?;
+                (stored, known, None)
+            }
+        },
+        Reading::Found(rows) => {
+            let (stored, known) = identity_read::known_of(rows)?;
+            (stored, known, None)
+        }
     };
-    let (stored, mut known) = identity_read::read(tx, &keys, &candidates).await?;
     // Empty unless read (`Resends::Read`): no owned key made per batch on a first run.
     if !stored.is_empty() {
         for (flag, batch) in resolving.iter_mut().zip(batches.iter()) {
@@ -308,9 +355,46 @@ pub(super) async fn resolve_batches(
         users.push(decide_one(unresolved, &mut known, &mut writes));
         *wrote = writes.made > before;
     }
-    let decided = Decided::of(&writes, wrote);
+    if let Some(remembered) = tx.remembered() {
+        remembered.remember(&known);
+    }
+    let decided = Decided::of(&writes, wrote, guessed);
     settle_all(batches, &resolving, users);
     Ok(decided)
+}
+
+/// Reads what the store holds for `candidates`, the unresolved batches `resolving` marks, with
+/// the stored keys among theirs if `resends` says so.
+async fn read(
+    tx: &mut Tx<'_>,
+    batches: &[&mut NewBatch],
+    resolving: &[bool],
+    candidates: &[&Unresolved],
+    resends: Resends,
+) -> Result<(HashSet<(String, String)>, Known), sqlx::Error> {
+    // The locks first (in the read): a resend racing its original on another node (the same
+    // identities) waits there until the original commits, and the read then finds it stored.
+    let keys: Vec<(&str, &str)> = match resends {
+        Resends::FoundByInsert => Vec::new(),
+        Resends::Read => batches
+            .iter()
+            .zip(resolving)
+            .filter(|(_, resolve)| **resolve)
+            .filter_map(|(b, _)| batch_key(b))
+            .collect(),
+    };
+    identity_read::read(tx, &keys, candidates).await
+}
+
+/// What `remembered` guesses the read would find for `candidates`, and what the batch insert
+/// must then read and find.
+fn guess(remembered: &Known, candidates: &[&Unresolved]) -> (Known, Guessed) {
+    let identities = || candidates.iter().flat_map(|u| u.identities.iter());
+    let devices = || candidates.iter().filter_map(|u| u.device.as_ref());
+    let known = remembered.guess(identities(), devices());
+    let found = Found::of(&known, identities(), devices());
+    let asked = Asked::of(candidates);
+    (known, Guessed { asked, found })
 }
 
 /// A batch's unique key, as `batches` keys it; `None` without a `source_request_id` (never a
@@ -413,7 +497,7 @@ fn decide_one<'a>(
     Some(mpid)
 }
 
-/// Writes what [`resolve_batches`] decided, once the group's batches are stored: the new users
+/// Writes what [`resolve_batches_by`] decided, once the group's batches are stored: the new users
 /// first, each with `profiles`' row of it (the new users' rows of the group's profile update,
 /// which the profile upsert leaves out), bare if none of its batches was stored; then the
 /// identities and devices, which refer to them. With `returning`, answers the new users'
@@ -484,6 +568,20 @@ impl<'a> Writing<'a> {
             profiles,
             bare,
         })
+    }
+
+    /// Binds the six parameters of [`Self::bind`] as no writes at all (every part empty).
+    pub(super) fn bind_none<'q, O>(
+        query: QueryAs<'q, Postgres, O, PgArguments>,
+    ) -> QueryAs<'q, Postgres, O, PgArguments> {
+        let nothing: Vec<String> = Vec::new();
+        query
+            .bind("[]")
+            .bind(Vec::<i64>::new())
+            .bind(nothing.clone())
+            .bind(nothing)
+            .bind(Vec::<i64>::new())
+            .bind("[]")
     }
 
     /// Binds the writes' six rows parameters (profiles, bare users, the identities' types,

@@ -235,8 +235,21 @@ async fn a_group_waiting_for_an_identitys_lock_finds_the_user_its_holder_made() 
         return;
     }
     let db = TestStore::open().await;
-    let store = db.store.clone();
-    waits_for_the_holder_and_finds_its_user(&db.store, store).await;
+    let group = read_after_the_lock(db.store.clone());
+    waits_for_the_holder_and_finds_its_user(&db.store, group).await;
+}
+
+/// The same for a group on a lane that guesses the identity unknown (it never saw it): its
+/// batch insert takes the lock, reads after it, finds the holder's user where it guessed none,
+/// stores nothing, and the group is decided again against that read.
+#[tokio::test]
+async fn a_lane_guessing_an_identity_unknown_finds_the_user_its_lock_holder_made() {
+    if !on_postgres() {
+        return;
+    }
+    let db = TestStore::open().await;
+    let group = group_on_a_lane(db.store.clone());
+    waits_for_the_holder_and_finds_its_user(&db.store, group).await;
 }
 
 /// The same on a server whose transactions default to REPEATABLE READ: there the first
@@ -250,13 +263,53 @@ async fn a_group_on_a_repeatable_read_server_finds_the_user_its_lock_holder_made
     }
     let db = TestStore::open().await;
     let strict = repeatable_read(&db.store).await;
-    waits_for_the_holder_and_finds_its_user(&db.store, strict.clone()).await;
+    let group = read_after_the_lock(strict.clone());
+    waits_for_the_holder_and_finds_its_user(&db.store, group).await;
     strict.close().await;
 }
 
-/// A holder on `holder_store` locks `email:late@x` and makes user 77 of it; a group on `store`
-/// waits for the lock; once the holder commits, the group must resolve to 77, the only user.
-async fn waits_for_the_holder_and_finds_its_user(holder_store: &Store, store: Store) {
+/// The batch naming `email:late@x`, resolved by the identity step's read on a lane's
+/// connection and written; its user.
+async fn read_after_the_lock(store: Store) -> Option<Mpid> {
+    let mut batches = [unnamed(&(&[("email", "late@x")], None, true))];
+    let mut writer = store.writer_connection();
+    let mut tx = writer.begin(&store, Plans::Generic).await.expect("begin");
+    let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
+    let decided = resolve_batches(&mut tx, &mut refs, Resends::FoundByInsert)
+        .await
+        .expect("resolve");
+    write(&mut tx, &decided, &[], 1_000, false)
+        .await
+        .expect("write");
+    tx.commit().await.expect("commit");
+    writer.close().await;
+    batches[0].profile.as_ref().map(|p| p.mpid)
+}
+
+/// The batch naming `email:late@x`, committed as a lane commits a group (guessing its read);
+/// its user.
+async fn group_on_a_lane(store: Store) -> Option<Mpid> {
+    use crate::store::group::{Command, commit};
+    let (reply, _answer) = tokio::sync::oneshot::channel();
+    let batches = vec![unnamed(&(&[("email", "late@x")], None, true))];
+    let mut group = [Command::Ingest { batches, reply }];
+    let mut writer = store.writer_connection();
+    commit(&store, &mut writer, &mut group, 60_000, "node", &|| false)
+        .await
+        .expect("the group commits");
+    writer.close().await;
+    let [Command::Ingest { batches, .. }] = &group else {
+        unreachable!("an ingest");
+    };
+    batches[0].profile.as_ref().map(|p| p.mpid)
+}
+
+/// A holder on `holder_store` locks `email:late@x` and makes user 77 of it; `group` waits for
+/// the lock; once the holder commits, the group must resolve to 77, the only user.
+async fn waits_for_the_holder_and_finds_its_user(
+    holder_store: &Store,
+    group: impl Future<Output = Option<Mpid>> + Send + 'static,
+) {
     let mut holder = holder_store.begin().await.expect("begin");
     holder
         .execute(LOCK, args![identity_lock_key("email", "late@x").as_str()])
@@ -264,21 +317,7 @@ async fn waits_for_the_holder_and_finds_its_user(holder_store: &Store, store: St
         .expect("lock");
     holder.execute(MADE_USER, &[]).await.expect("user");
     holder.execute(GAVE_IDENTITY, &[]).await.expect("identity");
-    let group = tokio::spawn(async move {
-        let mut batches = [unnamed(&(&[("email", "late@x")], None, true))];
-        let mut writer = store.writer_connection();
-        let mut tx = writer.begin(&store, Plans::Generic).await.expect("begin");
-        let mut refs: Vec<&mut NewBatch> = batches.iter_mut().collect();
-        let decided = resolve_batches(&mut tx, &mut refs, Resends::FoundByInsert)
-            .await
-            .expect("resolve");
-        write(&mut tx, &decided, &[], 1_000, false)
-            .await
-            .expect("write");
-        tx.commit().await.expect("commit");
-        writer.close().await;
-        batches[0].profile.as_ref().map(|p| p.mpid)
-    });
+    let group = tokio::spawn(group);
     let mut polls = 0;
     loop {
         let (waiting,): (i64,) = holder_store.fetch_one(WAITING, &[]).await.expect("locks");
@@ -387,6 +426,7 @@ async fn inserted_with_new_users(store: &Store, batches: &mut [NewBatch]) -> (bo
     let along = ProfilesAlong {
         rows: &[],
         new_users: Writing::of(&decided, &rows),
+        guessed: None,
         now: 1_000,
         consent: false,
     };

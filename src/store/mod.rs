@@ -21,6 +21,7 @@ pub(crate) mod forwarding_sql;
 mod gather;
 mod group;
 pub(crate) mod health_sql;
+mod identity_known;
 mod identity_read;
 pub(crate) mod identity_sql;
 mod identity_steps;

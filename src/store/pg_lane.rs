@@ -24,6 +24,8 @@ use futures_util::TryStreamExt as _;
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
+use super::identity_known::Known;
+
 /// A BEGIN with a group's settings: alone, after a COMMIT, and after a ROLLBACK, each one
 /// simple query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +45,9 @@ pub(crate) struct KeptPg {
     /// A transaction may be open that no group will end (taken and dropped, or a BEGIN whose
     /// settings failed).
     open: bool,
+    /// What the lane's groups knew of their identities, to guess the next group's read (see
+    /// [`super::identity_known`]); forgotten with the connection.
+    remembered: Known,
 }
 
 /// A group's transaction on a lane's [`KeptPg`].
@@ -57,6 +62,7 @@ impl KeptPg {
             connection,
             begun: None,
             open: false,
+            remembered: Known::default(),
         }
     }
 
@@ -93,6 +99,11 @@ impl LaneTx<'_> {
     /// The connection, for the group's statements.
     pub(crate) fn connection(&mut self) -> &mut PgConnection {
         &mut self.kept.connection
+    }
+
+    /// What the lane remembers of the identities its groups knew.
+    pub(super) fn remembered(&mut self) -> &mut Known {
+        &mut self.kept.remembered
     }
 
     /// Commits; with `next` (the next group's BEGIN), begins the next group's transaction in

@@ -169,23 +169,26 @@ async fn round_trips_of(warm: &mut [Command], group: &mut [Command]) -> (u64, i6
     (trips, users)
 }
 
-// Batches without an MPID cost one round trip more than those with one on PostgreSQL: the
-// read of what the identity store knows of their identities (their advisory locks in the same
-// round trip). New users' rows, identities and history go with the batch insert, as the known
-// users' profiles do. (Before: 8 for returning users, 10 for new ones.) SQLite, a regression guard, sends a statement per read and
-// per kind of row written (and before its insert took a group in one statement, 3 more for
-// these 45 batches). Neither reads which batch keys are stored first: the insert finds a
-// resend (`a_group_holding_a_resend_that_would_write_runs_again_reading_the_stored_keys_first`), which was one
-// statement more on SQLite and a fifth of the read on PostgreSQL.
+// Batches without an MPID cost what batches with one cost on PostgreSQL when the lane guesses
+// right what the identity store knows of their identities: the batch insert reads it (the
+// advisory locks too) and checks the guess, instead of a read of its own before it (see
+// `identity_known`). New users' rows, identities and history go with the batch insert, as the
+// known users' profiles do. (Before: one round trip more; before that 8 for returning users,
+// 10 for new ones.) SQLite, a regression guard, sends a statement per read and per kind of row
+// written (and before its insert took a group in one statement, 3 more for these 45 batches).
+// Neither reads which batch keys are stored first: the insert finds a resend
+// (`a_group_holding_a_resend_that_would_write_runs_again_reading_the_stored_keys_first`), which
+// was one statement more on SQLite and a fifth of the read on PostgreSQL.
 
 #[tokio::test]
-async fn a_group_of_returning_users_without_mpids_costs_one_round_trip_more() {
+async fn a_group_of_returning_users_without_mpids_costs_what_one_with_mpids_costs() {
     let user = |n: usize| format!("user-{}", n % 8);
     let (mut warm, _warm) = unnamed_requests(0, 8, user);
     let (mut group, _answers) = unnamed_requests(100, 45, user);
     let (trips, users) = round_trips_of(&mut warm, &mut group).await;
-    // Their profiles go with the insert on PostgreSQL, as with MPIDs.
-    let expected = if on_postgres() { 5 } else { 6 };
+    // The lane remembers the warm group's users: BEGIN, the insert with the read, the jobs,
+    // COMMIT.
+    let expected = if on_postgres() { 4 } else { 6 };
     assert_eq!(
         trips, expected,
         "round trips of 45 returning users' batches"
@@ -194,17 +197,48 @@ async fn a_group_of_returning_users_without_mpids_costs_one_round_trip_more() {
 }
 
 #[tokio::test]
-async fn a_group_of_new_users_without_mpids_costs_one_round_trip_more() {
+async fn a_group_of_new_users_without_mpids_costs_what_one_with_mpids_costs() {
     let (mut warm, _warm) = unnamed_requests(0, 3, |n| format!("first-{n}"));
     let (mut group, _answers) = unnamed_requests(100, 45, |n| format!("new-{n}"));
     let (trips, users) = round_trips_of(&mut warm, &mut group).await;
-    let expected = if on_postgres() { 5 } else { 8 };
+    // Identities never seen are guessed unknown.
+    let expected = if on_postgres() { 4 } else { 8 };
     assert_eq!(trips, expected, "round trips of 45 new users' batches");
     assert_eq!(
         users,
         3 + 45,
         "the warm group's 3 users and one per new batch"
     );
+}
+
+/// A lane that guesses wrong (its users were made on another lane, so it guesses them
+/// unknown) stores nothing with the guess and decides the group again against what its insert
+/// read: the batches go to the users made before, and the group costs what a read before the
+/// insert cost.
+#[tokio::test]
+async fn a_lane_that_guesses_wrong_decides_again_against_what_its_insert_read() {
+    let db = TestStore::open().await;
+    let user = |n: usize| format!("user-{}", n % 8);
+    let (mut warm, _warm) = unnamed_requests(0, 8, user);
+    let mut other = db.store.writer_connection();
+    db.commit_alone(&mut other, &mut warm)
+        .await
+        .unwrap_or_else(|_| panic!("the warm group"));
+    let (mut group, _answers) = unnamed_requests(100, 45, user);
+    let mut connection = db.store.writer_connection();
+    round_trips::take();
+    let done = db
+        .commit_alone(&mut connection, &mut group)
+        .await
+        .unwrap_or_else(|_| panic!("the group commits"));
+    let trips = round_trips::take();
+    assert_eq!(done.len(), 45);
+    assert_eq!(db.batches().await.len(), 8 + 45);
+    let (users,): (i64,) = db.store.fetch_one(USERS, &[]).await.expect("users");
+    assert_eq!(users, 8, "the warm group's 8 users, and no other");
+    // BEGIN, the insert that found the guess wrong, the insert, the jobs, COMMIT.
+    let expected = if on_postgres() { 5 } else { 6 };
+    assert_eq!(trips, expected, "round trips of a wrong guess");
 }
 
 /// Commits a first group of 3 new users (requests 0 to 2, `first-0` to `first-2`), then a group
@@ -248,11 +282,12 @@ async fn a_group_holding_a_resend_that_would_write_runs_again_reading_the_stored
         Sql::shared("SELECT COUNT(*) FROM user_identities WHERE identity LIKE 'someone-else%'");
     let (given,): (i64,) = db.store.fetch_one(SOMEONE_ELSE, &[]).await.expect("owners");
     assert_eq!(given, 0, "the resend's identities were given to a user");
-    // The first try, up to the insert that found the resend (BEGIN, the identities, the
-    // insert), then the group again with the stored keys read first (in the same round trip on
-    // PostgreSQL, one statement more on SQLite); as that insert skips the resend, the new
-    // users' writes follow it on their own, one statement more than the tests above count.
-    let expected = if on_postgres() { 3 + 6 } else { 3 + 9 };
+    // The first try, up to the insert that found the resend (on PostgreSQL BEGIN and the
+    // insert with the identities' read; on SQLite BEGIN, the read, the insert), then the group
+    // again with the stored keys read first (in the read's round trip on PostgreSQL, one
+    // statement more on SQLite); as that insert skips the resend, the new users' writes follow
+    // it on their own.
+    let expected = if on_postgres() { 2 + 6 } else { 3 + 9 };
     assert_eq!(trips, expected, "round trips of a group holding a resend");
 }
 
@@ -263,7 +298,7 @@ async fn a_group_holding_a_resend_that_writes_nothing_runs_once() {
     let (trips, users, _db) = with_a_resend_naming("first-0").await;
     assert_eq!(users, 3 + 45);
     // The insert skips the resend, so the new users' writes follow it on their own.
-    let expected = if on_postgres() { 6 } else { 8 };
+    let expected = if on_postgres() { 5 } else { 8 };
     assert_eq!(
         trips, expected,
         "round trips of a group holding a harmless resend"
