@@ -634,7 +634,7 @@ impl Tx<'_> {
 
     /// What a PostgreSQL lane remembers of the identities its groups knew (see
     /// [`super::identity_known`]); `None` on any other transaction, which reads instead.
-    pub(super) fn remembered(&mut self) -> Option<&mut super::identity_known::Known> {
+    pub(super) fn remembered(&mut self) -> Option<&mut super::identity_known::Remembered> {
         match self {
             Tx::Postgres(PgTx::Lane(tx)) => Some(tx.remembered()),
             _ => None,

@@ -303,6 +303,12 @@ macro_rules! answer_batches {
         )
     };
 }
+/// The consent of the new users the group wrote, if `$9` (see [`AnswerRow`]).
+macro_rules! answer_made {
+    () => {
+        " UNION ALL SELECT 'c', mpid, NULL, NULL, NULL, consent, NULL FROM made WHERE $9"
+    };
+}
 /// The new users' writes' part (`$10` to `$15` as [`Writing::bind`] binds them), on the same
 /// condition, and their consent for the answer.
 macro_rules! new_users {
@@ -344,7 +350,8 @@ const INSERT_WITH_USERS_POSTGRES: &str = concat!(
     profiled!(),
     new_users!(),
     answer_batches!(),
-    " UNION ALL SELECT 'c', mpid, NULL, NULL, NULL, consent, NULL FROM made WHERE $9 ORDER BY 1, 2"
+    answer_made!(),
+    " ORDER BY 1, 2"
 );
 /// The batch insert's parts for a group decided against a guess of its identity read
 /// ([`Guessed`]): first the read itself (`found`: `boson_group_identities` with `$16` to `$20`,
@@ -352,7 +359,9 @@ const INSERT_WITH_USERS_POSTGRES: &str = concat!(
 /// does), then the check that it found exactly the rows guessed (`$21` to `$25`), and the
 /// batches go in only if it did; the users' writes follow them as above. A wrong guess stores
 /// nothing and answers the rows read, against which the group is decided again: the read's
-/// round trip saved when the guess is right, none added when it is wrong. The check runs before
+/// round trip saved when the guess is right, none added when it is wrong (but the insert's work
+/// done twice, so a lane whose guesses are often wrong reads first: see
+/// [`super::identity_known`]). The check runs before
 /// any batch key is taken, so the group's lock order is kept (identities, batch keys,
 /// profiles).
 macro_rules! insert_guessed_ctes {
@@ -391,7 +400,7 @@ const INSERT_GUESSED_USERS_POSTGRES: &str = concat!(
     profiled!(),
     new_users!(),
     answer_batches!(),
-    " UNION ALL SELECT 'c', mpid, NULL, NULL, NULL, consent, NULL FROM made WHERE $9",
+    answer_made!(),
     answer_guess!()
 );
 

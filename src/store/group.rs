@@ -347,7 +347,10 @@ async fn run_steps(
         let mut insertion = insert_batches(tx, commands, &decided, now).await?;
         match insertion.inserted.found_instead.take() {
             Some(rows) => reading = Reading::Found(rows),
-            None => break (decided, insertion),
+            None => {
+                decided.count_guess_held(tx);
+                break (decided, insertion);
+            }
         }
     };
     let commands = &*commands;
@@ -411,7 +414,7 @@ async fn insert_batches(
     now: i64,
 ) -> Result<Insertion, StepsFailed> {
     let batches: Vec<&NewBatch> = commands.iter().flat_map(Command::batches).collect();
-    let (fresh, profiles) = split_profiles(decided, profile_rows(commands, None));
+    let (fresh, profiles) = decided.split_profiles(profile_rows(commands, None));
     let handing = hands_over_consent(commands);
     let along = ProfilesAlong {
         rows: &profiles,
@@ -428,14 +431,6 @@ async fn insert_batches(
         handing,
         now,
     })
-}
-
-/// The group's profile rows split into the new users' and the known users'.
-fn split_profiles(
-    decided: &identity_steps::Decided,
-    rows: Vec<ProfileRow>,
-) -> (Vec<ProfileRow>, Vec<ProfileRow>) {
-    rows.into_iter().partition(|row| decided.is_new(row.mpid))
 }
 
 /// Settles the group's batches as `insertion` stored them, and makes the users' writes it left
@@ -470,8 +465,7 @@ async fn store_batches<'a>(
         Some(consents) => consents,
         None => {
             if stored.len() < ids.len() {
-                (fresh, profiles) =
-                    split_profiles(decided, profile_rows(commands, Some(&outcomes)));
+                (fresh, profiles) = decided.split_profiles(profile_rows(commands, Some(&outcomes)));
             }
             write_users(tx, decided, (&fresh, &profiles), now, handing).await?
         }

@@ -1,6 +1,6 @@
 //! What the identity store holds for a group's batches without an MPID ([`Known`]), in the
 //! shape its PostgreSQL read answers ([`Found`]), and what a PostgreSQL lane remembers of it
-//! from one group to the next, to guess the next group's read ([`Known::guess`]).
+//! from one group to the next, to guess the next group's read ([`Remembered`]).
 //!
 //! A guess saves a group the read's round trip on the lane's serial path (issue 16, item 4): the
 //! group is decided against it, and its batch insert reads under the identities' locks and
@@ -10,7 +10,11 @@
 //! the rows its insert read, which cost no round trip more. A guess may be anything: what is
 //! remembered is never trusted, only checked, so it need not be current, complete or committed.
 //! An identity the lane does not remember is guessed unknown, as a new user's always are; a
-//! returning user's is remembered from the group that last read or gave it.
+//! returning user's is remembered from the group that last read or gave it, and forgotten when
+//! a group asks and does not find it. A lane whose guesses are often wrong (more users than it
+//! remembers, or users whose batches went to another lane or node) reads first instead, as a
+//! wrong guess sends the insert's work twice, and guesses again once it would have been right
+//! for a while ([`Remembered::trusted`]).
 
 use std::collections::{HashMap, HashSet};
 
@@ -26,9 +30,18 @@ pub(super) struct Known {
     pub(super) logged_in: HashSet<Mpid>,
 }
 
-/// The most identities and devices a lane remembers: about 2 MB. Past it, it forgets all and
-/// starts again (a guess it cannot make costs only a wrong guess's wasted work).
-const MOST_REMEMBERED: usize = 16_384;
+/// The most a lane remembers, in bytes of keys (and about as much again in the maps' own
+/// overhead): past it, it forgets all and starts again (a guess it cannot make costs only a
+/// wrong guess's wasted work).
+const MOST_REMEMBERED_BYTES: usize = 1 << 20;
+/// A map entry's overhead beside its key's bytes, for the bound above.
+const ENTRY_BYTES: usize = 64;
+/// How far a wrong guess sets the lane back from guessing again: guessing goes on while about
+/// one group in this many would have guessed wrong, or fewer.
+const WRONG_WEIGHT: u8 = 4;
+/// The most doubt a lane carries, so it comes back to guessing after this many right guesses
+/// in a row.
+const MOST_DOUBT: u8 = 16;
 
 impl Known {
     pub(super) fn summary(&self, mpid: Mpid) -> UserSummary {
@@ -38,22 +51,9 @@ impl Known {
         }
     }
 
-    /// Keeps what `group` knew once its batches were decided (its read and its own writes),
-    /// over what was remembered.
-    pub(super) fn remember(&mut self, group: &Known) {
-        if self.owners.len() + self.devices.len() > MOST_REMEMBERED {
-            *self = Known::default();
-        }
-        let owners = group.owners.iter().map(|(k, &m)| (k.clone(), m));
-        self.owners.extend(owners);
-        let devices = group.devices.iter().map(|(d, &m)| (d.clone(), m));
-        self.devices.extend(devices);
-        self.logged_in.extend(group.logged_in.iter().copied());
-    }
-
-    /// The store as remembered, for these identities and devices only, as the read would have
-    /// found it if it still holds what was remembered: a user's login is read only with a
-    /// device (see [`Found::of`]).
+    /// The store as `self` remembers it, for these identities and devices only, as the read
+    /// would find it if it still holds that: a user's login is read only with a device (the
+    /// rule [`Found::of`] turns back into rows).
     pub(super) fn guess<'a>(
         &self,
         identities: impl Iterator<Item = &'a (String, String)>,
@@ -78,6 +78,101 @@ impl Known {
             }
         }
         guess
+    }
+}
+
+/// What a PostgreSQL lane remembers of the identities its groups knew, and how often its
+/// guesses from it have been wrong lately.
+#[derive(Debug, Default)]
+pub(super) struct Remembered {
+    known: Known,
+    /// The keys' bytes remembered, for [`MOST_REMEMBERED_BYTES`].
+    bytes: usize,
+    /// Raised by a wrong guess, lowered by a right one: the lane guesses only at none, and
+    /// reads first otherwise (its groups with many users it does not remember, say, where
+    /// nearly every guess would be wrong and cost the insert's work twice).
+    doubt: u8,
+}
+
+impl Remembered {
+    /// Whether the lane's guesses have been right often enough lately to guess the next read.
+    pub(super) fn trusted(&self) -> bool {
+        self.doubt == 0
+    }
+
+    /// The guess for these identities and devices ([`Known::guess`]).
+    pub(super) fn guess<'a>(
+        &self,
+        identities: impl Iterator<Item = &'a (String, String)>,
+        devices: impl Iterator<Item = &'a String> + Clone,
+    ) -> Known {
+        self.known.guess(identities, devices)
+    }
+
+    /// Counts a guess that the read found right or wrong (made or only compared: a lane that
+    /// reads first still learns whether it would have guessed right).
+    pub(super) fn guessed(&mut self, right: bool) {
+        self.doubt = if right {
+            self.doubt.saturating_sub(1)
+        } else {
+            self.doubt.saturating_add(WRONG_WEIGHT).min(MOST_DOUBT)
+        };
+    }
+
+    /// Learns what a group knew once its batches were decided (its read, or its guess that the
+    /// insert will check, and its own writes) about the identities and devices it asked for:
+    /// each asked is remembered as found, or forgotten if not found (detached, or made by a
+    /// group that did not commit); a user's login as read, where the group read it (with a
+    /// device) or gave one.
+    pub(super) fn learn<'a>(
+        &mut self,
+        group: &Known,
+        identities: impl Iterator<Item = &'a (String, String)>,
+        devices: impl Iterator<Item = &'a String> + Clone,
+    ) {
+        let with_logins = devices.clone().next().is_some();
+        for identity in identities {
+            match group.owners.get(identity) {
+                Some(&mpid) => {
+                    if self.known.owners.insert(identity.clone(), mpid).is_none() {
+                        self.bytes += identity.0.len() + identity.1.len() + ENTRY_BYTES;
+                    }
+                    self.learn_login(group, mpid, with_logins);
+                }
+                None => {
+                    self.known.owners.remove(identity);
+                }
+            }
+        }
+        for device in devices {
+            match group.devices.get(device) {
+                Some(&mpid) => {
+                    if self.known.devices.insert(device.clone(), mpid).is_none() {
+                        self.bytes += device.len() + ENTRY_BYTES;
+                    }
+                    self.learn_login(group, mpid, true);
+                }
+                None => {
+                    self.known.devices.remove(device);
+                }
+            }
+        }
+        if self.bytes > MOST_REMEMBERED_BYTES {
+            *self = Remembered {
+                doubt: self.doubt,
+                ..Remembered::default()
+            };
+        }
+    }
+
+    /// Whether `mpid` has a login, as `group` knows it: known either way where the group read
+    /// logins, and where it has one (given by the group itself).
+    fn learn_login(&mut self, group: &Known, mpid: Mpid, read: bool) {
+        if group.logged_in.contains(&mpid) {
+            self.known.logged_in.insert(mpid);
+        } else if read {
+            self.known.logged_in.remove(&mpid);
+        }
     }
 }
 
@@ -135,21 +230,23 @@ mod tests {
         (t.to_owned(), v.to_owned())
     }
 
+    const NO_DEVICE: [String; 0] = [];
+
     #[test]
     fn a_guess_holds_only_the_groups_keys_and_logins_only_with_a_device() {
-        let mut remembered = Known::default();
+        let mut remembered = Remembered::default();
         let mut group = Known::default();
         group.owners.insert(pair("email", "a@x"), Mpid::new(1));
         group.owners.insert(pair("email", "b@x"), Mpid::new(2));
         group.devices.insert("dev".to_owned(), Mpid::new(2));
         group.logged_in.insert(Mpid::new(1));
-        remembered.remember(&group);
+        let known = [pair("email", "a@x"), pair("email", "b@x")];
+        let device = ["dev".to_owned()];
+        remembered.learn(&group, known.iter(), device.iter());
         let asked = [pair("email", "a@x"), pair("email", "new@x")];
-        let no_device: [String; 0] = [];
-        let guess = remembered.guess(asked.iter(), no_device.iter());
+        let guess = remembered.guess(asked.iter(), NO_DEVICE.iter());
         assert_eq!(guess.owners.len(), 1);
         assert!(guess.logged_in.is_empty(), "a login read without a device");
-        let device = ["dev".to_owned()];
         let guess = remembered.guess(asked.iter(), device.iter());
         assert_eq!(guess.devices.get("dev"), Some(&Mpid::new(2)));
         assert_eq!(guess.logged_in, HashSet::from([Mpid::new(1)]));
@@ -159,19 +256,61 @@ mod tests {
     }
 
     #[test]
-    fn a_lane_forgets_everything_past_its_bound() {
-        let mut remembered = Known::default();
+    fn what_a_group_asked_and_did_not_find_is_forgotten() {
+        let mut remembered = Remembered::default();
         let mut group = Known::default();
-        for n in 0..=MOST_REMEMBERED {
-            group
-                .owners
-                .insert(pair("email", &n.to_string()), Mpid::new(1));
+        group.owners.insert(pair("email", "a@x"), Mpid::new(1));
+        group.devices.insert("dev".to_owned(), Mpid::new(1));
+        group.logged_in.insert(Mpid::new(1));
+        let asked = [pair("email", "a@x")];
+        let device = ["dev".to_owned()];
+        remembered.learn(&group, asked.iter(), device.iter());
+        // Later the identity is gone and the device's user has no login (read with a device).
+        let mut later = Known::default();
+        later.devices.insert("dev".to_owned(), Mpid::new(1));
+        remembered.learn(&later, asked.iter(), device.iter());
+        let guess = remembered.guess(asked.iter(), device.iter());
+        assert!(guess.owners.is_empty(), "a detached identity guessed");
+        assert!(guess.logged_in.is_empty(), "a login lost still guessed");
+    }
+
+    #[test]
+    fn a_lane_forgets_everything_past_its_bound() {
+        let mut remembered = Remembered::default();
+        let mut group = Known::default();
+        let names: Vec<(String, String)> = (0..MOST_REMEMBERED_BYTES / ENTRY_BYTES)
+            .map(|n| pair("email", &n.to_string()))
+            .collect();
+        for name in &names[..10] {
+            group.owners.insert(name.clone(), Mpid::new(1));
         }
-        remembered.remember(&group);
-        assert_eq!(remembered.owners.len(), MOST_REMEMBERED + 1);
-        let mut next = Known::default();
-        next.owners.insert(pair("email", "late"), Mpid::new(2));
-        remembered.remember(&next);
-        assert_eq!(remembered.owners.len(), 1);
+        remembered.learn(&group, names[..10].iter(), NO_DEVICE.iter());
+        assert_eq!(remembered.known.owners.len(), 10);
+        for name in &names {
+            group.owners.insert(name.clone(), Mpid::new(1));
+        }
+        remembered.learn(&group, names.iter(), NO_DEVICE.iter());
+        assert!(remembered.known.owners.is_empty(), "over its bound");
+    }
+
+    #[test]
+    fn a_lane_guesses_again_only_after_being_right_for_a_while() {
+        let mut remembered = Remembered::default();
+        assert!(remembered.trusted());
+        remembered.guessed(false);
+        assert!(!remembered.trusted());
+        for _ in 1..WRONG_WEIGHT {
+            remembered.guessed(true);
+        }
+        assert!(!remembered.trusted());
+        remembered.guessed(true);
+        assert!(remembered.trusted());
+        for _ in 0..100 {
+            remembered.guessed(false);
+        }
+        for _ in 0..MOST_DOUBT {
+            remembered.guessed(true);
+        }
+        assert!(remembered.trusted(), "doubt is bounded");
     }
 }

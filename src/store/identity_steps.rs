@@ -23,6 +23,10 @@
 //! two nodes (or a node and an IDSync call) never make two users of one new identity; the reads
 //! come after the locks, each with a snapshot taken after them (READ COMMITTED, pinned at the
 //! group's BEGIN), so they see what a node that held them committed (see [`super::identity_read`]).
+//! A lane that guesses the read decides before taking the locks, but stores nothing decided so
+//! unless its batch insert, after taking them and before any batch key, reads exactly what was
+//! guessed ([`super::identity_known`]): what is stored is decided as it would have been after
+//! the locks.
 //! The step runs after the group's job-row changes and before its batch keys and profile rows (see
 //! the lock order in [`super::group`]); it touches no user row another transaction updates (a
 //! returning user's `last_seen_at` is set by the profile upsert, in MPID order with the others), so
@@ -257,9 +261,21 @@ impl Decided {
         (self.wrote.iter().zip(ids)).any(|(&wrote, id)| wrote && !stored.contains(id))
     }
 
-    /// Whether the group made this user.
-    pub(super) fn is_new(&self, mpid: Mpid) -> bool {
-        self.users.contains(&mpid)
+    /// The group's profile rows split into the new users' and the known users'.
+    pub(super) fn split_profiles(
+        &self,
+        rows: Vec<ProfileRow>,
+    ) -> (Vec<ProfileRow>, Vec<ProfileRow>) {
+        rows.into_iter()
+            .partition(|row| self.users.contains(&row.mpid))
+    }
+
+    /// Counts, on the lane `tx` belongs to, a guess the batch insert found right (a wrong one
+    /// is counted when the group is decided again: [`Reading::Found`]).
+    pub(super) fn count_guess_held(&self, tx: &mut Tx<'_>) {
+        if let (Some(_), Some(remembered)) = (&self.guessed, tx.remembered()) {
+            remembered.guessed(true);
+        }
     }
 }
 
@@ -314,27 +330,8 @@ pub(super) async fn resolve_batches_by(
         settle_all(batches, &resolving, Vec::new());
         return Ok(Decided::default());
     }
-    let (stored, mut known, guessed) = match reading {
-        Reading::Read(resends) => {
-            let (stored, known) = read(tx, batches, &resolving, &candidates, resends).await?;
-            (stored, known, None)
-        }
-        Reading::Guess => match tx.remembered() {
-            Some(remembered) => {
-                let (known, guessed) = guess(remembered, &candidates);
-                (HashSet::new(), known, Some(guessed))
-            }
-            None => {
-                let resends = Resends::FoundByInsert;
-                let (stored, known) = read(tx, batches, &resolving, &candidates, resends).await?;
-                (stored, known, None)
-            }
-        },
-        Reading::Found(rows) => {
-            let (stored, known) = identity_read::known_of(rows)?;
-            (stored, known, None)
-        }
-    };
+    let (stored, mut known, guessed) =
+        what_is_known(tx, batches, &resolving, &candidates, reading).await?;
     // Empty unless read (`Resends::Read`): no owned key made per batch on a first run.
     if !stored.is_empty() {
         for (flag, batch) in resolving.iter_mut().zip(batches.iter()) {
@@ -356,7 +353,8 @@ pub(super) async fn resolve_batches_by(
         *wrote = writes.made > before;
     }
     if let Some(remembered) = tx.remembered() {
-        remembered.remember(&known);
+        let (identities, devices) = asked_of(&candidates);
+        remembered.learn(&known, identities, devices);
     }
     let decided = Decided::of(&writes, wrote, guessed);
     settle_all(batches, &resolving, users);
@@ -386,15 +384,58 @@ async fn read(
     identity_read::read(tx, &keys, candidates).await
 }
 
-/// What `remembered` guesses the read would find for `candidates`, and what the batch insert
-/// must then read and find.
-fn guess(remembered: &Known, candidates: &[&Unresolved]) -> (Known, Guessed) {
-    let identities = || candidates.iter().flat_map(|u| u.identities.iter());
-    let devices = || candidates.iter().filter_map(|u| u.device.as_ref());
-    let known = remembered.guess(identities(), devices());
-    let found = Found::of(&known, identities(), devices());
-    let asked = Asked::of(candidates);
-    (known, Guessed { asked, found })
+/// What the store holds for `candidates` (the unresolved batches `resolving` marks), learnt by
+/// `reading`: the stored keys among theirs (if read), what is known of their identities and
+/// devices, and, if that is a guess, what the batch insert must read and find. A PostgreSQL
+/// lane guesses only while its guesses have been right lately; when it reads instead, it still
+/// counts whether it would have guessed right, so it knows when to guess again.
+async fn what_is_known(
+    tx: &mut Tx<'_>,
+    batches: &[&mut NewBatch],
+    resolving: &[bool],
+    candidates: &[&Unresolved],
+    reading: Reading,
+) -> Result<(HashSet<(String, String)>, Known, Option<Guessed>), sqlx::Error> {
+    let resends = match reading {
+        Reading::Read(resends) => resends,
+        Reading::Guess => Resends::FoundByInsert,
+        Reading::Found(rows) => {
+            if let Some(remembered) = tx.remembered() {
+                remembered.guessed(false);
+            }
+            let (stored, known) = identity_read::known_of(rows)?;
+            return Ok((stored, known, None));
+        }
+    };
+    let (identities, devices) = asked_of(candidates);
+    let would = match (&reading, tx.remembered()) {
+        (Reading::Guess, Some(remembered)) if remembered.trusted() => {
+            let known = remembered.guess(identities, devices.clone());
+            let (identities, _) = asked_of(candidates);
+            let found = Found::of(&known, identities, devices);
+            let asked = Asked::of(candidates);
+            return Ok((HashSet::new(), known, Some(Guessed { asked, found })));
+        }
+        (Reading::Guess, Some(remembered)) => Some(remembered.guess(identities, devices)),
+        _ => None,
+    };
+    let (stored, known) = read(tx, batches, resolving, candidates, resends).await?;
+    if let (Some(would), Some(remembered)) = (would, tx.remembered()) {
+        remembered.guessed(would == known);
+    }
+    Ok((stored, known, None))
+}
+
+/// The identities and devices `candidates` ask about, in order.
+fn asked_of<'a>(
+    candidates: &'a [&'a Unresolved],
+) -> (
+    impl Iterator<Item = &'a (String, String)>,
+    impl Iterator<Item = &'a String> + Clone,
+) {
+    let identities = candidates.iter().flat_map(|u| u.identities.iter());
+    let devices = candidates.iter().filter_map(|u| u.device.as_ref());
+    (identities, devices)
 }
 
 /// A batch's unique key, as `batches` keys it; `None` without a `source_request_id` (never a

@@ -24,7 +24,7 @@ use futures_util::TryStreamExt as _;
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
-use super::identity_known::Known;
+use super::identity_known::Remembered;
 
 /// A BEGIN with a group's settings: alone, after a COMMIT, and after a ROLLBACK, each one
 /// simple query.
@@ -47,7 +47,7 @@ pub(crate) struct KeptPg {
     open: bool,
     /// What the lane's groups knew of their identities, to guess the next group's read (see
     /// [`super::identity_known`]); forgotten with the connection.
-    remembered: Known,
+    remembered: Remembered,
 }
 
 /// A group's transaction on a lane's [`KeptPg`].
@@ -62,7 +62,7 @@ impl KeptPg {
             connection,
             begun: None,
             open: false,
-            remembered: Known::default(),
+            remembered: Remembered::default(),
         }
     }
 
@@ -102,7 +102,7 @@ impl LaneTx<'_> {
     }
 
     /// What the lane remembers of the identities its groups knew.
-    pub(super) fn remembered(&mut self) -> &mut Known {
+    pub(super) fn remembered(&mut self) -> &mut Remembered {
         &mut self.kept.remembered
     }
 

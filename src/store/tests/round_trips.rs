@@ -241,6 +241,50 @@ async fn a_lane_that_guesses_wrong_decides_again_against_what_its_insert_read() 
     assert_eq!(trips, expected, "round trips of a wrong guess");
 }
 
+/// Gives each of `commands`' unresolved batches the device `dev-<its customer id>`, and, with
+/// `anonymous`, no identities.
+fn on_devices(commands: &mut [Command], anonymous: bool) {
+    for command in commands {
+        let Command::Ingest { batches, .. } = command else {
+            unreachable!("requests makes ingests");
+        };
+        for unresolved in batches.iter_mut().filter_map(|b| b.unresolved.as_mut()) {
+            unresolved.device = Some(format!("dev-{}", unresolved.identities[0].1));
+            if anonymous {
+                unresolved.identities.clear();
+            }
+        }
+    }
+}
+
+/// A lane guesses devices and logins as `boson_group_identities` reads them: 8 anonymous users
+/// on devices of their own, then given a customer id (a login) and an email by a second group,
+/// are guessed right by a third (a wrong guess would cost the insert once more).
+#[tokio::test]
+async fn a_lane_guesses_devices_and_logins_as_the_read_finds_them() {
+    let db = TestStore::open().await;
+    let mut connection = db.store.writer_connection();
+    let user = |n: usize| format!("device-user-{}", n % 8);
+    for (first, anonymous) in [(0, true), (8, false)] {
+        let (mut earlier, _answers) = unnamed_requests(first, 8, user);
+        on_devices(&mut earlier, anonymous);
+        db.commit_alone(&mut connection, &mut earlier)
+            .await
+            .unwrap_or_else(|_| panic!("an earlier group"));
+    }
+    let (mut group, _answers) = unnamed_requests(100, 45, user);
+    on_devices(&mut group, false);
+    round_trips::take();
+    db.commit_alone(&mut connection, &mut group)
+        .await
+        .unwrap_or_else(|_| panic!("the group commits"));
+    let trips = round_trips::take();
+    let expected = if on_postgres() { 4 } else { 8 };
+    assert_eq!(trips, expected, "round trips of users on their devices");
+    let (users,): (i64,) = db.store.fetch_one(USERS, &[]).await.expect("users");
+    assert_eq!(users, 8, "the 8 anonymous users, and no other");
+}
+
 /// Commits a first group of 3 new users (requests 0 to 2, `first-0` to `first-2`), then a group
 /// of 45 new users and a resend of request 0 naming `who`; asserts the resend was answered as
 /// a duplicate and stored nothing, and answers the second group's round trips and the users
