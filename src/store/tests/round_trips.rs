@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 use super::harness::{TestStore, batch, on_postgres};
 use crate::model::ids::ConnectionId;
 use crate::model::ids::Mpid;
-use crate::store::backend::{Plans, Sql, round_trips};
+use crate::store::backend::{Plans, Sql, WriterConnection, round_trips};
 use crate::store::group::{ClaimOf, Command, Done, plans_for};
 use crate::store::queue::{IngestOutcome, ProfileUpdate, Unresolved};
 
@@ -55,9 +55,18 @@ async fn commit_counting(
     db.commit_alone(&mut connection, warm)
         .await
         .unwrap_or_else(|_| panic!("first group"));
+    counted(db, &mut connection, group).await
+}
+
+/// Commits `group` on `connection`; answers its answers and round trips.
+async fn counted(
+    db: &TestStore,
+    connection: &mut WriterConnection,
+    group: &mut [Command],
+) -> (Vec<Done>, u64) {
     round_trips::take();
     let done = db
-        .commit_alone(&mut connection, group)
+        .commit_alone(connection, group)
         .await
         .unwrap_or_else(|_| panic!("the group commits"));
     (done, round_trips::take())
@@ -226,12 +235,7 @@ async fn a_lane_that_guesses_wrong_decides_again_against_what_its_insert_read() 
         .unwrap_or_else(|_| panic!("the warm group"));
     let (mut group, _answers) = unnamed_requests(100, 45, user);
     let mut connection = db.store.writer_connection();
-    round_trips::take();
-    let done = db
-        .commit_alone(&mut connection, &mut group)
-        .await
-        .unwrap_or_else(|_| panic!("the group commits"));
-    let trips = round_trips::take();
+    let (done, trips) = counted(&db, &mut connection, &mut group).await;
     assert_eq!(done.len(), 45);
     assert_eq!(db.batches().await.len(), 8 + 45);
     let (users,): (i64,) = db.store.fetch_one(USERS, &[]).await.expect("users");
@@ -274,11 +278,7 @@ async fn a_lane_guesses_devices_and_logins_as_the_read_finds_them() {
     }
     let (mut group, _answers) = unnamed_requests(100, 45, user);
     on_devices(&mut group, false);
-    round_trips::take();
-    db.commit_alone(&mut connection, &mut group)
-        .await
-        .unwrap_or_else(|_| panic!("the group commits"));
-    let trips = round_trips::take();
+    let (_, trips) = counted(&db, &mut connection, &mut group).await;
     let expected = if on_postgres() { 4 } else { 8 };
     assert_eq!(trips, expected, "round trips of users on their devices");
     let (users,): (i64,) = db.store.fetch_one(USERS, &[]).await.expect("users");
@@ -300,12 +300,7 @@ async fn with_a_resend_naming(who: &str) -> (u64, i64, TestStore) {
     let (resend, resend_answer) = unnamed_requests(0, 1, |_| who.to_owned());
     group.extend(resend);
     answers.extend(resend_answer);
-    round_trips::take();
-    let done = db
-        .commit_alone(&mut connection, &mut group)
-        .await
-        .unwrap_or_else(|_| panic!("the group commits"));
-    let trips = round_trips::take();
+    let (done, trips) = counted(&db, &mut connection, &mut group).await;
     assert_eq!(done.len(), 46);
     let Some(Done::Ingest(outcomes, _)) = done.last() else {
         panic!("an ingest's answer");
