@@ -17,6 +17,7 @@
 //! for a while ([`Remembered::trusted`]).
 
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 
 use crate::model::identity::resolve::UserSummary;
 use crate::model::ids::Mpid;
@@ -132,29 +133,29 @@ impl Remembered {
     ) {
         let with_logins = devices.clone().next().is_some();
         for identity in identities {
-            match group.owners.get(identity) {
-                Some(&mpid) => {
-                    if self.known.owners.insert(identity.clone(), mpid).is_none() {
-                        self.bytes += identity.0.len() + identity.1.len() + ENTRY_BYTES;
-                    }
-                    self.learn_login(group, mpid, with_logins);
-                }
-                None => {
-                    self.known.owners.remove(identity);
-                }
+            let mpid = group.owners.get(identity).copied();
+            let size = identity.0.len() + identity.1.len();
+            self.bytes = (self.bytes).saturating_add_signed(keep(
+                &mut self.known.owners,
+                identity,
+                mpid,
+                size,
+            ));
+            if let Some(mpid) = mpid {
+                self.learn_login(group, mpid, with_logins);
             }
         }
         for device in devices {
-            match group.devices.get(device) {
-                Some(&mpid) => {
-                    if self.known.devices.insert(device.clone(), mpid).is_none() {
-                        self.bytes += device.len() + ENTRY_BYTES;
-                    }
-                    self.learn_login(group, mpid, true);
-                }
-                None => {
-                    self.known.devices.remove(device);
-                }
+            let mpid = group.devices.get(device).copied();
+            let size = device.len();
+            self.bytes = (self.bytes).saturating_add_signed(keep(
+                &mut self.known.devices,
+                device,
+                mpid,
+                size,
+            ));
+            if let Some(mpid) = mpid {
+                self.learn_login(group, mpid, true);
             }
         }
         if self.bytes > MOST_REMEMBERED_BYTES {
@@ -173,6 +174,33 @@ impl Remembered {
         } else if read {
             self.known.logged_in.remove(&mpid);
         }
+    }
+}
+
+/// Sets `key`'s entry in `map` to `mpid`, or removes it (`None`), cloning the key only for an
+/// entry it did not hold (a lane learns its returning users' keys at every group); answers how
+/// the bytes remembered changed, the key's `size` and [`ENTRY_BYTES`] an entry.
+fn keep<K: Hash + Eq + Clone>(
+    map: &mut HashMap<K, Mpid>,
+    key: &K,
+    mpid: Option<Mpid>,
+    size: usize,
+) -> isize {
+    let bytes = isize::try_from(size + ENTRY_BYTES).unwrap_or(isize::MAX);
+    match (map.get_mut(key), mpid) {
+        (Some(held), Some(mpid)) => {
+            *held = mpid;
+            0
+        }
+        (None, Some(mpid)) => {
+            map.insert(key.clone(), mpid);
+            bytes
+        }
+        (Some(_), None) => {
+            map.remove(key);
+            -bytes
+        }
+        (None, None) => 0,
     }
 }
 
@@ -271,6 +299,11 @@ mod tests {
         remembered.learn(&later, asked.iter(), device.iter());
         let guess = remembered.guess(asked.iter(), device.iter());
         assert!(guess.owners.is_empty(), "a detached identity guessed");
+        assert_eq!(
+            remembered.bytes,
+            "dev".len() + ENTRY_BYTES,
+            "a forgotten key counted"
+        );
         assert!(guess.logged_in.is_empty(), "a login lost still guessed");
     }
 
